@@ -1,0 +1,66 @@
+// A route is data: method, path pattern, who may call it, the zod schemas that validate it (and
+// feed /v1/openapi.json), and a handler. The server (gateway/server.ts) does parsing, limits,
+// auth, validation and idempotency before the handler runs; handlers only do the work and
+// either return a Reply or throw ApiError. No handler writes an error status number.
+import type { z } from 'zod';
+import type { CredentialKind, Principal, Scope } from '../tenancy/types.js';
+
+export type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE' | 'PUT';
+
+export type AuthSpec =
+  /** No credential (signup, sessions, unsubscribe links). */
+  | { kind: 'none' }
+  | {
+      kind: 'credential';
+      /** Every listed scope is required (insufficient_scope otherwise). */
+      scopes: Scope[];
+      /** Credential kinds allowed; others get forbidden (publishable: event_requires_secret_key). */
+      allow: CredentialKind[];
+      /** Management credentials (pat, session) must name an environment (environment_required). Default true. */
+      environment?: boolean;
+    };
+
+export interface RequestContext<B = unknown, Q = unknown> {
+  requestId: string;
+  method: Method;
+  /** Path without the query string. */
+  path: string;
+  params: Record<string, string>;
+  query: Q;
+  /** Lower-cased header names, copied synchronously from uWS. */
+  headers: Record<string, string>;
+  body: B;
+  rawBody: Buffer;
+  /** Set when the route's auth kind is 'credential'. */
+  principal: Principal;
+  /** Milliseconds since epoch at arrival (real clock). */
+  receivedAtMs: number;
+}
+
+export interface Reply {
+  status: number;
+  /** JSON-serialized unless undefined (empty body, e.g. 204). */
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export interface RouteDef<B = unknown, Q = unknown> {
+  method: Method;
+  /** Express-style pattern under /v1, e.g. '/v1/customers/:id'. */
+  path: string;
+  summary: string;
+  tag: string;
+  auth: AuthSpec;
+  body?: z.ZodType<B>;
+  query?: z.ZodType<Q>;
+  /** Creating POST: Idempotency-Key required and results stored (spec part 1 rules 1-4). */
+  idempotent?: boolean;
+  /** Documented success responses, for OpenAPI. */
+  responses: Record<number, { description: string; schema?: z.ZodType }>;
+  handler: (ctx: RequestContext<B, Q>) => Promise<Reply> | Reply;
+}
+
+/** Helper that keeps B and Q inferred from the schemas. */
+export function route<B, Q>(def: RouteDef<B, Q>): RouteDef<B, Q> {
+  return def;
+}

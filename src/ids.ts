@@ -1,0 +1,80 @@
+// Identifiers: prefix + time-ordered random part (Crockford base32, ULID layout: 10 chars of
+// milliseconds, 16 random). Customer ids also carry their partition (3 chars after the prefix)
+// so any node can route a `cust_` id without a lookup. Ids are opaque to clients.
+// Domain code never calls these directly: it receives ctx.newId so replays reproduce ids.
+import { randomFillSync } from 'node:crypto';
+
+const alphabet = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
+const decode = new Int8Array(128).fill(-1);
+for (let i = 0; i < alphabet.length; i++) decode[alphabet.charCodeAt(i)] = i;
+
+const pool = new Uint8Array(4096);
+let poolAt = pool.length;
+
+function randomChars(n: number): string {
+  if (poolAt + n > pool.length) {
+    randomFillSync(pool);
+    poolAt = 0;
+  }
+  let s = '';
+  for (let i = 0; i < n; i++) s += alphabet[pool[poolAt++]! & 31];
+  return s;
+}
+
+function timeChars(ms: number): string {
+  let s = '';
+  for (let i = 9; i >= 0; i--) {
+    const d = Math.floor(ms / 32 ** i) % 32;
+    s += alphabet[d];
+  }
+  return s;
+}
+
+export function newId(prefix: string, nowMs: number = Date.now()): string {
+  return `${prefix}_${timeChars(nowMs)}${randomChars(16)}`;
+}
+
+export function newSecret(prefix: string, bytes = 24): string {
+  return `${prefix}_${randomChars(Math.ceil((bytes * 8) / 5))}`;
+}
+
+export function encodePartition(partition: number): string {
+  return alphabet[(partition >> 10) & 31]! + alphabet[(partition >> 5) & 31]! + alphabet[partition & 31]!;
+}
+
+export function newCustomerId(partition: number, nowMs: number = Date.now()): string {
+  return `cust_${encodePartition(partition)}${timeChars(nowMs)}${randomChars(16)}`;
+}
+
+/** The partition a customer id was minted on, or -1 if the id is not a well-formed customer id. */
+export function customerIdPartition(id: string): number {
+  if (id.length !== 34 || !id.startsWith('cust_')) return -1;
+  let p = 0;
+  for (let i = 5; i < 8; i++) {
+    const c = id.charCodeAt(i);
+    const d = c < 128 ? decode[c]! : -1;
+    if (d < 0) return -1;
+    p = p * 32 + d;
+  }
+  for (let i = 8; i < 34; i++) {
+    const c = id.charCodeAt(i);
+    if (c >= 128 || decode[c]! < 0) return -1;
+  }
+  return p;
+}
+
+/** FNV-1a over environment id and routing key, separated by NUL; no string is allocated. */
+export function partitionOf(environmentId: string, key: string, partitions: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < environmentId.length; i++) {
+    h ^= environmentId.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  h ^= 0;
+  h = Math.imul(h, 0x01000193);
+  for (let i = 0; i < key.length; i++) {
+    h ^= key.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) % partitions;
+}

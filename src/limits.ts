@@ -1,0 +1,52 @@
+// Every numeric bound of the service, in one place, unit in the name.
+// Spec part 8 values are fixed; values the spec leaves open are our choices (see README "Limits").
+// Nothing here reads the environment: configuration overrides live in config.ts.
+
+export const limits = {
+  pageLimitMin: 1,
+  pageLimitMax: 200,
+  pageLimitDefault: 50,
+  cursorCharsMax: 2048,
+  idempotencyKeyCharsMax: 255,
+  idempotencyRetentionMs: 24 * 3600_000,
+  eventsPerBatchMax: 100,
+  /** Whole request body. */
+  bodyBytesMax: 1024 * 1024,
+  /** One event, serialized as received. */
+  eventBytesMax: 32 * 1024,
+  eventIdCharsMax: 255,
+  eventNameCharsMax: 128,
+  externalIdCharsMax: 255,
+  attributeKeysMax: 100,
+  emailCharsMax: 254,
+  nameCharsMax: 120,
+  timezoneCharsMax: 64,
+  idTokenCharsMin: 20,
+  idTokenCharsMax: 8192,
+  sessionLifetimeMs: 30 * 24 * 3600_000,
+  customerTokenLifetimeMsDefault: 15 * 60_000,
+  customerTokenLifetimeMsMax: 24 * 3600_000,
+  occurredAtFutureSkewMs: 5 * 60_000,
+  webhookSignatureToleranceSeconds: 300,
+  /** Customer actor mailbox: commands waiting behind the one being applied. */
+  mailboxDepthMax: 1000,
+  /** Sync-mode events: how long the gateway waits for evaluation before answering 202 fallback. */
+  syncEvaluationWaitMs: 2000,
+  /** Recent event results kept in full per customer; older ids keep a 64-bit fingerprint only. */
+  recentEventResultsPerCustomer: 64,
+  /** Group commit: flush when this many records wait, or at the next tick. */
+  journalFlushRecordsMax: 4096,
+  partitionsDefault: 256,
+  leaseTtlMs: 5000,
+  leaseRenewEveryMs: 1000,
+  nodeHeartbeatTtlMs: 5000,
+  credentialCacheTtlMs: 60_000,
+  revocationPropagationMs: 1000,
+  snapshotEveryMs: 2000,
+  /** Active actors kept in memory before the idle, clean ones are passivated. */
+  activeActorsMax: 200_000,
+  actorIdleMs: 60_000,
+  projectorBatchRecordsMax: 2000,
+} as const;
+
+export type Limits = typeof limits;

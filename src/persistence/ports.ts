@@ -1,0 +1,156 @@
+// The storage ports. Everything above persistence/ talks to storage only through these
+// interfaces; each has an external adapter (Redis / PostgreSQL), an embedded adapter (fsynced
+// file / PGlite) and, where useful, an in-memory twin, and all of them pass the same contract suite
+// in test/contract. Guarantees are stated per method; an adapter that cannot keep one must throw.
+
+/** Journal offsets are opaque strings, totally ordered per partition by compareOffsets. '0' is before everything. */
+export type Offset = string;
+export const offsetZero: Offset = '0';
+
+/** Redis stream ids ("<ms>-<seq>") and file-journal ids ("0-<n>") share this order. */
+export function compareOffsets(a: Offset, b: Offset): number {
+  const ia = a.indexOf('-');
+  const ib = b.indexOf('-');
+  const ma = BigInt(ia < 0 ? a : a.slice(0, ia));
+  const mb = BigInt(ib < 0 ? b : b.slice(0, ib));
+  if (ma !== mb) return ma < mb ? -1 : 1;
+  const sa = ia < 0 ? 0n : BigInt(a.slice(ia + 1));
+  const sb = ib < 0 ? 0n : BigInt(b.slice(ib + 1));
+  return sa === sb ? 0 : sa < sb ? -1 : 1;
+}
+
+export interface JournalEntry {
+  offset: Offset;
+  payload: Uint8Array;
+}
+
+/** Thrown by Journal.append when the epoch is not the partition's current lease epoch. */
+export class FencedError extends Error {
+  constructor(
+    readonly partition: number,
+    readonly epoch: number,
+  ) {
+    super(`partition ${partition}: lease epoch ${epoch} is no longer current`);
+    this.name = 'FencedError';
+  }
+}
+
+export interface Journal {
+  /**
+   * Appends ONE entry (one group-commit flush of one partition) if `epoch` is the partition's
+   * current lease epoch, checked atomically with the append; otherwise rejects with FencedError
+   * and appends nothing. Resolves with the entry's offset only once the entry is durable
+   * (Redis acknowledged it / the file is fsynced). Offsets increase per partition.
+   * Calls for one partition resolve in call order.
+   */
+  append(partition: number, epoch: number, payload: Uint8Array): Promise<Offset>;
+  /** Entries with offset strictly greater than `after`, oldest first, at most `count`. */
+  read(partition: number, after: Offset, count: number): Promise<JournalEntry[]>;
+  /** Removes entries with offset <= `upTo` (may keep some: trimming is allowed to be lazy). */
+  trim(partition: number, upTo: Offset): Promise<void>;
+  /** The offset of the newest entry, or offsetZero. */
+  last(partition: number): Promise<Offset>;
+  close(): Promise<void>;
+}
+
+export interface Lease {
+  partition: number;
+  nodeId: string;
+  epoch: number;
+}
+
+export interface Leases {
+  /**
+   * Takes the partition's lease for nodeId when nobody holds it or the holder's lease expired.
+   * Every successful acquire returns a strictly greater epoch than any before it for that
+   * partition; that epoch is what Journal.append checks. Returns null when another node holds it.
+   */
+  acquire(partition: number, nodeId: string, ttlMs: number): Promise<number | null>;
+  /** Extends the lease; false if nodeId/epoch no longer holds it (then stop writing). */
+  renew(partition: number, nodeId: string, epoch: number, ttlMs: number): Promise<boolean>;
+  /** Gives the lease up at once (graceful shutdown) if still held with that epoch. */
+  release(partition: number, nodeId: string, epoch: number): Promise<void>;
+  /** Current holders of partitions 0..partitions-1 (null where free or expired). */
+  list(partitions: number): Promise<Array<Lease | null>>;
+}
+
+export interface NodeInfo {
+  nodeId: string;
+  /** host:port of the node's gRPC server. */
+  grpcAddress: string;
+  startedAtMs: number;
+}
+
+export interface Membership {
+  /** Registers or refreshes the node; it counts as alive for ttlMs after the last heartbeat. */
+  heartbeat(node: NodeInfo, ttlMs: number): Promise<void>;
+  leave(nodeId: string): Promise<void>;
+  /** Nodes alive now, sorted by nodeId. */
+  alive(): Promise<NodeInfo[]>;
+}
+
+/** Broadcast to every node (cache invalidation, revocations). At most once, best effort, fast. */
+export interface Bus {
+  publish(channel: string, message: string): Promise<void>;
+  subscribe(channel: string, handler: (message: string) => void): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** What the engine persists for one customer actor. payload is the versioned actor codec. */
+export interface SnapshotRow {
+  environmentId: string;
+  customerId: string;
+  partition: number;
+  payload: Uint8Array;
+}
+
+/** A routing key (external id or alias) of a customer, persisted for passivated actors. */
+export interface KeyRow {
+  environmentId: string;
+  key: string;
+  customerId: string;
+  partition: number;
+}
+
+export interface SnapshotStore {
+  /**
+   * In ONE transaction: upserts the snapshots and key rows (deleting the keys in `keysRemoved`),
+   * then records the partition's checkpoint (only ever moves forward). After it resolves, a
+   * restart that replays the journal after the checkpoint rebuilds exactly the in-memory state.
+   */
+  save(
+    partition: number,
+    checkpoint: Offset,
+    rows: SnapshotRow[],
+    keys: KeyRow[],
+    keysRemoved: Array<{ environmentId: string; key: string }>,
+  ): Promise<void>;
+  /** Snapshots by customer id; missing ones are simply absent from the result. */
+  load(environmentId: string, customerIds: string[]): Promise<SnapshotRow[]>;
+  /** Key rows for the given keys of one environment; missing ones are absent. */
+  lookupKeys(environmentId: string, keys: string[]): Promise<KeyRow[]>;
+  checkpoint(partition: number): Promise<Offset>;
+}
+
+/** Stored result of a creating POST (spec part 1, idempotency rules 1-4). */
+export interface IdempotencyRecord {
+  /** sha256 of method, path and body: a different request under the same key is a reuse. */
+  fingerprint: string;
+  state: 'in_progress' | 'done';
+  status: number | null;
+  body: string | null;
+}
+
+export interface IdempotencyStore {
+  /**
+   * Atomically claims (scope, key) for a request with `fingerprint`: returns null when the claim
+   * is new (the caller runs the request, then calls complete), or the existing record. An
+   * in_progress claim older than staleAfterMs counts as abandoned (its request died) and is
+   * handed to the new caller (null).
+   */
+  claim(scope: string, key: string, fingerprint: string, staleAfterMs: number): Promise<IdempotencyRecord | null>;
+  /** Stores the final answer; kept at least retentionMs. */
+  complete(scope: string, key: string, status: number, body: string, retentionMs: number): Promise<void>;
+  /** Drops an in_progress claim whose request failed before changing anything (5xx, validation). */
+  release(scope: string, key: string): Promise<void>;
+}
