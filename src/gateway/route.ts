@@ -53,8 +53,18 @@ export interface RouteDef<B = unknown, Q = unknown> {
   auth: AuthSpec;
   body?: z.ZodType<B>;
   query?: z.ZodType<Q>;
+  /**
+   * Optional check of the path params (e.g. an id prefix); a failure is validation_failed with
+   * `param` = the param name. Params stay strings either way.
+   */
+  params?: z.ZodType<Record<string, string>>;
   /** Creating POST: Idempotency-Key required and results stored (spec part 1 rules 1-4). */
   idempotent?: boolean;
+  /**
+   * Idempotent routes only: rewrites a stored body before it is replayed (the customer-session
+   * mint answers customer_token: null on a replay, rule 4). Must not mutate its argument.
+   */
+  replayTransform?: (body: unknown) => unknown;
   /** Documented success responses, for OpenAPI. */
   responses: Record<number, { description: string; schema?: z.ZodType }>;
   handler: (ctx: RequestContext<B, Q>) => Promise<Reply> | Reply;
@@ -64,3 +74,10 @@ export interface RouteDef<B = unknown, Q = unknown> {
 export function route<B, Q>(def: RouteDef<B, Q>): RouteDef<B, Q> {
   return def;
 }
+
+/**
+ * A route of any body/query type, for lists of routes. `any` is needed because handler
+ * parameters are contravariant: a RouteDef<{a: string}> is not a RouteDef<unknown>.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: see above; the schemas keep each route's types.
+export type AnyRoute = RouteDef<any, any>;

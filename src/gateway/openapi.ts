@@ -1,0 +1,261 @@
+// Builds the OpenAPI 3.1 document served at GET /v1/openapi.json from the RouteDefs: the SAME zod
+// schemas that validate requests describe them (z.toJSONSchema, input shape for requests, output
+// shape for responses), so the document cannot drift from the code. The Error schema's code enum
+// is the whole error table. Pure and deterministic; the server builds it once and caches it.
+import { z } from 'zod';
+import { errorTable } from '../errors/codes.js';
+import { limits } from '../limits.js';
+import type { AnyRoute } from './route.js';
+
+type JsonSchema = Record<string, unknown>;
+type Io = 'input' | 'output';
+
+export interface OpenApiDocument {
+  openapi: '3.1.0';
+  info: { title: string; version: string; description: string };
+  servers: Array<{ url: string }>;
+  paths: Record<string, Record<string, unknown>>;
+  components: {
+    securitySchemes: Record<string, unknown>;
+    schemas: Record<string, JsonSchema>;
+    responses: Record<string, unknown>;
+  };
+  tags: Array<{ name: string }>;
+}
+
+/** '/v1/customers/:id' -> '/v1/customers/{id}'. */
+export function openApiPath(pattern: string): string {
+  return pattern.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+}
+
+function operationId(method: string, pattern: string): string {
+  const parts = pattern
+    .split('/')
+    .filter((s) => s.length > 0)
+    .map((s) => (s.startsWith(':') ? `by_${s.slice(1)}` : s.replace(/[^A-Za-z0-9]+/g, '_')));
+  return `${method.toLowerCase()}_${parts.join('_')}`;
+}
+
+const errorTypes = [...new Set(Object.values(errorTable).map((e) => e.type))];
+
+export function errorSchema(): JsonSchema {
+  return {
+    type: 'object',
+    required: ['error'],
+    additionalProperties: false,
+    properties: {
+      error: {
+        type: 'object',
+        required: ['code', 'type', 'message', 'request_id'],
+        additionalProperties: false,
+        properties: {
+          code: { type: 'string', enum: Object.keys(errorTable) },
+          type: { type: 'string', enum: errorTypes },
+          message: { type: 'string', description: 'For people; may change. Match on code.' },
+          param: {
+            type: 'string',
+            description: 'The first failing field, e.g. events[3].occurred_at, or a header name.',
+          },
+          details: {
+            description: 'validation_failed: [{param, message}] for every issue; other codes: code-specific.',
+          },
+          request_id: { type: 'string', description: 'Same as the Request-Id response header.' },
+        },
+      },
+    },
+  };
+}
+
+class SchemaConverter {
+  readonly components: Record<string, JsonSchema> = {};
+
+  /** zod -> JSON Schema; named ($defs) parts are hoisted into components.schemas. */
+  convert(schema: z.ZodType, io: Io): JsonSchema {
+    let out: JsonSchema;
+    try {
+      out = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as JsonSchema;
+    } catch {
+      // Cyclic or otherwise unconvertible: document it as "any JSON" rather than failing startup.
+      return { description: 'Schema not representable in JSON Schema.' };
+    }
+    delete out.$schema;
+    const defs = out.$defs as Record<string, JsonSchema> | undefined;
+    if (defs === undefined) return out;
+    delete out.$defs;
+    const renames = new Map<string, string>();
+    for (const [name, def] of Object.entries(defs)) {
+      const existing = this.components[name];
+      let target = name;
+      if (existing !== undefined && JSON.stringify(existing) !== JSON.stringify(def)) {
+        target = `${name}${io === 'input' ? 'Input' : 'Output'}`;
+      }
+      renames.set(name, target);
+      this.components[target] = def;
+    }
+    const rewrite = (node: unknown): void => {
+      if (node === null || typeof node !== 'object') return;
+      if (Array.isArray(node)) {
+        for (const n of node) rewrite(n);
+        return;
+      }
+      const obj = node as Record<string, unknown>;
+      const ref = obj.$ref;
+      if (typeof ref === 'string' && ref.startsWith('#/$defs/')) {
+        const name = ref.slice('#/$defs/'.length);
+        obj.$ref = `#/components/schemas/${renames.get(name) ?? name}`;
+      }
+      for (const v of Object.values(obj)) rewrite(v);
+    };
+    rewrite(out);
+    for (const target of renames.values()) rewrite(this.components[target]);
+    return out;
+  }
+}
+
+/** Query/params object schemas become one parameter per property. */
+function parametersFrom(json: JsonSchema, where: 'query' | 'path'): Array<Record<string, unknown>> {
+  const props = (json.properties ?? {}) as Record<string, JsonSchema>;
+  const required = new Set((json.required ?? []) as string[]);
+  return Object.entries(props).map(([name, schema]) => {
+    const p: Record<string, unknown> = { name, in: where, required: where === 'path' || required.has(name), schema };
+    if (typeof schema.description === 'string') p.description = schema.description;
+    return p;
+  });
+}
+
+function acceptsEmpty(schema: z.ZodType): boolean {
+  return schema.safeParse({}).success;
+}
+
+export function buildOpenApiDocument(
+  routes: readonly AnyRoute[],
+  info: { title?: string; version?: string } = {},
+): OpenApiDocument {
+  const conv = new SchemaConverter();
+  const paths: OpenApiDocument['paths'] = {};
+  const tags = new Set<string>();
+
+  for (const r of routes) {
+    const path = openApiPath(r.path);
+    const op: Record<string, unknown> = {
+      operationId: operationId(r.method, r.path),
+      summary: r.summary,
+      tags: [r.tag],
+    };
+    tags.add(r.tag);
+
+    const parameters: Array<Record<string, unknown>> = [];
+    const pathNames = [...r.path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => m[1]!);
+    const paramsJson = r.params === undefined ? undefined : conv.convert(r.params, 'input');
+    const paramProps = (paramsJson?.properties ?? {}) as Record<string, JsonSchema>;
+    for (const name of pathNames) {
+      parameters.push({ name, in: 'path', required: true, schema: paramProps[name] ?? { type: 'string' } });
+    }
+    if (r.query !== undefined) parameters.push(...parametersFrom(conv.convert(r.query, 'input'), 'query'));
+    if (r.idempotent === true) {
+      parameters.push({
+        name: 'Idempotency-Key',
+        in: 'header',
+        required: true,
+        description:
+          'Repeat a request with the same key to get the stored answer (Idempotent-Replayed: true). ' +
+          'Kept at least 24 hours.',
+        schema: { type: 'string', minLength: 1, maxLength: limits.idempotencyKeyCharsMax },
+      });
+    }
+    if (r.auth.kind === 'credential' && (r.auth.allow.includes('pat') || r.auth.allow.includes('session'))) {
+      parameters.push({
+        name: 'X-Service-Environment',
+        in: 'header',
+        required: false,
+        description: 'Management credentials name the environment they act in (environment id).',
+        schema: { type: 'string' },
+      });
+    }
+    if (parameters.length > 0) op.parameters = parameters;
+
+    if (r.body !== undefined) {
+      op.requestBody = {
+        required: !acceptsEmpty(r.body),
+        content: { 'application/json': { schema: conv.convert(r.body, 'input') } },
+      };
+    }
+
+    const responses: Record<string, unknown> = {};
+    for (const [status, res] of Object.entries(r.responses)) {
+      const entry: Record<string, unknown> = { description: res.description };
+      if (res.schema !== undefined) {
+        entry.content = { 'application/json': { schema: conv.convert(res.schema, 'output') } };
+      }
+      responses[status] = entry;
+    }
+    responses.default = { $ref: '#/components/responses/Error' };
+    op.responses = responses;
+
+    if (r.auth.kind === 'credential') {
+      op.security = [{ bearer: [] }];
+      op['x-scopes'] = r.auth.scopes;
+      op['x-credential-kinds'] = r.auth.allow;
+    } else {
+      op.security = [];
+    }
+
+    paths[path] ??= {};
+    paths[path][r.method.toLowerCase()] = op;
+  }
+
+  addOperationalPaths(paths);
+
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: info.title ?? 'Loyalty and Engagement Service API',
+      version: info.version ?? '1.0.0',
+      description:
+        'Errors share one shape (components.schemas.Error); match on error.code. Every response ' +
+        'carries a Request-Id header. Creating POSTs take an Idempotency-Key header.',
+    },
+    servers: [{ url: '/' }],
+    paths,
+    components: {
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'API key or token.' } },
+      schemas: { ...conv.components, Error: errorSchema() },
+      responses: {
+        Error: {
+          description: 'An error; the status comes from error.code.',
+          headers: {
+            'Request-Id': { schema: { type: 'string' } },
+            'Retry-After': { schema: { type: 'integer' }, description: 'Seconds to wait before resending unchanged.' },
+          },
+          content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+        },
+      },
+    },
+    tags: [...tags, 'operations'].map((name) => ({ name })),
+  };
+}
+
+function addOperationalPaths(paths: OpenApiDocument['paths']): void {
+  const op = (summary: string, id: string, responses: Record<string, unknown>) => ({
+    get: { operationId: id, summary, tags: ['operations'], security: [], responses },
+  });
+  const json = (schema: JsonSchema) => ({ 'application/json': { schema } });
+  const readiness = {
+    type: 'object',
+    required: ['status', 'checks'],
+    properties: { status: { type: 'string' }, checks: { type: 'object', additionalProperties: true } },
+  };
+  paths['/healthz'] = op('Process is up', 'get_healthz', {
+    200: { description: 'Up.', content: json({ type: 'object', properties: { status: { const: 'ok' } } }) },
+  });
+  paths['/readyz'] = op('Storage reachable and partitions owned', 'get_readyz', {
+    200: { description: 'Ready.', content: json(readiness) },
+    503: { description: 'Not ready; checks say why.', content: json(readiness) },
+  });
+  paths['/metrics'] = op('Prometheus metrics', 'get_metrics', {
+    200: { description: 'Prometheus text format.', content: { 'text/plain': { schema: { type: 'string' } } } },
+  });
+  paths['/v1/openapi.json'] = op('This document', 'get_v1_openapi_json', {
+    200: { description: 'OpenAPI 3.1 document.', content: json({ type: 'object' }) },
+  });
+}
