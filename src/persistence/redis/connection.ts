@@ -1,0 +1,36 @@
+// Who owns a Redis connection: adapters accept either a shared ioredis client (the caller owns it
+// and closes it) or a URL (the adapter creates the client and quits it in close()).
+// Invariant: clients we create have enableAutoPipelining, so the many script calls the engine
+// issues in one tick leave in one socket write. Never quit a client we were handed.
+import { Redis } from 'ioredis';
+
+export type RedisSource = Redis | string;
+
+export interface Connection {
+  redis: Redis;
+  /** True when we created the client and must quit it. */
+  owned: boolean;
+}
+
+/** A client for the hot path. Pass one of these to several adapters to share the connection. */
+export function createRedis(url: string): Redis {
+  return new Redis(url, { enableAutoPipelining: true, lazyConnect: false });
+}
+
+export function connect(source: RedisSource): Connection {
+  return typeof source === 'string' ? { redis: createRedis(source), owned: true } : { redis: source, owned: false };
+}
+
+/** Quits a client, falling back to disconnect when it is not connected (quit would wait). */
+export async function quitQuietly(redis: Redis): Promise<void> {
+  if (redis.status === 'end') return;
+  if (redis.status !== 'ready') {
+    redis.disconnect();
+    return;
+  }
+  try {
+    await redis.quit();
+  } catch {
+    redis.disconnect();
+  }
+}

@@ -1,0 +1,90 @@
+// The external Journal: one Redis stream per partition, appended by ONE script call per flush
+// (append-2.lua) that checks the lease epoch and XADDs atomically, so a fenced node appends nothing.
+// Invariants: offsets are stream ids (strictly increasing per partition, also across trims since
+// the stream keeps its last id); payloads travel as binary Buffers, never as strings.
+// Never build keys here (keys.ts), never read a payload as UTF-8.
+import { createKeys, type Keys } from '../keys.js';
+import { FencedError, type Journal, type JournalEntry, type Offset, offsetZero } from '../ports.js';
+import { connect, quitQuietly, type RedisSource } from './connection.js';
+import { type ScriptedRedis, withScripts } from './scripts.js';
+
+/** A Buffer view of the bytes without copying them (ioredis sends only Buffers as binary). */
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/** The smallest stream id greater than `offset` (for XTRIM MINID, which keeps ids >= MINID). */
+function nextId(offset: Offset): string {
+  const dash = offset.indexOf('-');
+  const ms = BigInt(dash < 0 ? offset : offset.slice(0, dash));
+  const seq = dash < 0 ? 0n : BigInt(offset.slice(dash + 1));
+  return seq === 0xffff_ffff_ffff_ffffn ? `${ms + 1n}-0` : `${ms}-${seq + 1n}`;
+}
+
+type RawEntry = [Buffer, Buffer[]];
+
+export class RedisJournal implements Journal {
+  private readonly redis: ScriptedRedis;
+  private readonly owned: boolean;
+  private readonly keys: Keys;
+
+  /**
+   * `source`: a shared client (create it with connection.createRedis so enableAutoPipelining is on:
+   * appends for many partitions in one tick then go out in one write) or a URL.
+   */
+  constructor(source: RedisSource, prefix: string) {
+    const { redis, owned } = connect(source);
+    this.redis = withScripts(redis);
+    this.owned = owned;
+    this.keys = createKeys(prefix);
+  }
+
+  async append(partition: number, epoch: number, payload: Uint8Array): Promise<Offset> {
+    try {
+      return await this.redis.loyaltyJournalAppend(
+        this.keys.partitionStream(partition),
+        this.keys.partitionLease(partition),
+        epoch,
+        asBuffer(payload),
+      );
+    } catch (err) {
+      if (err instanceof Error && err.message.startsWith('FENCED')) throw new FencedError(partition, epoch);
+      throw err;
+    }
+  }
+
+  async read(partition: number, after: Offset, count: number): Promise<JournalEntry[]> {
+    if (count <= 0) return [];
+    const start = after === offsetZero ? '-' : `(${after}`;
+    const raw = (await this.redis.xrangeBuffer(
+      this.keys.partitionStream(partition),
+      start,
+      '+',
+      'COUNT',
+      count,
+    )) as unknown as RawEntry[];
+    const out: JournalEntry[] = new Array(raw.length);
+    for (let i = 0; i < raw.length; i++) {
+      const [id, fields] = raw[i]!;
+      const payload = fields[1];
+      if (!payload) throw new Error(`journal partition ${partition}: entry ${id.toString()} has no payload field`);
+      out[i] = { offset: id.toString('latin1'), payload };
+    }
+    return out;
+  }
+
+  async trim(partition: number, upTo: Offset): Promise<void> {
+    if (upTo === offsetZero) return;
+    // Exact trim (no `~`): callers and tests may rely on entries <= upTo being gone at once.
+    await this.redis.xtrim(this.keys.partitionStream(partition), 'MINID', nextId(upTo));
+  }
+
+  async last(partition: number): Promise<Offset> {
+    const raw = await this.redis.xrevrange(this.keys.partitionStream(partition), '+', '-', 'COUNT', 1);
+    return raw[0]?.[0] ?? offsetZero;
+  }
+
+  async close(): Promise<void> {
+    if (this.owned) await quitQuietly(this.redis);
+  }
+}

@@ -1,0 +1,68 @@
+// The external Leases: one key per partition holding "<nodeId>:<epoch>" with a PX ttl, plus a
+// per-partition epoch counter INCR'd on every successful acquire and never reset, so epochs
+// strictly increase even after the lease key expired. Acquire/renew/release are Lua scripts.
+// Never change a lease without comparing the full "<nodeId>:<epoch>" value first.
+import { createKeys, type Keys } from '../keys.js';
+import type { Lease, Leases } from '../ports.js';
+import { connect, quitQuietly, type RedisSource } from './connection.js';
+import { type ScriptedRedis, withScripts } from './scripts.js';
+
+/** Parses "<nodeId>:<epoch>"; node ids may themselves contain ':' so split at the last one. */
+export function parseLease(partition: number, value: string | null): Lease | null {
+  if (value === null) return null;
+  const colon = value.lastIndexOf(':');
+  if (colon < 0) return null;
+  const epoch = Number(value.slice(colon + 1));
+  if (!Number.isSafeInteger(epoch)) return null;
+  return { partition, nodeId: value.slice(0, colon), epoch };
+}
+
+export class RedisLeases implements Leases {
+  private readonly redis: ScriptedRedis;
+  private readonly owned: boolean;
+  private readonly keys: Keys;
+
+  constructor(source: RedisSource, prefix: string) {
+    const { redis, owned } = connect(source);
+    this.redis = withScripts(redis);
+    this.owned = owned;
+    this.keys = createKeys(prefix);
+  }
+
+  async acquire(partition: number, nodeId: string, ttlMs: number): Promise<number | null> {
+    const epoch = await this.redis.loyaltyLeaseAcquire(
+      this.keys.partitionLease(partition),
+      this.keys.partitionEpoch(partition),
+      nodeId,
+      ttlMs,
+    );
+    return epoch === null ? null : Number(epoch);
+  }
+
+  async renew(partition: number, nodeId: string, epoch: number, ttlMs: number): Promise<boolean> {
+    return (await this.redis.loyaltyLeaseRenew(this.keys.partitionLease(partition), `${nodeId}:${epoch}`, ttlMs)) === 1;
+  }
+
+  async release(partition: number, nodeId: string, epoch: number): Promise<void> {
+    await this.redis.loyaltyLeaseRelease(this.keys.partitionLease(partition), `${nodeId}:${epoch}`);
+  }
+
+  async list(partitions: number): Promise<Array<Lease | null>> {
+    // One pipeline of GETs rather than MGET: lease keys live in different cluster slots.
+    const pipe = this.redis.pipeline();
+    for (let p = 0; p < partitions; p++) pipe.get(this.keys.partitionLease(p));
+    const replies = (await pipe.exec()) ?? [];
+    const out: Array<Lease | null> = new Array(partitions);
+    for (let p = 0; p < partitions; p++) {
+      const [err, value] = replies[p] ?? [new Error('missing reply'), null];
+      if (err) throw err;
+      out[p] = parseLease(p, value as string | null);
+    }
+    return out;
+  }
+
+  /** Quits the client only if this adapter created it. */
+  async close(): Promise<void> {
+    if (this.owned) await quitQuietly(this.redis);
+  }
+}

@@ -1,0 +1,51 @@
+// The Lua scripts of the Redis adapters, loaded once from lua/*.lua and registered on a client
+// with ioredis defineCommand (EVALSHA, falling back to EVAL once per connection).
+// Invariant: a script's number of keys is the `-<n>` suffix of its file name. The .lua files are
+// read from src/ also when running from dist/ (tsc does not copy them); never inline Lua here.
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Redis } from 'ioredis';
+
+const luaDir = (() => {
+  const here = dirname(fileURLToPath(import.meta.url));
+  return join(here.replace(/([/\\])dist\1src\1/, '$1src$1'), 'lua');
+})();
+
+/** Command name on the client -> script file. Names carry a prefix so they cannot clash. */
+const files = {
+  loyaltyJournalAppend: 'append-2.lua',
+  loyaltyLeaseAcquire: 'acquire-2.lua',
+  loyaltyLeaseRenew: 'renew-1.lua',
+  loyaltyLeaseRelease: 'release-1.lua',
+  loyaltyNodeHeartbeat: 'heartbeat-2.lua',
+  loyaltyNodeAlive: 'alive-2.lua',
+  loyaltyNodeLeave: 'leave-2.lua',
+} as const;
+
+const sources = Object.entries(files).map(([name, file]) => {
+  const match = /-(\d+)\.lua$/.exec(file);
+  if (!match) throw new Error(`lua script ${file}: name must end in -<numberOfKeys>.lua`);
+  return { name, numberOfKeys: Number(match[1]), lua: readFileSync(join(luaDir, file), 'utf8') };
+});
+
+/** The typed script commands; argument order is KEYS then ARGV, as in each file's header. */
+export interface ScriptCommands {
+  loyaltyJournalAppend(stream: string, lease: string, epoch: number, payload: Buffer): Promise<string>;
+  loyaltyLeaseAcquire(lease: string, epochKey: string, nodeId: string, ttlMs: number): Promise<number | null>;
+  loyaltyLeaseRenew(lease: string, holder: string, ttlMs: number): Promise<number>;
+  loyaltyLeaseRelease(lease: string, holder: string): Promise<number>;
+  loyaltyNodeHeartbeat(nodes: string, infos: string, nodeId: string, ttlMs: number, info: string): Promise<number>;
+  loyaltyNodeAlive(nodes: string, infos: string): Promise<string[]>;
+  loyaltyNodeLeave(nodes: string, infos: string, nodeId: string): Promise<number>;
+}
+
+export type ScriptedRedis = Redis & ScriptCommands;
+
+/** Registers every script on the client (idempotent: a client shared by adapters gets them once). */
+export function withScripts(redis: Redis): ScriptedRedis {
+  for (const s of sources) {
+    if (!(s.name in redis)) redis.defineCommand(s.name, { numberOfKeys: s.numberOfKeys, lua: s.lua });
+  }
+  return redis as ScriptedRedis;
+}
