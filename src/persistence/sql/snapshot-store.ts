@@ -1,0 +1,122 @@
+// PgSnapshotStore: the SnapshotStore port on PostgreSQL or embedded PGlite (same driver code).
+// save() is ONE transaction: key deletes, snapshot upserts, key upserts, forward-only checkpoint.
+// Rows travel as a few array parameters expanded by unnest(): one statement per table whatever
+// the row count, and one prepared statement per query shape (never one per row count).
+// Never a round trip per row; never moves a checkpoint backwards.
+import { type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotStore } from '../ports.js';
+import type { Sql } from './db.js';
+import { offsetKeySql } from './offsets.js';
+
+/** Rows per statement: bounds the size of one array parameter (payloads travel as hex text). */
+const rowsPerStatementMax = 5000;
+
+function chunks<T>(xs: T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
+  return out;
+}
+
+/** Last row per key wins: ON CONFLICT DO UPDATE refuses to touch one row twice in a statement. */
+function lastPerKey<T>(xs: T[], key: (x: T) => string): T[] {
+  const m = new Map<string, T>();
+  for (const x of xs) {
+    const k = key(x);
+    m.delete(k); // keep the position of the last write
+    m.set(k, x);
+  }
+  return [...m.values()];
+}
+
+const pairKey = (env: string, k: string) => `${env.length}:${env}${k}`;
+
+function toBytes(b: unknown): Uint8Array {
+  const buf = b as Buffer;
+  return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+}
+
+export class PgSnapshotStore implements SnapshotStore {
+  constructor(private readonly sql: Sql) {}
+
+  async save(
+    partition: number,
+    checkpoint: Offset,
+    rows: SnapshotRow[],
+    keys: KeyRow[],
+    keysRemoved: Array<{ environmentId: string; key: string }>,
+  ): Promise<void> {
+    const snaps = lastPerKey(rows, (r) => pairKey(r.environmentId, r.customerId));
+    const keyRows = lastPerKey(keys, (k) => pairKey(k.environmentId, k.key));
+    await this.sql.begin(async (tx) => {
+      // Deletes first: when a merge moves a key from one customer to another in the same save,
+      // the old owner lists it in keysRemoved and the new owner in keys; the new owner must win.
+      for (const part of chunks(keysRemoved, rowsPerStatementMax)) {
+        await tx`
+          delete from customer_keys k
+          using unnest(${part.map((r) => r.environmentId)}::text[], ${part.map((r) => r.key)}::text[]) as u(e, k)
+          where k.environment_id = u.e and k.key = u.k`;
+      }
+      for (const part of chunks(snaps, rowsPerStatementMax)) {
+        await tx`
+          insert into actor_snapshots (environment_id, customer_id, partition, payload, updated_at)
+          select u.e, u.c, u.p, decode(u.h, 'hex'), now()
+          from unnest(
+            ${part.map((r) => r.environmentId)}::text[],
+            ${part.map((r) => r.customerId)}::text[],
+            ${part.map((r) => r.partition)}::int[],
+            ${part.map((r) => Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString('hex'))}::text[]
+          ) as u(e, c, p, h)
+          on conflict (environment_id, customer_id) do update
+          set partition = excluded.partition, payload = excluded.payload, updated_at = excluded.updated_at`;
+      }
+      for (const part of chunks(keyRows, rowsPerStatementMax)) {
+        await tx`
+          insert into customer_keys (environment_id, key, customer_id, partition)
+          select * from unnest(
+            ${part.map((k) => k.environmentId)}::text[],
+            ${part.map((k) => k.key)}::text[],
+            ${part.map((k) => k.customerId)}::text[],
+            ${part.map((k) => k.partition)}::int[]
+          )
+          on conflict (environment_id, key) do update
+          set customer_id = excluded.customer_id, partition = excluded.partition`;
+      }
+      await tx.unsafe(
+        `insert into partition_checkpoints as c (partition, checkpoint, updated_at) values ($1, $2, now())
+         on conflict (partition) do update set checkpoint = excluded.checkpoint, updated_at = excluded.updated_at
+         where ${offsetKeySql('excluded.checkpoint')} > ${offsetKeySql('c.checkpoint')}`,
+        [partition, checkpoint],
+      );
+    });
+  }
+
+  async load(environmentId: string, customerIds: string[]): Promise<SnapshotRow[]> {
+    if (customerIds.length === 0) return [];
+    const found = await this.sql`
+      select customer_id, partition, payload from actor_snapshots
+      where environment_id = ${environmentId} and customer_id = any(${customerIds}::text[])`;
+    return found.map((r) => ({
+      environmentId,
+      customerId: r.customer_id as string,
+      partition: r.partition as number,
+      payload: toBytes(r.payload),
+    }));
+  }
+
+  async lookupKeys(environmentId: string, keys: string[]): Promise<KeyRow[]> {
+    if (keys.length === 0) return [];
+    const found = await this.sql`
+      select key, customer_id, partition from customer_keys
+      where environment_id = ${environmentId} and key = any(${keys}::text[])`;
+    return found.map((r) => ({
+      environmentId,
+      key: r.key as string,
+      customerId: r.customer_id as string,
+      partition: r.partition as number,
+    }));
+  }
+
+  async checkpoint(partition: number): Promise<Offset> {
+    const [row] = await this.sql`select checkpoint from partition_checkpoints where partition = ${partition}`;
+    return row ? (row.checkpoint as string) : offsetZero;
+  }
+}
