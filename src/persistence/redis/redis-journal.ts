@@ -48,7 +48,7 @@ export class RedisJournal implements Journal {
         asBuffer(payload),
       );
     } catch (err) {
-      if (err instanceof Error && err.message.startsWith('FENCED')) throw new FencedError(partition, epoch);
+      if (err instanceof Error && err.message.includes('FENCED')) throw new FencedError(partition, epoch);
       throw err;
     }
   }

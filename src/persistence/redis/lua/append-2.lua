@@ -15,10 +15,10 @@
 ]]
 local lease = redis.call('GET', KEYS[2])
 if not lease then
-  return redis.error_reply('FENCED')
+  return redis.error_reply('FENCED lease epoch is not current')
 end
 local epoch = string.match(lease, ':(%d+)$')
 if epoch ~= ARGV[1] then
-  return redis.error_reply('FENCED')
+  return redis.error_reply('FENCED lease epoch is not current')
 end
 return redis.call('XADD', KEYS[1], '*', 'd', ARGV[2])
