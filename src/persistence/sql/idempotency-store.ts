@@ -1,0 +1,86 @@
+// PgIdempotencyStore: the IdempotencyStore port on PostgreSQL or embedded PGlite.
+// A claim is ONE statement (insert, or take over an expired/abandoned row, under the row lock),
+// so of concurrent claimers exactly one gets null. A row past expires_at counts as absent.
+// Time comes from the injected clock (ms), not the database's now(), so the contract suite
+// drives every adapter with the same fake clock; node clocks only need to agree within seconds.
+import { limits } from '../../limits.js';
+import type { IdempotencyRecord, IdempotencyStore } from '../ports.js';
+import type { Sql } from './db.js';
+
+/** How long an in_progress claim lives at most before purgeExpired may drop it. */
+export const idempotencyClaimTtlMs = limits.idempotencyRetentionMs;
+/** Rows deleted per purgeExpired call; call again while it returns this many. */
+export const idempotencyPurgeBatchMax = 10_000;
+
+const claimAttemptsMax = 5;
+
+export class PgIdempotencyStore implements IdempotencyStore {
+  constructor(
+    private readonly sql: Sql,
+    private readonly clock: () => number = Date.now,
+  ) {}
+
+  async claim(scope: string, key: string, fingerprint: string, staleAfterMs: number): Promise<IdempotencyRecord | null> {
+    // A loop only because the row can vanish between the claim and the read (release, purge);
+    // then the next attempt claims it.
+    for (let attempt = 0; attempt < claimAttemptsMax; attempt++) {
+      const nowMs = this.clock();
+      // Clamped: a huge staleAfterMs ("never stale") must not produce an out-of-range timestamp.
+      const staleBeforeMs = Math.max(nowMs - staleAfterMs, 0);
+      const claimed = await this.sql`
+        insert into idempotency_keys as i (scope, key, fingerprint, state, status, body, created_at, expires_at)
+        values (${scope}, ${key}, ${fingerprint}, 'in_progress', null, null,
+                to_timestamp(${nowMs}::float8 / 1000), to_timestamp(${nowMs + idempotencyClaimTtlMs}::float8 / 1000))
+        on conflict (scope, key) do update
+        set fingerprint = excluded.fingerprint, state = 'in_progress', status = null, body = null,
+            created_at = excluded.created_at, expires_at = excluded.expires_at
+        where i.expires_at < to_timestamp(${nowMs}::float8 / 1000)
+           or (i.state = 'in_progress' and i.created_at < to_timestamp(${staleBeforeMs}::float8 / 1000))
+        returning 1`;
+      if (claimed.length === 1) return null;
+      const [row] = await this.sql`
+        select fingerprint, state, status, body from idempotency_keys
+        where scope = ${scope} and key = ${key} and expires_at >= to_timestamp(${nowMs}::float8 / 1000)`;
+      if (row) {
+        return {
+          fingerprint: row.fingerprint as string,
+          state: row.state as IdempotencyRecord['state'],
+          status: row.status as number | null,
+          body: row.body as string | null,
+        };
+      }
+    }
+    throw new Error(`idempotency claim ${scope}/${key}: row kept changing under ${claimAttemptsMax} attempts`);
+  }
+
+  async complete(scope: string, key: string, status: number, body: string, retentionMs: number): Promise<void> {
+    const nowMs = this.clock();
+    const done = await this.sql`
+      update idempotency_keys
+      set state = 'done', status = ${status}, body = ${body},
+          expires_at = to_timestamp(${nowMs + retentionMs}::float8 / 1000)
+      where scope = ${scope} and key = ${key}
+      returning 1`;
+    // Only a caller that claimed may complete; a missing row means the claim was released or
+    // purged, and storing an answer without its fingerprint would break reuse detection.
+    if (done.length === 0) throw new Error(`idempotency complete ${scope}/${key}: no claim`);
+  }
+
+  async release(scope: string, key: string): Promise<void> {
+    await this.sql`delete from idempotency_keys where scope = ${scope} and key = ${key} and state = 'in_progress'`;
+  }
+
+  /** Deletes up to idempotencyPurgeBatchMax expired rows; returns how many it deleted. */
+  async purgeExpired(): Promise<number> {
+    const nowMs = this.clock();
+    const gone = await this.sql`
+      delete from idempotency_keys
+      where (scope, key) in (
+        select scope, key from idempotency_keys
+        where expires_at < to_timestamp(${nowMs}::float8 / 1000)
+        limit ${idempotencyPurgeBatchMax}
+      )
+      returning 1`;
+    return gone.length;
+  }
+}
