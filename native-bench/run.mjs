@@ -1,0 +1,722 @@
+// `npm run bench`: builds loadgen, runs the scenarios of scenarios.mjs against a bare uWS server
+// and then the real service (dist/), server pinned to core 0 and loadgen to core 1, sequentially in
+// one run; writes native-bench/results/<timestamp>.{json,md} and prints the markdown table.
+// Invariants: every child (servers, redis-server, loadgen) is killed by PID on any exit; each run
+// uses its own Redis, DB_SCHEMA, KEY_PREFIX and tmp dirs. Never run in CI; never touch other data.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import {
+  freePort,
+  installCleanup,
+  redisPing,
+  removeOnExit,
+  setPinning,
+  sleep,
+  startChild,
+  tcpReachable,
+} from './procs.mjs';
+import { checkTargets, loadMetrics, ratioToBare, renderMarkdown } from './report.mjs';
+import { scenarios } from './scenarios.mjs';
+import { parseWrk, templateFile, wrkScript } from './templates.mjs';
+
+const benchDir = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(benchDir, '..');
+const loadgenBin = path.join(benchDir, 'bin', 'loadgen');
+const SERVER_CPU = 0;
+const LOADGEN_CPU = 1;
+
+const usage = `usage: npm run bench -- [options]
+  --only <a,b>        run only these scenarios (${scenarios.map((s) => s.name).join(', ')})
+  --duration <s>      measured seconds per load scenario (default 10)
+  --warmup <s>        warm-up seconds excluded from stats (default 2)
+  --connections <n>   override every scenario's connection count
+  --embedded          service without Redis/PostgreSQL (DATA_DIR in a tmp dir)
+  --skip-service      bare server only
+  --skip-bare         service only (no ratio to bare)
+  --no-build          do not run \`npm run build\` first
+  --wrk               install wrk if missing (apt-get) for the closed-loop cross-check
+  --no-wrk            skip the wrk cross-check rows
+  --database-url <u>  PostgreSQL for the service (default postgres://postgres@127.0.0.1:5432/test)`;
+
+const { values: opt } = parseArgs({
+  options: {
+    only: { type: 'string' },
+    duration: { type: 'string', default: '10' },
+    warmup: { type: 'string', default: '2' },
+    connections: { type: 'string' },
+    embedded: { type: 'boolean', default: false },
+    'skip-service': { type: 'boolean', default: false },
+    'skip-bare': { type: 'boolean', default: false },
+    'no-build': { type: 'boolean', default: false },
+    wrk: { type: 'boolean', default: false },
+    'no-wrk': { type: 'boolean', default: false },
+    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/test' },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
+if (opt.help) {
+  console.log(usage);
+  process.exit(0);
+}
+const durationS = Number(opt.duration);
+const warmupS = Number(opt.warmup);
+if (!(durationS > 0) || !(warmupS >= 0)) {
+  console.error(`bench: bad --duration/--warmup\n${usage}`);
+  process.exit(2);
+}
+
+const log = (msg) => console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}`);
+
+// ------------------------------------------------------------------------------------------------
+// Set-up helpers
+
+function buildLoadgen() {
+  mkdirSync(path.join(benchDir, 'bin'), { recursive: true });
+  const cc = process.env.CC ?? 'cc';
+  const r = spawnSync(cc, ['-O2', '-o', loadgenBin, path.join(benchDir, 'loadgen.c')], {
+    encoding: 'utf8',
+  });
+  if (r.status !== 0) {
+    throw new Error(`cannot compile loadgen with ${cc}: ${r.error?.message ?? r.stderr}`);
+  }
+}
+
+function hasCommand(cmd) {
+  return spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
+}
+
+function ensureWrk() {
+  if (opt['no-wrk']) return false;
+  if (hasCommand('wrk')) return true;
+  if (!opt.wrk) {
+    log('wrk not installed: skipping the wrk cross-check (pass --wrk to install it)');
+    return false;
+  }
+  log('installing wrk (apt-get)');
+  const r = spawnSync('sh', ['-c', 'apt-get update -qq && apt-get install -y -qq wrk'], {
+    stdio: 'inherit',
+  });
+  return r.status === 0 && hasCommand('wrk');
+}
+
+/** Scenario results so far, for rates derived from other scenarios. */
+const measuredRows = new Map();
+const measured = (server, scenario) => measuredRows.get(`${server}/${scenario}`)?.metrics ?? null;
+
+let nextSeq = Date.now() * 1000;
+
+/**
+ * Runs loadgen once (pinned to the loadgen core) and returns its JSON report.
+ * @param {{port: number, requests: any[], loop: 'closed' | 'open', rate?: number, connections: number,
+ *   duration: number, warmup: number, expect: number, customers?: number, custOrder?: string,
+ *   maxRequests?: number, tmp: string}} o
+ */
+async function runLoadgen(o) {
+  const file = path.join(o.tmp, `requests-${randomUUID()}.txt`);
+  writeFileSync(file, templateFile(o.requests));
+  const args = [
+    '--port',
+    String(o.port),
+    '--requests-file',
+    file,
+    '--connections',
+    String(o.connections),
+    '--duration',
+    String(o.duration),
+    '--warmup',
+    String(o.warmup),
+    '--expect',
+    String(o.expect),
+    '--customers',
+    String(o.customers ?? 1_000_000),
+    '--cust-order',
+    o.custOrder ?? 'random',
+    '--seq-start',
+    String(nextSeq),
+  ];
+  if (o.loop === 'closed') args.push('--closed');
+  else args.push('--rate', String(o.rate));
+  if (o.maxRequests) args.push('--max-requests', String(o.maxRequests));
+  const child = startChild('loadgen', loadgenBin, args, { cpu: LOADGEN_CPU, captureStdout: true });
+  await child.exitPromise;
+  if (child.exitCode !== 0) throw new Error(child.describeExit());
+  let out;
+  try {
+    out = JSON.parse(child.stdout);
+  } catch {
+    throw new Error(`loadgen printed no JSON: ${child.stdout.slice(0, 300)}`);
+  }
+  if (typeof out.seq_next === 'number') nextSeq = out.seq_next + 1;
+  return out;
+}
+
+/** wrk closed-loop cross-check with the same requests. */
+async function runWrk(o) {
+  const script = path.join(o.tmp, `wrk-${randomUUID()}.lua`);
+  writeFileSync(
+    script,
+    wrkScript(o.requests, { customers: o.customers ?? 1_000_000, seqStart: nextSeq }),
+  );
+  nextSeq += 10_000_000_000; // wrk does not report how far it counted
+  const args = [
+    '-t1',
+    `-c${o.connections}`,
+    `-d${Math.round(o.duration)}s`,
+    '--latency',
+    '-s',
+    script,
+    `http://127.0.0.1:${o.port}/`,
+  ];
+  const child = startChild('wrk', 'wrk', args, { cpu: LOADGEN_CPU, captureStdout: true });
+  await child.exitPromise;
+  if (child.exitCode !== 0) throw new Error(child.describeExit());
+  return parseWrk(child.stdout);
+}
+
+/** Polls GET /readyz until 200; throws with the child's output if it exits first. */
+async function waitReady(child, port, timeoutMs, intervalMs = 50) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exited) throw new Error(`service failed to start: ${child.describeExit()}`);
+    try {
+      const r = await fetch(`http://127.0.0.1:${port}/readyz`, {
+        signal: AbortSignal.timeout(1000),
+      });
+      await r.arrayBuffer();
+      if (r.status === 200) return;
+    } catch {
+      // not listening yet
+    }
+    await sleep(intervalMs);
+  }
+  throw new Error(
+    `service not ready (GET /readyz != 200) within ${timeoutMs} ms\n  last output:\n    ${child.tail.join('\n    ')}`,
+  );
+}
+
+/** JSON API call against the service. */
+function apiClient(port) {
+  return async (method, p, body, headers = {}) => {
+    const r = await fetch(`http://127.0.0.1:${port}${p}`, {
+      method,
+      headers: { 'Content-Type': 'application/json', ...headers },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(10000),
+    });
+    const text = await r.text();
+    let json = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch {
+      json = { raw: text };
+    }
+    return { status: r.status, json };
+  };
+}
+
+/** Signs up a fresh tenant and creates a secret key in its test environment. */
+async function setupTenant(api) {
+  const id = randomUUID().slice(0, 8);
+  const signup = await api(
+    'POST',
+    '/v1/auth/signup',
+    { email: `bench-${id}@example.com`, name: 'Bench', organization_name: `Bench ${id}` },
+    { 'Idempotency-Key': randomUUID() },
+  );
+  if (signup.status < 200 || signup.status > 299) {
+    throw new Error(`POST /v1/auth/signup answered ${signup.status}: ${JSON.stringify(signup.json)}`);
+  }
+  const opat = signup.json?.token?.token;
+  const envId = signup.json?.environments?.find((e) => e.name === 'test')?.id;
+  if (typeof opat !== 'string' || typeof envId !== 'string') {
+    throw new Error(`signup answer lacks token.token or a test environment: ${JSON.stringify(signup.json)}`);
+  }
+  const key = await api(
+    'POST',
+    '/v1/api_keys',
+    { kind: 'secret', name: 'bench' },
+    {
+      Authorization: `Bearer ${opat}`,
+      'X-Service-Environment': envId,
+      'Idempotency-Key': randomUUID(),
+    },
+  );
+  const osk = key.json?.token;
+  if (key.status < 200 || key.status > 299 || typeof osk !== 'string') {
+    throw new Error(`POST /v1/api_keys answered ${key.status}: ${JSON.stringify(key.json)}`);
+  }
+  return { opat, osk, envId };
+}
+
+/** @param {number} pid */
+function readRssMb(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (field) => Number(status.match(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm'))?.[1] ?? 0);
+  return { rss_mb: (kb('VmRSS') * 1024) / 1e6, rss_peak_mb: (kb('VmHWM') * 1024) / 1e6 };
+}
+
+// ------------------------------------------------------------------------------------------------
+// Servers
+
+async function startBare(tmp) {
+  const port = await freePort();
+  const child = startChild('bare-server', process.execPath, [path.join(benchDir, 'bare-server.mjs'), String(port)], {
+    cpu: SERVER_CPU,
+  });
+  const deadline = Date.now() + 15000;
+  for (;;) {
+    if (child.exited) throw new Error(`bare server failed to start: ${child.describeExit()}`);
+    if (await tcpReachable('127.0.0.1', port, 200)) break;
+    if (Date.now() > deadline) throw new Error('bare server did not listen within 15 s');
+    await sleep(50);
+  }
+  return { name: 'bare', port, child, pid: child.pid, tmp };
+}
+
+/** Redis (dedicated, AOF everysec) and PostgreSQL, or nothing in embedded mode. */
+async function startBackend(tmp) {
+  if (opt.embedded) return { embedded: true, stop: async () => {}, schemas: [] };
+  if (!hasCommand('redis-server')) {
+    throw new Error('redis-server not found on PATH: install it or run with --embedded');
+  }
+  const dbUrl = new URL(opt['database-url']);
+  const dbPort = Number(dbUrl.port || 5432);
+  if (!(await tcpReachable(dbUrl.hostname, dbPort, 2000))) {
+    throw new Error(
+      `PostgreSQL not reachable at ${dbUrl.hostname}:${dbPort} (--database-url): start it or run with --embedded`,
+    );
+  }
+  const redisDir = path.join(tmp, 'redis');
+  mkdirSync(redisDir, { recursive: true });
+  const redisPort = await freePort();
+  const redis = startChild('redis-server', 'redis-server', [
+    '--port', String(redisPort),
+    '--bind', '127.0.0.1',
+    '--appendonly', 'yes',
+    '--appendfsync', 'everysec',
+    '--save', '',
+    '--dir', redisDir,
+    '--daemonize', 'no',
+    '--loglevel', 'warning',
+  ]);
+  const deadline = Date.now() + 10000;
+  while (!(await redisPing(redisPort))) {
+    if (redis.exited) throw new Error(`redis-server failed to start: ${redis.describeExit()}`);
+    if (Date.now() > deadline) throw new Error('redis-server did not answer PING within 10 s');
+    await sleep(50);
+  }
+  log(`redis-server pid ${redis.pid} on :${redisPort} (appendonly, everysec), dir ${redisDir}`);
+  /** @type {string[]} */
+  const schemas = [];
+  return {
+    embedded: false,
+    redisUrl: `redis://127.0.0.1:${redisPort}`,
+    databaseUrl: opt['database-url'],
+    schemas,
+    async stop() {
+      await redis.stop();
+      await dropSchemas(opt['database-url'], schemas);
+    },
+  };
+}
+
+async function dropSchemas(databaseUrl, schemas) {
+  if (schemas.length === 0) return;
+  try {
+    const { default: postgres } = await import('postgres');
+    const sql = postgres(databaseUrl, { max: 1, onnotice: () => {}, connect_timeout: 5 });
+    for (const s of schemas) await sql.unsafe(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+    await sql.end({ timeout: 5 });
+  } catch (err) {
+    log(`could not drop bench schemas ${schemas.join(', ')}: ${err.message}`);
+  }
+}
+
+/**
+ * Starts the service from dist with a unique schema/prefix (or data dir). Returns a handle that can
+ * restart the same instance (same env) after a kill.
+ */
+async function startService(backend, tmp, extraEnv = {}) {
+  const tag = `bench_${Date.now().toString(36)}_${randomUUID().slice(0, 6)}`;
+  const port = await freePort();
+  const grpcPort = await freePort();
+  const env = { ...process.env };
+  for (const k of ['REDIS_URL', 'DATABASE_URL', 'DATA_DIR', 'DB_SCHEMA', 'KEY_PREFIX']) delete env[k];
+  Object.assign(env, {
+    NODE_ENV: 'production',
+    PORT: String(port),
+    GRPC_PORT: String(grpcPort),
+    HOST: '127.0.0.1',
+    NODE_ID: 'bench-1',
+    LOG_LEVEL: 'warn',
+    ...extraEnv,
+  });
+  if (backend.embedded) {
+    const dataDir = path.join(tmp, `data-${tag}`);
+    mkdirSync(dataDir, { recursive: true });
+    env.DATA_DIR = dataDir;
+  } else {
+    env.REDIS_URL = backend.redisUrl;
+    env.DATABASE_URL = backend.databaseUrl;
+    env.DB_SCHEMA = tag;
+    env.KEY_PREFIX = tag;
+    backend.schemas.push(tag);
+  }
+  const main = path.join(root, 'dist', 'src', 'main.js');
+  const spawnIt = () =>
+    startChild('service', process.execPath, [main], { cpu: SERVER_CPU, env, cwd: root });
+  const inst = { name: 'service', port, env, tag, child: spawnIt(), api: apiClient(port) };
+  inst.respawn = () => {
+    inst.child = spawnIt();
+    return inst.child;
+  };
+  await waitReady(inst.child, port, 120000);
+  log(`service pid ${inst.child.pid} ready on :${port} (${backend.embedded ? 'embedded' : `schema/prefix ${tag}`})`);
+  return inst;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Scenario runners
+
+function scenarioConnections(sc) {
+  return Number(opt.connections ?? sc.connections ?? 64);
+}
+
+/** @returns {Promise<any>} a result row */
+async function runLoadScenario(sc, server, tmp, ctx) {
+  let rate;
+  if (sc.loop === 'open') {
+    rate = typeof sc.rate === 'function' ? sc.rate(measured) : sc.rate;
+    if (!rate) {
+      // Derived rate without its source scenario in this run: probe the capacity quickly.
+      const probe = await runLoadgen({
+        port: server.port, requests: sc.requests(ctx), loop: 'closed', connections: 64,
+        duration: 3, warmup: 1, expect: sc.expect[server.name], tmp,
+      });
+      rate = Math.round(probe.rps * 1.5);
+    }
+  }
+  const conns = scenarioConnections(sc);
+  log(`${sc.name} on ${server.name}: ${sc.loop} loop${rate ? ` at ${rate}/s` : ''}, ${conns} connections, ${durationS}s (+${warmupS}s warm-up)`);
+  const raw = await runLoadgen({
+    port: server.port,
+    requests: sc.requests(ctx),
+    loop: sc.loop ?? 'closed',
+    rate,
+    connections: conns,
+    duration: durationS,
+    warmup: warmupS,
+    expect: sc.expect[server.name],
+    customers: sc.customers,
+    tmp,
+  });
+  return finishLoadRow(sc, server.name, raw, rate);
+}
+
+function finishLoadRow(sc, serverName, raw, rate, scenarioName = sc.name) {
+  const metrics = loadMetrics(raw, sc.eventsPerRequest ?? 1);
+  const bare = serverName === 'service' ? measured('bare', scenarioName) : null;
+  const ratio = serverName === 'service' ? ratioToBare(metrics, bare ?? undefined, sc.ratioOf ?? 'rps') : null;
+  const targets = serverName === 'service' ? sc.targets : [];
+  const { checks, pass, errorsOk } = checkTargets({ ...metrics, ratio }, targets);
+  const row = {
+    scenario: scenarioName,
+    title: sc.title,
+    server: serverName,
+    kind: 'load',
+    unit: sc.unit ?? 'requests',
+    rate: rate ?? null,
+    metrics,
+    ratio,
+    ratioOf: sc.ratioOf ?? 'rps',
+    checks,
+    pass,
+    errorsOk,
+    note: describeErrors(raw) ?? (serverName === 'bare' ? sc.note : undefined),
+    raw,
+  };
+  measuredRows.set(`${serverName}/${scenarioName}`, row);
+  return row;
+}
+
+function describeErrors(raw) {
+  const parts = [];
+  const byStatus = Object.entries(raw.responses_by_status ?? {})
+    .filter(([s]) => Number(s) !== raw.expect)
+    .map(([s, n]) => `${n} x ${s}`);
+  if (byStatus.length) parts.push(`unexpected statuses: ${byStatus.join(', ')}`);
+  if (raw.unexpected_sample) parts.push(`first: ${raw.unexpected_sample.status} ${raw.unexpected_sample.body}`);
+  const d = raw.error_detail ?? {};
+  const transport = Object.entries(d).filter(([k, n]) => n > 0 && k !== 'server_closed');
+  if (transport.length) parts.push(`transport errors: ${transport.map(([k, n]) => `${k} ${n}`).join(', ')}`);
+  if (raw.tool === 'wrk' && raw.unexpected) parts.push(`${raw.unexpected} non-2xx/3xx responses`);
+  if (raw.backlog_at_end > 0 && raw.mode === 'open') parts.push(`${raw.backlog_at_end} requests never sent (backlog at end)`);
+  return parts.length ? parts.join('; ') : undefined;
+}
+
+async function runWrkRow(sc, server, tmp, ctx) {
+  const conns = scenarioConnections(sc);
+  log(`${sc.name} on ${server.name}: wrk cross-check, ${conns} connections, ${durationS}s`);
+  const raw = await runWrk({ port: server.port, requests: sc.requests(ctx), connections: conns, duration: durationS, customers: sc.customers, tmp });
+  raw.expect = sc.expect[server.name];
+  const row = finishLoadRow({ ...sc, targets: [] }, server.name, raw, undefined, `${sc.name} (wrk)`);
+  row.note = [describeErrors(raw), 'wrk: closed loop, warm-up included, no p99.9'].filter(Boolean).join('; ');
+  return row;
+}
+
+async function runMemoryScenario(sc, inst, tmp, ctx) {
+  const batch = sc.batchSize ?? 100;
+  const customers = sc.customers ?? 1_000_000;
+  log(`${sc.name}: ${customers} customers in batches of ${batch}, then VmRSS of pid ${inst.child.pid}`);
+  const raw = await runLoadgen({
+    port: inst.port,
+    requests: sc.requests(ctx),
+    loop: 'closed',
+    connections: scenarioConnections(sc),
+    duration: 900,
+    warmup: 0,
+    expect: sc.expect.service,
+    customers,
+    custOrder: 'seq',
+    maxRequests: Math.ceil(customers / batch),
+    tmp,
+  });
+  await sleep(3000); // let projections and passivation settle before reading RSS
+  if (inst.child.exited) throw new Error(`service died: ${inst.child.describeExit()}`);
+  const load = loadMetrics(raw, batch);
+  const mem = readRssMb(inst.child.pid);
+  const metrics = { ...mem, events_per_s: load.events_per_s, errors: load.errors, error_rate: load.error_rate };
+  const { checks, pass, errorsOk } = checkTargets(metrics, sc.targets);
+  return { scenario: sc.name, title: sc.title, server: 'service', kind: 'memory', metrics, ratio: null, checks, pass, errorsOk, note: describeErrors(raw), raw };
+}
+
+async function runRestartScenario(sc, backend, tmp) {
+  const batch = sc.batchSize ?? 100;
+  const events = sc.events ?? 500_000;
+  const inst = await startService(backend, tmp, { SNAPSHOT_EVERY_MS: String(sc.snapshotEveryMs ?? 3_600_000) });
+  try {
+    const auth = await setupTenant(inst.api);
+    const ctx = { server: 'service', auth, api: inst.api, vars: {} };
+    log(`${sc.name}: journaling ${events} events (no snapshot), then kill -9 pid ${inst.child.pid}`);
+    const raw = await runLoadgen({
+      port: inst.port,
+      requests: sc.requests(ctx),
+      loop: 'closed',
+      connections: scenarioConnections(sc),
+      duration: 900,
+      warmup: 0,
+      expect: sc.expect.service,
+      maxRequests: Math.ceil(events / batch),
+      tmp,
+    });
+    const accepted = (raw.responses_by_status?.[String(sc.expect.service)] ?? 0) * batch;
+    await inst.child.kill('SIGKILL');
+    const t0 = performance.now();
+    const child = inst.respawn();
+    await waitReady(child, inst.port, 120000, 10);
+    const readyMs = performance.now() - t0;
+    let restartMs = null;
+    let lastAnswer = '';
+    const one = { 'Content-Type': 'application/json', Authorization: `Bearer ${auth.osk}` };
+    while (performance.now() - t0 < 120000) {
+      if (child.exited) throw new Error(`service died after restart: ${child.describeExit()}`);
+      const body = {
+        id: `restart-${randomUUID()}`,
+        name: 'level.completed',
+        customer_id: 'c-1',
+        occurred_at: new Date().toISOString(),
+        properties: { level: 3 },
+      };
+      try {
+        const r = await inst.api('POST', '/v1/events', body, one);
+        if (r.status === 202 || r.status === 200) {
+          restartMs = performance.now() - t0;
+          break;
+        }
+        lastAnswer = `${r.status} ${JSON.stringify(r.json)}`;
+      } catch (err) {
+        lastAnswer = err.message;
+      }
+      await sleep(10);
+    }
+    if (restartMs === null) throw new Error(`no POST /v1/events succeeded within 120 s after restart: ${lastAnswer}`);
+    const load = loadMetrics(raw, batch);
+    const metrics = {
+      ready_ms: readyMs,
+      restart_ms: restartMs,
+      events_loaded: accepted,
+      events_per_s: load.events_per_s,
+      errors: load.errors,
+      error_rate: load.error_rate,
+    };
+    const { checks, pass, errorsOk } = checkTargets(metrics, sc.targets);
+    const notes = [describeErrors(raw)];
+    if (accepted < events) notes.push(`only ${accepted} of ${events} events acknowledged before the kill`);
+    return { scenario: sc.name, title: sc.title, server: 'service', kind: 'restart', metrics, ratio: null, checks, pass: pass && accepted >= events, errorsOk, note: notes.filter(Boolean).join('; ') || undefined, raw };
+  } finally {
+    await inst.child.stop();
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Main
+
+async function main() {
+  installCleanup();
+  const startedAt = new Date();
+  const only = opt.only ? new Set(opt.only.split(',').map((s) => s.trim())) : null;
+  if (only) {
+    const unknown = [...only].filter((n) => !scenarios.some((s) => s.name === n));
+    if (unknown.length) throw new Error(`unknown scenario(s): ${unknown.join(', ')}\n${usage}`);
+  }
+  const selected = scenarios.filter((s) => !only || only.has(s.name));
+  const cpus = os.availableParallelism();
+  const pin = cpus >= 2 && hasCommand('taskset');
+  setPinning(pin);
+  if (!pin) log(`WARNING: ${cpus} CPU(s) or no taskset: server and loadgen are NOT pinned; figures are not comparable`);
+
+  buildLoadgen();
+  const wrkOk = ensureWrk();
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'native-bench-'));
+  removeOnExit(tmp);
+  /** @type {any[]} */
+  const rows = [];
+  let failed = false;
+
+  const record = (row) => {
+    rows.push(row);
+    const m = row.metrics ?? {};
+    const tp = row.kind === 'load' ? `${Math.round(row.unit === 'events' ? m.events_per_s : m.rps)} ${row.unit === 'events' ? 'events' : 'req'}/s p99 ${m.p99_ms?.toFixed(2)} ms errors ${m.errors}` : JSON.stringify(m);
+    log(`  -> ${row.scenario} / ${row.server}: ${row.error ? `ERROR ${row.error}` : tp}`);
+  };
+  const errorRow = (sc, server, err) => {
+    failed = true;
+    const message = err instanceof Error ? err.message : String(err);
+    console.error(`\nbench: ${sc.name} on ${server} failed:\n${message}\n`);
+    record({ scenario: sc.name, title: sc.title, server, kind: sc.kind, error: message.split('\n')[0], detail: message });
+  };
+
+  try {
+    // 1. The bare server: the ceiling.
+    const bareScenarios = selected.filter((s) => s.kind === 'load' && s.servers.includes('bare'));
+    if (!opt['skip-bare'] && bareScenarios.length) {
+      const bare = await startBare(tmp);
+      log(`bare server pid ${bare.pid} on :${bare.port}, pinned to cpu ${SERVER_CPU}`);
+      const ctx = { server: 'bare', auth: null, api: null, vars: {} };
+      try {
+        for (const sc of bareScenarios) {
+          try {
+            record(await runLoadScenario(sc, bare, tmp, ctx));
+            if (sc.wrk && wrkOk) record(await runWrkRow(sc, bare, tmp, ctx));
+          } catch (err) {
+            errorRow(sc, 'bare', err);
+            if (bare.child.exited) break;
+          }
+        }
+      } finally {
+        await bare.child.stop();
+      }
+    }
+
+    // 2. The service.
+    const serviceScenarios = selected.filter((s) => s.servers.includes('service'));
+    if (!opt['skip-service'] && serviceScenarios.length) {
+      const distMain = path.join(root, 'dist', 'src', 'main.js');
+      if (!opt['no-build']) {
+        log('npm run build');
+        try {
+          execFileSync('npm', ['run', 'build'], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
+        } catch {
+          throw new Error('`npm run build` failed: the service cannot be benchmarked (use --skip-service for bare only)');
+        }
+      }
+      if (!existsSync(distMain)) throw new Error(`${distMain} does not exist after the build`);
+      const backend = await startBackend(tmp);
+      try {
+        const shared = serviceScenarios.filter((s) => !s.isolated);
+        if (shared.length) {
+          let inst;
+          try {
+            inst = await startService(backend, tmp);
+          } catch (err) {
+            for (const sc of shared) errorRow(sc, 'service', err);
+          }
+          if (inst) {
+            try {
+              let ctx;
+              try {
+                const auth = await setupTenant(inst.api);
+                ctx = { server: 'service', auth, api: inst.api, vars: {} };
+              } catch (err) {
+                for (const sc of shared) errorRow(sc, 'service', err);
+              }
+              for (const sc of ctx ? shared : []) {
+                try {
+                  if (inst.child.exited) throw new Error(`service is not running: ${inst.child.describeExit()}`);
+                  if (sc.setup) ctx.vars = { ...ctx.vars, ...(await sc.setup(ctx)) };
+                  if (sc.kind === 'load') {
+                    record(await runLoadScenario(sc, inst, tmp, ctx));
+                    if (sc.wrk && wrkOk) record(await runWrkRow(sc, inst, tmp, ctx));
+                  } else if (sc.kind === 'memory') {
+                    record(await runMemoryScenario(sc, inst, tmp, ctx));
+                  } else {
+                    throw new Error(`scenario kind ${sc.kind} cannot share an instance`);
+                  }
+                } catch (err) {
+                  errorRow(sc, 'service', err);
+                }
+              }
+            } finally {
+              await inst.child.stop();
+            }
+          }
+        }
+        for (const sc of serviceScenarios.filter((s) => s.isolated)) {
+          try {
+            if (sc.kind !== 'restart') throw new Error(`isolated scenario kind ${sc.kind} is not supported`);
+            record(await runRestartScenario(sc, backend, tmp));
+          } catch (err) {
+            errorRow(sc, 'service', err);
+          }
+        }
+      } finally {
+        await backend.stop();
+      }
+    }
+  } catch (err) {
+    failed = true;
+    console.error(`\nbench: ${err instanceof Error ? err.message : err}\n`);
+  }
+
+  // 3. Results.
+  const resultsDir = path.join(benchDir, 'results');
+  mkdirSync(resultsDir, { recursive: true });
+  const stamp = startedAt.toISOString().replace(/[:.]/g, '-');
+  const header =
+    `# native-bench ${startedAt.toISOString()}\n\n` +
+    `${os.cpus()[0]?.model ?? 'cpu'} x ${cpus}, node ${process.version}, kernel ${os.release()}; ` +
+    `server on cpu ${pin ? SERVER_CPU : '-'}, loadgen on cpu ${pin ? LOADGEN_CPU : '-'}; ` +
+    `${durationS}s measured after ${warmupS}s warm-up; service ${opt['skip-service'] ? 'skipped' : opt.embedded ? 'embedded' : 'Redis (AOF everysec) + PostgreSQL'}.\n` +
+    `Latency: closed loop from the actual send; open loop from the intended send time (coordinated-omission free).\n\n`;
+  const md = header + renderMarkdown(rows);
+  const json = {
+    started_at: startedAt.toISOString(),
+    finished_at: new Date().toISOString(),
+    host: { cpu: os.cpus()[0]?.model, cpus, node: process.version, kernel: os.release() },
+    pinning: pin ? { server_cpu: SERVER_CPU, loadgen_cpu: LOADGEN_CPU } : null,
+    options: { ...opt },
+    rows,
+  };
+  writeFileSync(path.join(resultsDir, `${stamp}.json`), `${JSON.stringify(json, null, 2)}\n`);
+  writeFileSync(path.join(resultsDir, `${stamp}.md`), md);
+  console.log(`\n${md}`);
+  log(`results: native-bench/results/${stamp}.json and .md`);
+  process.exitCode = failed ? 1 : 0;
+}
+
+await main();
