@@ -6,15 +6,14 @@ import t from 'tap';
 import { MemoryIdempotencyStore } from '../../src/persistence/memory/idempotency-store.js';
 import type { IdempotencyStore } from '../../src/persistence/ports.js';
 import { idempotencyClaimTtlMs, PgIdempotencyStore } from '../../src/persistence/sql/idempotency-store.js';
-import { sqlForTest, sqlKinds } from '../helpers/sql.js';
+import { sqlForTest, sqlKinds, type Teardown } from '../helpers/sql.js';
 
 type Store = IdempotencyStore & { purgeExpired(): Promise<number> };
 
 interface Adapter {
   name: string;
-  make(t: Tap, clock: () => number): Promise<Store>;
+  make(t: Teardown, clock: () => number): Promise<Store>;
 }
-type Tap = Parameters<Parameters<typeof t.test>[1]>[0];
 
 const adapters: Adapter[] = [
   { name: 'memory', make: async (_t, clock) => new MemoryIdempotencyStore(clock) },
@@ -79,13 +78,13 @@ for (const adapter of adapters) {
     t.test('concurrent claims: exactly one wins, on a fresh key and on an abandoned one', async (t) => {
       const fresh = await Promise.all(Array.from({ length: 12 }, (_, i) => store.claim('env_1', 'race', `fp-${i}`, stale)));
       t.equal(fresh.filter((r) => r === null).length, 1);
-      const winner = fresh.findIndex((r) => r === null);
+      const winner = fresh.indexOf(null);
       for (const r of fresh) if (r !== null) t.same(r, inProgress(`fp-${winner}`), 'losers see the winner');
 
       nowMs += stale + 1;
       const takeover = await Promise.all(Array.from({ length: 12 }, (_, i) => store.claim('env_1', 'race', `fq-${i}`, stale)));
       t.equal(takeover.filter((r) => r === null).length, 1, 'one takes the abandoned claim over');
-      const next = takeover.findIndex((r) => r === null);
+      const next = takeover.indexOf(null);
       for (const r of takeover) if (r !== null) t.same(r, inProgress(`fq-${next}`));
     });
 

@@ -14,7 +14,7 @@ export const sqlKinds: SqlKind[] = ['postgres', 'pglite'];
 
 export const testDatabaseUrl = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
-interface Teardown {
+export interface Teardown {
   teardown(fn: () => unknown): void;
 }
 
