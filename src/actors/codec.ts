@@ -1,0 +1,101 @@
+// Binary formats of the engine: journal entries (one per partition flush) and actor snapshots.
+// Both are msgpack with a leading format version so old data stays readable after changes; a
+// decoder for every version ever written stays here. Never put class instances or Maps on the
+// wire: snapshots turn Maps into arrays explicitly.
+import { Packr } from 'msgpackr';
+import type { CustomerState, Fact } from '../domain/customer.js';
+
+const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
+
+/** Facts about the partition's routing table rather than one customer. */
+export type KeyFact =
+  | { kind: 'key.bound'; key: string; customerId: string }
+  | { kind: 'key.released'; key: string; customerId: string };
+
+/** One journal record: facts of one customer (customerId set) or of the routing table (''). */
+export type JournalRecord = [environmentId: string, customerId: string, facts: Array<Fact | KeyFact>];
+
+const journalFormat = 1;
+
+export function encodeEntry(records: JournalRecord[]): Uint8Array {
+  return packr.pack([journalFormat, records]);
+}
+
+export function decodeEntry(payload: Uint8Array): JournalRecord[] {
+  const [format, records] = packr.unpack(payload) as [number, JournalRecord[]];
+  if (format !== journalFormat) throw new Error(`journal entry format ${format} is not supported`);
+  return records;
+}
+
+const snapshotFormat = 1;
+
+type SnapshotV1 = [
+  format: 1,
+  id: string,
+  environmentId: string,
+  externalId: string | null,
+  attributes: Record<string, unknown>,
+  version: number,
+  createdAtMs: number,
+  updatedAtMs: number,
+  deletedAtMs: number | null,
+  aliases: CustomerState['aliases'],
+  mergedInto: string | null,
+  mergedFrom: string[],
+  /** Flattened [clientEventId, id, fp, ...] */
+  events: Array<string | number>,
+];
+
+export function encodeSnapshot(s: CustomerState): Uint8Array {
+  const events: Array<string | number> = [];
+  for (const [clientEventId, seen] of s.events) events.push(clientEventId, seen.id, seen.fp);
+  const v1: SnapshotV1 = [
+    snapshotFormat,
+    s.id,
+    s.environmentId,
+    s.externalId,
+    s.attributes,
+    s.version,
+    s.createdAtMs,
+    s.updatedAtMs,
+    s.deletedAtMs,
+    s.aliases,
+    s.mergedInto,
+    s.mergedFrom,
+    events,
+  ];
+  return packr.pack(v1);
+}
+
+export function decodeSnapshot(payload: Uint8Array): CustomerState {
+  const v = packr.unpack(payload) as SnapshotV1;
+  if (v[0] !== 1) throw new Error(`snapshot format ${v[0]} is not supported`);
+  const events = new Map<string, { id: string; fp: number }>();
+  const flat = v[12];
+  for (let i = 0; i + 2 < flat.length; i += 3) {
+    events.set(flat[i] as string, { id: flat[i + 1] as string, fp: flat[i + 2] as number });
+  }
+  return {
+    id: v[1],
+    environmentId: v[2],
+    externalId: v[3],
+    attributes: v[4],
+    version: v[5],
+    createdAtMs: v[6],
+    updatedAtMs: v[7],
+    deletedAtMs: v[8],
+    aliases: v[9],
+    mergedInto: v[10],
+    mergedFrom: v[11],
+    events,
+  };
+}
+
+/** Forwarded calls between nodes reuse the same packer. */
+export function packMessage(value: unknown): Uint8Array {
+  return packr.pack(value);
+}
+
+export function unpackMessage<T>(payload: Uint8Array): T {
+  return packr.unpack(payload) as T;
+}

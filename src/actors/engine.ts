@@ -1,0 +1,128 @@
+// The engine: the one dispatch facade the gateway calls. It routes a call to the partition that
+// owns its customer (local partition object, or the owner node over gRPC), follows redirects
+// (merged customers, aliases bound on another partition), coalesces flushes of all partitions
+// into one tick, and runs the snapshot and passivation cycles. It holds no customer state itself.
+import { ApiError } from '../errors/api-error.js';
+import { customerIdPartition, partitionOf } from '../ids.js';
+import { limits } from '../limits.js';
+import type { Offset } from '../persistence/ports.js';
+import { packMessage, unpackMessage, type JournalRecord } from './codec.js';
+import type { Call, CallResult, Partition, Target } from './partition.js';
+
+export interface Forwarder {
+  forward(address: string, payload: Uint8Array, deadlineMs?: number): Promise<Uint8Array>;
+}
+
+/** Where partitions live right now (cluster/placement.ts keeps it current). */
+export interface Placement {
+  local(p: number): Partition | undefined;
+  /** Resolves when a partition this node is recovering becomes usable (undefined when not recovering here). */
+  recovering(p: number): Promise<void> | undefined;
+  /** gRPC address of the node owning p, or null when unknown (moving). */
+  remote(p: number): string | null;
+  /** Asks for a fresh view of owners (after a forward failed). */
+  refresh(): Promise<void>;
+}
+
+/** A forwarded call that reached a node which no longer owns the partition. */
+type WireResult = CallResult | { ok: 'moved' };
+
+const movedRetryMs = 50;
+const routeAttemptsMax = 60;
+const redirectsMax = 4;
+
+export class Engine {
+  private readonly pendingFlush = new Set<Partition>();
+  private flushScheduled = false;
+
+  constructor(
+    readonly partitions: number,
+    private readonly placement: Placement,
+    private readonly forwarder: Forwarder | null,
+  ) {}
+
+  partitionOfTarget(env: string, target: Target): number {
+    if (target.by === 'key') return partitionOf(env, target.key, this.partitions);
+    const p = customerIdPartition(target.id);
+    if (p < 0 || p >= this.partitions) throw new ApiError('resource_not_found', { message: 'No customer with this id.', param: 'id' });
+    return p;
+  }
+
+  /** Runs a call wherever its customer lives; follows redirects. Never rejects for domain errors. */
+  async execute(call: Call): Promise<CallResult> {
+    let current = call;
+    for (let hop = 0; hop <= redirectsMax; hop++) {
+      const result = await this.route(current);
+      if (result.ok !== 'redirect') return result;
+      current = { ...current, target: { by: 'id', id: result.customerId } };
+    }
+    return { ok: false, code: 'internal_error', message: 'Customer redirects do not settle.' };
+  }
+
+  private async route(call: Call): Promise<CallResult> {
+    const p = this.partitionOfTarget(call.env, call.target);
+    for (let attempt = 0; attempt < routeAttemptsMax; attempt++) {
+      const local = this.placement.local(p);
+      if (local) return local.submit(call);
+      const recovering = this.placement.recovering(p);
+      if (recovering) {
+        await recovering;
+        continue;
+      }
+      const address = this.placement.remote(p);
+      if (address !== null && this.forwarder) {
+        try {
+          const wire = unpackMessage<WireResult>(await this.forwarder.forward(address, packMessage(call), 5000));
+          if (wire.ok !== 'moved') return wire;
+        } catch {
+          // Owner unreachable (dying or gone): fall through, refresh, retry.
+        }
+      }
+      await this.placement.refresh();
+      await sleep(movedRetryMs);
+    }
+    return { ok: false, code: 'rate_limited', message: 'The customer partition is moving between nodes; retry.', retryAfterSeconds: 1 };
+  }
+
+  /** Entry point for calls forwarded by other nodes. */
+  async executeForwarded(payload: Uint8Array): Promise<Uint8Array> {
+    const call = unpackMessage<Call>(payload);
+    const p = this.partitionOfTarget(call.env, call.target);
+    let local = this.placement.local(p);
+    if (!local) {
+      const recovering = this.placement.recovering(p);
+      if (recovering) {
+        await recovering;
+        local = this.placement.local(p);
+      }
+    }
+    const result: WireResult = local ? await local.submit(call) : { ok: 'moved' };
+    return packMessage(result);
+  }
+
+  /** Partitions call this when they have something to write; all flush together next tick. */
+  scheduleFlush(p: Partition): void {
+    this.pendingFlush.add(p);
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(this.flushAll);
+    }
+  }
+
+  private readonly flushAll = (): void => {
+    this.flushScheduled = false;
+    for (const p of this.pendingFlush) p.flush();
+    this.pendingFlush.clear();
+  };
+}
+
+/** Sheds load when a partition's journal backlog is too deep (429 rate_limited with Retry-After). */
+export function overloaded(p: Partition): boolean {
+  return p.backlog > limits.journalFlushRecordsMax * 4;
+}
+
+export type AckListener = (partition: number, offset: Offset, records: JournalRecord[]) => void;
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

@@ -1,0 +1,625 @@
+// One partition: the single writer for its customers. Commands are applied synchronously (load
+// first, then decide+evolve with no await), their facts go into the partition's open batch, and
+// every reply waits until the batch holding everything applied before it is durable (group
+// commit: one journal entry per flush, one flush in flight). If an append fails, memory may be
+// ahead of the journal, so the partition is poisoned and rebuilt from snapshots + journal.
+// Never reply before the ack; never await between load and apply.
+import type { ErrorCode } from '../errors/codes.js';
+import { encodePartition, newCustomerId, newId } from '../ids.js';
+import { limits } from '../limits.js';
+import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
+import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotStore } from '../persistence/ports.js';
+import { decodeEntry, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
+import { type CustomerView, toView } from './views.js';
+
+export type Target = { by: 'id'; id: string } | { by: 'key'; key: string };
+
+export type EngineCommand =
+  | Command
+  | { kind: 'customer.view' }
+  /** Binds `key` (an alias) to customerId in the key's partition; merges the key's owner if the key is its external id. */
+  | { kind: 'key.claim'; customerId: string }
+  | { kind: 'key.release'; customerId: string };
+
+export interface Call {
+  env: string;
+  target: Target;
+  command: EngineCommand;
+  nowMs: number;
+}
+
+export type ReplyView =
+  | { kind: 'customer'; customer: CustomerView }
+  | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string }
+  | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
+  | { kind: 'claimed'; mergedFrom: string | null }
+  | { kind: 'done' };
+
+export type CallResult =
+  | { ok: true; reply: ReplyView }
+  | { ok: false; code: ErrorCode; message?: string; param?: string; retryAfterSeconds?: number }
+  /** The target lives elsewhere (merged customer, alias of a customer on another partition). */
+  | { ok: 'redirect'; customerId: string };
+
+interface Actor {
+  state: CustomerState;
+  /** Facts applied; compared with savedSeq to know whether a snapshot is needed. */
+  seq: number;
+  savedSeq: number;
+  /** Commands accepted and not yet answered (mailbox depth). */
+  pending: number;
+  touchedAtMs: number;
+}
+
+interface Waiter {
+  resolve: (r: CallResult) => void;
+  result: CallResult;
+  actor: Actor | null;
+}
+
+interface Batch {
+  records: JournalRecord[];
+  waiters: Waiter[];
+  /** Snapshot captured when this batch was sent: valid at its offset. */
+  capture: Capture | null;
+}
+
+interface Capture {
+  rows: SnapshotRow[];
+  actors: Array<[Actor, number]>;
+  keys: KeyRow[];
+  keysRemoved: Array<{ environmentId: string; key: string }>;
+}
+
+interface LoadWaiter {
+  call: Call;
+  resolve: (r: CallResult) => void;
+}
+
+export interface PartitionDeps {
+  journal: Journal;
+  snapshots: SnapshotStore;
+  /** Called with every acknowledged entry, in order (projector feed). */
+  onAcked(partition: number, offset: Offset, records: JournalRecord[]): void;
+  onFlushed(records: number, seconds: number): void;
+  /** Asks the engine to call flush() soon (coalesced across partitions). */
+  scheduleFlush(p: Partition): void;
+  onPoisoned(p: Partition, err: unknown): void;
+  /** A snapshot checkpoint was saved: the journal may be trimmed up to it (and the projector). */
+  onCheckpoint(p: Partition, checkpoint: Offset): void;
+  onFenced(p: Partition): void;
+}
+
+const closedResult: CallResult = {
+  ok: false,
+  code: 'rate_limited',
+  message: 'The partition is moving to another node; retry.',
+  retryAfterSeconds: 1,
+};
+
+export class Partition {
+  readonly actors = new Map<string, Actor>();
+  /** environment -> routing key -> customer id, for every binding loaded or created. */
+  private readonly keys = new Map<string, Map<string, string>>();
+  private readonly dirty = new Set<Actor>();
+  private keysAdded: KeyRow[] = [];
+  private keysRemoved: Array<{ environmentId: string; key: string }> = [];
+  private batch: Batch = { records: [], waiters: [], capture: null };
+  private inFlight = false;
+  private saving = false;
+  private captureWanted = false;
+  private loads = new Map<string, LoadWaiter[]>();
+  private loadScheduled = false;
+  private closed = false;
+  lastAcked: Offset = offsetZero;
+  checkpoint: Offset = offsetZero;
+  private inFlightRecords = 0;
+  private readonly idChars: string;
+
+  constructor(
+    readonly id: number,
+    readonly epoch: number,
+    private readonly deps: PartitionDeps,
+  ) {
+    this.idChars = encodePartition(id);
+  }
+
+  get activeActors(): number {
+    return this.actors.size;
+  }
+
+  // ---- recovery -----------------------------------------------------------------------------
+
+  /** Rebuilds memory: replays the journal after the checkpoint; feeds the projector from `projectedFrom`. */
+  async recover(projectedFrom: Offset): Promise<{ records: number }> {
+    this.checkpoint = await this.deps.snapshots.checkpoint(this.id);
+    let cursor = compareOffsets(projectedFrom, this.checkpoint) < 0 ? projectedFrom : this.checkpoint;
+    this.lastAcked = cursor;
+    let count = 0;
+    for (;;) {
+      const entries = await this.deps.journal.read(this.id, cursor, 1000);
+      if (entries.length === 0) break;
+      const decoded = entries.map((e) => ({ offset: e.offset, records: decodeEntry(e.payload) }));
+      // Load, in one query per environment, every customer the tail touches that has a snapshot.
+      const want = new Map<string, Set<string>>();
+      for (const e of decoded) {
+        if (compareOffsets(e.offset, this.checkpoint) <= 0) continue;
+        for (const [env, customerId] of e.records) {
+          if (customerId === '' || this.actors.has(customerId)) continue;
+          let s = want.get(env);
+          if (!s) want.set(env, (s = new Set()));
+          s.add(customerId);
+        }
+      }
+      for (const [env, ids] of want) {
+        const rows = await this.deps.snapshots.load(env, [...ids]);
+        for (const row of rows) this.install(decodeSnapshot(row.payload), true);
+      }
+      for (const e of decoded) {
+        if (compareOffsets(e.offset, this.checkpoint) > 0) {
+          for (const rec of e.records) {
+            this.applyRecord(rec, 0);
+            count++;
+          }
+        }
+        if (compareOffsets(e.offset, projectedFrom) > 0) this.deps.onAcked(this.id, e.offset, e.records);
+        this.lastAcked = e.offset;
+      }
+      cursor = entries[entries.length - 1]!.offset;
+    }
+    return { records: count };
+  }
+
+  private applyRecord(rec: JournalRecord, nowMs: number): void {
+    const [env, customerId, facts] = rec;
+    if (customerId === '') {
+      for (const f of facts as KeyFact[]) {
+        if (f.kind === 'key.bound') this.bindKey(env, f.key, f.customerId);
+        else this.unbindKey(env, f.key, f.customerId);
+      }
+      return;
+    }
+    let actor = this.actors.get(customerId) ?? null;
+    for (const f of facts as Fact[]) {
+      if (actor === null) {
+        if (f.kind !== 'customer.created') continue; // history older than any snapshot: nothing to rebuild
+        actor = this.install(evolve(null, f), false);
+        this.afterFact(actor, f);
+        continue;
+      }
+      evolve(actor.state, f);
+      this.afterFact(actor, f);
+    }
+    if (actor) actor.touchedAtMs = nowMs;
+  }
+
+  private install(state: CustomerState, clean: boolean): Actor {
+    const actor: Actor = { state, seq: 0, savedSeq: 0, pending: 0, touchedAtMs: 0 };
+    if (!clean) actor.seq = 1;
+    this.actors.set(state.id, actor);
+    if (state.externalId !== null && state.deletedAtMs === null) this.bindKey(state.environmentId, state.externalId, state.id);
+    if (!clean) this.dirty.add(actor);
+    return actor;
+  }
+
+  /** Bookkeeping after a fact: dirty marking and routing keys owned by this partition. */
+  private afterFact(actor: Actor, f: Fact): void {
+    actor.seq++;
+    this.dirty.add(actor);
+    const s = actor.state;
+    if (f.kind === 'customer.created') {
+      this.bindKey(s.environmentId, f.externalId, s.id);
+      this.keysAdded.push({ environmentId: s.environmentId, key: f.externalId, customerId: s.id, partition: this.id });
+    } else if (f.kind === 'customer.deleted') {
+      const envKeys = this.keys.get(s.environmentId);
+      if (envKeys) {
+        for (const [k, v] of envKeys) {
+          if (v === s.id) {
+            envKeys.delete(k);
+            this.keysRemoved.push({ environmentId: s.environmentId, key: k });
+          }
+        }
+      }
+    }
+  }
+
+  private bindKey(env: string, key: string, customerId: string): void {
+    let m = this.keys.get(env);
+    if (!m) this.keys.set(env, (m = new Map()));
+    m.set(key, customerId);
+  }
+
+  private unbindKey(env: string, key: string, customerId: string): void {
+    const m = this.keys.get(env);
+    if (m && m.get(key) === customerId) m.delete(key);
+  }
+
+  // ---- commands -----------------------------------------------------------------------------
+
+  /** Runs a call; resolves once its effects (and everything before them) are durable. */
+  submit(call: Call): Promise<CallResult> {
+    if (this.closed) return Promise.resolve(closedResult);
+    return new Promise((resolve) => this.route(call, resolve));
+  }
+
+  private route(call: Call, resolve: (r: CallResult) => void): void {
+    const { target } = call;
+    if (target.by === 'id') {
+      const actor = this.actors.get(target.id);
+      if (actor) return this.run(call, actor, resolve);
+      return this.enqueueLoad(`i\u0000${call.env}\u0000${target.id}`, call, resolve);
+    }
+    const customerId = this.keys.get(call.env)?.get(target.key);
+    if (customerId !== undefined) {
+      const actor = this.actors.get(customerId);
+      if (actor) return this.run(call, actor, resolve);
+      if (!this.owns(customerId)) return this.reply({ ok: 'redirect', customerId }, null, resolve);
+      return this.enqueueLoad(`i\u0000${call.env}\u0000${customerId}`, { ...call, target: { by: 'id', id: customerId } }, resolve, call);
+    }
+    return this.enqueueLoad(`k\u0000${call.env}\u0000${target.key}`, call, resolve);
+  }
+
+  private owns(customerId: string): boolean {
+    // Customer ids carry their partition in characters 5-7 (see ids.ts).
+    return customerId.length === 34 && this.idChars === customerId.slice(5, 8);
+  }
+
+  private enqueueLoad(loadKey: string, call: Call, resolve: (r: CallResult) => void, original?: Call): void {
+    let waiters = this.loads.get(loadKey);
+    if (!waiters) this.loads.set(loadKey, (waiters = []));
+    if (waiters.length >= limits.mailboxDepthMax) {
+      resolve({ ok: false, code: 'rate_limited', message: 'Too many commands for this customer.', retryAfterSeconds: 1 });
+      return;
+    }
+    waiters.push({ call: original ?? call, resolve });
+    if (!this.loadScheduled) {
+      this.loadScheduled = true;
+      setImmediate(() => void this.loadPending());
+    }
+  }
+
+  /** One batched lookup for every key and id that missed in this tick, then the waiting calls in order. */
+  private async loadPending(): Promise<void> {
+    this.loadScheduled = false;
+    const loads = this.loads;
+    this.loads = new Map();
+    const idsByEnv = new Map<string, Set<string>>();
+    const keysByEnv = new Map<string, Set<string>>();
+    for (const loadKey of loads.keys()) {
+      const [kind, env, value] = loadKey.split('\u0000') as [string, string, string];
+      const m = kind === 'i' ? idsByEnv : keysByEnv;
+      let s = m.get(env);
+      if (!s) m.set(env, (s = new Set()));
+      s.add(value);
+    }
+    try {
+      for (const [env, keys] of keysByEnv) {
+        const rows = await this.deps.snapshots.lookupKeys(env, [...keys]);
+        for (const row of rows) {
+          // A binding created in memory meanwhile wins over the stored one.
+          if (this.keys.get(env)?.has(row.key)) continue;
+          this.bindKey(env, row.key, row.customerId);
+          if (row.partition === this.id && !this.actors.has(row.customerId)) {
+            let s = idsByEnv.get(env);
+            if (!s) idsByEnv.set(env, (s = new Set()));
+            s.add(row.customerId);
+          }
+        }
+      }
+      for (const [env, ids] of idsByEnv) {
+        const missing = [...ids].filter((id) => !this.actors.has(id) && this.owns(id));
+        if (missing.length === 0) continue;
+        const rows = await this.deps.snapshots.load(env, missing);
+        for (const row of rows) if (!this.actors.has(row.customerId)) this.install(decodeSnapshot(row.payload), true);
+      }
+    } catch (err) {
+      for (const waiters of loads.values()) {
+        for (const w of waiters) w.resolve({ ok: false, code: 'internal_error', message: 'Storage is unavailable; retry.' });
+      }
+      this.deps.onPoisoned(this, err);
+      return;
+    }
+    if (this.closed) {
+      for (const waiters of loads.values()) for (const w of waiters) w.resolve(closedResult);
+      return;
+    }
+    for (const [loadKey, waiters] of loads) {
+      const byId = loadKey.charCodeAt(0) === 105; /* 'i' */
+      for (const w of waiters) {
+        const { call } = w;
+        if (byId || call.target.by === 'id') {
+          const id = call.target.by === 'id' ? call.target.id : (this.keys.get(call.env)?.get(call.target.key) ?? '');
+          const actor = this.actors.get(id);
+          if (actor) this.run(call, actor, w.resolve);
+          else this.runAbsent(call, w.resolve);
+          continue;
+        }
+        const customerId = this.keys.get(call.env)?.get(call.target.key);
+        if (customerId === undefined) {
+          this.runAbsent(call, w.resolve);
+          continue;
+        }
+        const actor = this.actors.get(customerId);
+        if (actor) this.run(call, actor, w.resolve);
+        else if (!this.owns(customerId)) this.reply({ ok: 'redirect', customerId }, null, w.resolve);
+        else this.runAbsent(call, w.resolve);
+      }
+    }
+  }
+
+  private ctx(call: Call): Ctx {
+    const partition = this.id;
+    return {
+      nowMs: call.nowMs,
+      environmentId: call.env,
+      newId: (prefix) => newId(prefix, call.nowMs),
+      newCustomerId: () => newCustomerId(partition, call.nowMs),
+    };
+  }
+
+  /** The target does not exist: only creating commands and key claims proceed. */
+  private runAbsent(call: Call, resolve: (r: CallResult) => void): void {
+    const cmd = call.command;
+    if (cmd.kind === 'key.claim') {
+      if (call.target.by !== 'key') return this.reply(notFound, null, resolve);
+      this.bindKey(call.env, call.target.key, cmd.customerId);
+      this.keysAdded.push({ environmentId: call.env, key: call.target.key, customerId: cmd.customerId, partition: this.id });
+      this.batch.records.push([call.env, '', [{ kind: 'key.bound', key: call.target.key, customerId: cmd.customerId }]]);
+      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: null } }, null, resolve);
+    }
+    if (cmd.kind === 'key.release') return this.reply({ ok: true, reply: { kind: 'done' } }, null, resolve);
+    if (cmd.kind === 'customer.view') return this.reply(notFound, null, resolve);
+    if ((cmd.kind === 'customer.create' || cmd.kind === 'event.record') && call.target.by === 'key') {
+      const d = decide(null, cmd, this.ctx(call));
+      if (!d.ok) return this.reply({ ok: false, code: d.code, message: d.message, param: d.param }, null, resolve);
+      let actor: Actor | null = null;
+      for (const f of d.facts) {
+        if (actor === null) actor = this.install(evolve(null, f), false);
+        else evolve(actor.state, f);
+        this.afterFact(actor, f);
+      }
+      this.batch.records.push([call.env, actor!.state.id, d.facts]);
+      return this.reply({ ok: true, reply: this.view(d.reply, actor!) }, actor, resolve);
+    }
+    return this.reply(notFound, null, resolve);
+  }
+
+  private run(call: Call, actor: Actor, resolve: (r: CallResult) => void): void {
+    const state = actor.state;
+    const cmd = call.command;
+    actor.touchedAtMs = call.nowMs;
+    if (actor.pending >= limits.mailboxDepthMax) {
+      resolve({ ok: false, code: 'rate_limited', message: 'Too many commands for this customer.', retryAfterSeconds: 1 });
+      return;
+    }
+    if (state.mergedInto !== null && cmd.kind !== 'customer.view') {
+      return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
+    }
+    if (cmd.kind === 'customer.view') {
+      if (state.mergedInto !== null) return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
+      if (state.deletedAtMs !== null) return this.reply(notFound, null, resolve);
+      return this.reply({ ok: true, reply: { kind: 'customer', customer: toView(state, true) } }, actor, resolve);
+    }
+    if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
+    const d = decide(state, cmd, this.ctx(call));
+    if (!d.ok) return this.reply({ ok: false, code: d.code, message: d.message, param: d.param }, actor, resolve);
+    if (d.facts.length > 0) {
+      for (const f of d.facts) {
+        evolve(state, f);
+        this.afterFact(actor, f);
+      }
+      this.batch.records.push([call.env, state.id, d.facts]);
+    }
+    this.reply({ ok: true, reply: this.view(d.reply, actor) }, actor, resolve);
+  }
+
+  /** Alias binding at the key's partition. `actor` is the key's current owner. */
+  private runKeyCommand(
+    call: Call,
+    cmd: { kind: 'key.claim' | 'key.release'; customerId: string },
+    actor: Actor,
+    resolve: (r: CallResult) => void,
+  ): void {
+    const key = call.target.by === 'key' ? call.target.key : '';
+    const owner = actor.state;
+    if (cmd.kind === 'key.release') {
+      if (this.keys.get(call.env)?.get(key) === cmd.customerId) {
+        this.unbindKey(call.env, key, cmd.customerId);
+        this.keysRemoved.push({ environmentId: call.env, key });
+        this.batch.records.push([call.env, '', [{ kind: 'key.released', key, customerId: cmd.customerId }]]);
+      }
+      return this.reply({ ok: true, reply: { kind: 'done' } }, null, resolve);
+    }
+    if (owner.id === cmd.customerId) return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: null } }, null, resolve);
+    // The key is another customer's external id: that customer is merged into the claimer.
+    if (owner.externalId === key && owner.mergedInto === null) {
+      const merged: Fact = { kind: 'customer.merged', into: cmd.customerId, atMs: call.nowMs };
+      evolve(owner, merged);
+      this.afterFact(actor, merged);
+      this.bindKey(call.env, key, cmd.customerId);
+      this.keysAdded.push({ environmentId: call.env, key, customerId: cmd.customerId, partition: this.id });
+      this.batch.records.push([call.env, owner.id, [merged]]);
+      this.batch.records.push([call.env, '', [{ kind: 'key.bound', key, customerId: cmd.customerId }]]);
+      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id } }, actor, resolve);
+    }
+    return this.reply(
+      { ok: false, code: 'alias_conflict', message: 'The alias belongs to another customer.', param: 'alias' },
+      null,
+      resolve,
+    );
+  }
+
+  private view(reply: Reply, actor: Actor): ReplyView {
+    switch (reply.kind) {
+      case 'customer':
+        return { kind: 'customer', customer: toView(actor.state, false) };
+      case 'event':
+        return reply;
+      case 'alias':
+        return reply;
+      case 'deleted':
+      case 'merged':
+        return { kind: 'done' };
+    }
+  }
+
+  /** Answers after everything applied so far is durable. */
+  private reply(result: CallResult, actor: Actor | null, resolve: (r: CallResult) => void): void {
+    if (!this.inFlight && this.batch.records.length === 0) {
+      resolve(result);
+      return;
+    }
+    if (actor) actor.pending++;
+    this.batch.waiters.push({ resolve, result, actor });
+    this.deps.scheduleFlush(this);
+  }
+
+  /** Records waiting or in flight: the engine sheds load above a bound. */
+  get backlog(): number {
+    return this.batch.records.length + this.inFlightRecords;
+  }
+
+  // ---- group commit -------------------------------------------------------------------------
+
+  flush(): void {
+    if (this.inFlight) return;
+    const batch = this.batch;
+    if (this.closed) {
+      // Never written, so never applied: the callers retry against the new owner.
+      this.batch = { records: [], waiters: [], capture: null };
+      for (const w of batch.waiters) w.resolve(closedResult);
+      return;
+    }
+    if (batch.records.length === 0) {
+      if (batch.waiters.length > 0) {
+        this.batch = { records: [], waiters: [], capture: null };
+        settle(batch.waiters);
+      }
+      return;
+    }
+    this.batch = { records: [], waiters: [], capture: null };
+    if (this.captureWanted && !this.saving) {
+      // Memory now equals the state after this batch: a snapshot taken here is valid at its offset.
+      batch.capture = this.capture();
+      this.captureWanted = false;
+    }
+    this.inFlight = true;
+    this.inFlightRecords = batch.records.length;
+    const started = performance.now();
+    const payload = encodeEntry(batch.records);
+    this.deps.journal.append(this.id, this.epoch, payload).then(
+      (offset) => {
+        this.inFlight = false;
+        this.lastAcked = offset;
+        this.inFlightRecords = 0;
+        this.deps.onFlushed(batch.records.length, (performance.now() - started) / 1000);
+        settle(batch.waiters);
+        this.deps.onAcked(this.id, offset, batch.records);
+        if (batch.capture) void this.save(offset, batch.capture);
+        if (this.batch.records.length > 0 || this.batch.waiters.length > 0) this.flush();
+      },
+      (err: unknown) => {
+        this.inFlight = false;
+        this.inFlightRecords = 0;
+        const failed: CallResult =
+          (err as Error)?.name === 'FencedError'
+            ? closedResult
+            : { ok: false, code: 'internal_error', message: 'The journal did not acknowledge the write; retry.' };
+        for (const w of batch.waiters) w.resolve(failed);
+        for (const w of this.batch.waiters) w.resolve(failed);
+        this.batch = { records: [], waiters: [], capture: null };
+        if ((err as Error)?.name === 'FencedError') this.deps.onFenced(this);
+        else this.deps.onPoisoned(this, err);
+      },
+    );
+  }
+
+  // ---- snapshots and passivation --------------------------------------------------------------
+
+  /** Snapshot dirty actors now if memory equals durable state, else at the next flush. */
+  requestSnapshot(): void {
+    if (this.saving || this.closed) return;
+    if (this.dirty.size === 0 && this.keysAdded.length === 0 && this.keysRemoved.length === 0) return;
+    if (!this.inFlight && this.batch.records.length === 0) {
+      void this.save(this.lastAcked, this.capture());
+    } else {
+      this.captureWanted = true;
+    }
+  }
+
+  private capture(): Capture {
+    const rows: SnapshotRow[] = [];
+    const actors: Array<[Actor, number]> = [];
+    for (const actor of this.dirty) {
+      rows.push({
+        environmentId: actor.state.environmentId,
+        customerId: actor.state.id,
+        partition: this.id,
+        payload: encodeSnapshot(actor.state),
+      });
+      actors.push([actor, actor.seq]);
+    }
+    this.dirty.clear();
+    const cap: Capture = { rows, actors, keys: this.keysAdded, keysRemoved: this.keysRemoved };
+    this.keysAdded = [];
+    this.keysRemoved = [];
+    return cap;
+  }
+
+  private async save(offset: Offset, cap: Capture): Promise<void> {
+    this.saving = true;
+    try {
+      await this.deps.snapshots.save(this.id, offset, cap.rows, cap.keys, cap.keysRemoved);
+      for (const [actor, seq] of cap.actors) if (actor.savedSeq < seq) actor.savedSeq = seq;
+      this.checkpoint = offset;
+      this.deps.onCheckpoint(this, offset);
+    } catch {
+      // Not saved: everything captured is dirty again and retried next cycle.
+      for (const [actor] of cap.actors) this.dirty.add(actor);
+      this.keysAdded.push(...cap.keys);
+      this.keysRemoved.push(...cap.keysRemoved);
+    } finally {
+      this.saving = false;
+    }
+  }
+
+  /** Drops clean actors idle since `idleBeforeMs` (snapshotted: reloaded on demand). Returns how many. */
+  passivate(idleBeforeMs: number, max: number): number {
+    let n = 0;
+    for (const [id, actor] of this.actors) {
+      if (n >= max) break;
+      if (actor.pending > 0 || actor.savedSeq !== actor.seq || this.dirty.has(actor)) continue;
+      if (actor.touchedAtMs > idleBeforeMs) continue;
+      this.actors.delete(id);
+      const s = actor.state;
+      if (s.externalId !== null) this.keys.get(s.environmentId)?.delete(s.externalId);
+      n++;
+    }
+    return n;
+  }
+
+  /** Stops taking commands; pending loads and the open batch are answered with a retryable error. */
+  close(): void {
+    this.closed = true;
+    for (const waiters of this.loads.values()) for (const w of waiters) w.resolve(closedResult);
+    this.loads.clear();
+    if (!this.inFlight) {
+      for (const w of this.batch.waiters) w.resolve(closedResult);
+      this.batch = { records: [], waiters: [], capture: null };
+    }
+  }
+
+  /** True when nothing is waiting to be written. */
+  get idle(): boolean {
+    return !this.inFlight && this.batch.records.length === 0;
+  }
+}
+
+const notFound: CallResult = { ok: false, code: 'resource_not_found', message: 'No customer with this id.', param: 'id' };
+
+function settle(waiters: Waiter[]): void {
+  for (const w of waiters) {
+    if (w.actor) w.actor.pending--;
+    w.resolve(w.result);
+  }
+}

@@ -1,0 +1,34 @@
+// Read-only views of actor state that cross the engine boundary (to handlers, to other nodes).
+// Plain data only (msgpack-safe): no Maps, no references into live actor state.
+import type { CustomerState } from '../domain/customer.js';
+
+export interface CustomerView {
+  id: string;
+  environmentId: string;
+  externalId: string | null;
+  attributes: Record<string, unknown>;
+  version: number;
+  createdAtMs: number;
+  updatedAtMs: number;
+  deletedAtMs: number | null;
+  aliases: Array<{ alias: string; kind: string; createdAtMs: number }>;
+  mergedFrom: string[];
+  /** Number of distinct events recorded (deduplicated). */
+  eventCount: number;
+}
+
+export function toView(s: CustomerState, _detailed: boolean): CustomerView {
+  return {
+    id: s.id,
+    environmentId: s.environmentId,
+    externalId: s.externalId,
+    attributes: { ...s.attributes },
+    version: s.version,
+    createdAtMs: s.createdAtMs,
+    updatedAtMs: s.updatedAtMs,
+    deletedAtMs: s.deletedAtMs,
+    aliases: s.aliases.map((a) => ({ ...a })),
+    mergedFrom: [...s.mergedFrom],
+    eventCount: s.events.size,
+  };
+}

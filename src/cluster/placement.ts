@@ -1,0 +1,266 @@
+// Partition placement: which node owns which partition. Every node heartbeats into Membership,
+// computes the desired owner of each partition by rendezvous hashing over the live nodes, takes
+// free leases it should hold (recovering the partition before serving it), renews what it holds,
+// and hands over (flush, then release) what another live node should hold. A lease lost to
+// another node closes the partition at once: the fencing epoch in the journal append makes a
+// late write from here impossible anyway.
+import type { Logger } from 'pino';
+import type { Engine, Placement } from '../actors/engine.js';
+import type { JournalRecord } from '../actors/codec.js';
+import { Partition } from '../actors/partition.js';
+import { limits } from '../limits.js';
+import { actorsActive, journalFlushRecords, journalFlushSeconds } from '../observability/metrics.js';
+import { compareOffsets, type Journal, type Leases, type Membership, type NodeInfo, type Offset, type SnapshotStore } from '../persistence/ports.js';
+import { hash53 } from '../util/canonical-json.js';
+
+export interface ProjectorHooks {
+  projectedOffset(partition: number): Promise<Offset>;
+  /** Highest offset known projected; the journal is never trimmed past it. */
+  projectedSoFar(partition: number): Offset;
+  onAcked(partition: number, offset: Offset, records: JournalRecord[]): void;
+}
+
+export interface PlacementOptions {
+  node: NodeInfo;
+  partitions: number;
+  journal: Journal;
+  snapshots: SnapshotStore;
+  leases: Leases;
+  membership: Membership;
+  projector: ProjectorHooks;
+  logger: Logger;
+  snapshotEveryMs: number;
+  activeActorsMax: number;
+}
+
+export class ClusterPlacement implements Placement {
+  private readonly owned = new Map<number, Partition>();
+  private readonly recoveringNow = new Map<number, Promise<void>>();
+  private owners: Array<string | null>;
+  private addresses = new Map<string, string>();
+  private engine: Engine | null = null;
+  private timers: NodeJS.Timeout[] = [];
+  private ticking: Promise<void> | null = null;
+  private stopped = false;
+  private refreshing: Promise<void> | null = null;
+
+  constructor(private readonly opts: PlacementOptions) {
+    this.owners = new Array(opts.partitions).fill(null);
+  }
+
+  attach(engine: Engine): void {
+    this.engine = engine;
+  }
+
+  local(p: number): Partition | undefined {
+    return this.owned.get(p);
+  }
+
+  recovering(p: number): Promise<void> | undefined {
+    return this.recoveringNow.get(p);
+  }
+
+  remote(p: number): string | null {
+    const nodeId = this.owners[p];
+    if (!nodeId || nodeId === this.opts.node.nodeId) return null;
+    return this.addresses.get(nodeId) ?? null;
+  }
+
+  refresh(): Promise<void> {
+    this.refreshing ??= this.readOwners().finally(() => {
+      this.refreshing = null;
+    });
+    return this.refreshing;
+  }
+
+  get ownedCount(): number {
+    return this.owned.size;
+  }
+
+  get activeActors(): number {
+    let n = 0;
+    for (const p of this.owned.values()) n += p.activeActors;
+    return n;
+  }
+
+  /** Joins the cluster and takes this node's share of partitions before resolving. */
+  async start(): Promise<void> {
+    await this.tick();
+    this.timers.push(setInterval(() => void this.tick(), limits.leaseRenewEveryMs));
+    this.timers.push(setInterval(() => this.snapshotAll(), this.opts.snapshotEveryMs));
+    this.timers.push(setInterval(() => this.passivate(), 1000));
+    for (const t of this.timers) t.unref();
+  }
+
+  /** Graceful leave: flush, snapshot, release leases, deregister. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    await this.ticking;
+    const held = [...this.owned.values()];
+    for (const p of held) p.requestSnapshot();
+    await waitIdle(held, 3000);
+    for (const p of held) {
+      p.close();
+      this.owned.delete(p.id);
+      await this.opts.leases.release(p.id, this.opts.node.nodeId, p.epoch).catch(() => {});
+    }
+    await this.opts.membership.leave(this.opts.node.nodeId).catch(() => {});
+  }
+
+  private tick(): Promise<void> {
+    if (this.ticking || this.stopped) return this.ticking ?? Promise.resolve();
+    this.ticking = this.runTick()
+      .catch((err: unknown) => this.opts.logger.warn({ err }, 'placement tick failed'))
+      .finally(() => {
+        this.ticking = null;
+      });
+    return this.ticking;
+  }
+
+  private async runTick(): Promise<void> {
+    const { node, leases, membership, partitions } = this.opts;
+    await membership.heartbeat(node, limits.nodeHeartbeatTtlMs);
+    // Renew what we hold; a lease we lost means another node is writing: stop at once.
+    const renewals = [...this.owned.values()].map(async (p) => {
+      const ok = await leases.renew(p.id, node.nodeId, p.epoch, limits.leaseTtlMs);
+      if (!ok) this.drop(p, 'lease lost');
+    });
+    await Promise.all(renewals);
+    const alive = await membership.alive();
+    await this.readOwners(alive);
+    const aliveIds = alive.map((n) => n.nodeId);
+    if (!aliveIds.includes(node.nodeId)) aliveIds.push(node.nodeId);
+    const toAcquire: number[] = [];
+    for (let p = 0; p < partitions; p++) {
+      const desired = desiredOwner(p, aliveIds);
+      const owner = this.owners[p];
+      if (desired === node.nodeId) {
+        if (!this.owned.has(p) && !this.recoveringNow.has(p) && (owner === null || owner === node.nodeId)) toAcquire.push(p);
+      } else if (this.owned.has(p)) {
+        await this.handOver(this.owned.get(p)!);
+      }
+    }
+    await runLimited(toAcquire, 16, (p) => this.acquire(p));
+    actorsActive.set(this.activeActors);
+  }
+
+  private async readOwners(alive?: NodeInfo[]): Promise<void> {
+    const [list, nodes] = await Promise.all([
+      this.opts.leases.list(this.opts.partitions),
+      alive ? Promise.resolve(alive) : this.opts.membership.alive(),
+    ]);
+    this.owners = list.map((l) => l?.nodeId ?? null);
+    this.addresses = new Map(nodes.map((n) => [n.nodeId, n.grpcAddress]));
+  }
+
+  private async acquire(p: number): Promise<void> {
+    const { node, leases } = this.opts;
+    const epoch = await leases.acquire(p, node.nodeId, limits.leaseTtlMs);
+    if (epoch === null) return;
+    this.owners[p] = node.nodeId;
+    await this.recover(p, epoch);
+  }
+
+  private recover(p: number, epoch: number): Promise<void> {
+    const run = (async () => {
+      const partition = new Partition(p, epoch, {
+        journal: this.opts.journal,
+        snapshots: this.opts.snapshots,
+        onAcked: (id, offset, records) => this.opts.projector.onAcked(id, offset, records),
+        onFlushed: (records, seconds) => {
+          journalFlushRecords.observe(records);
+          journalFlushSeconds.observe(seconds);
+        },
+        scheduleFlush: (part) => this.engine?.scheduleFlush(part),
+        onPoisoned: (part, err) => {
+          this.opts.logger.error({ err, partition: part.id }, 'partition poisoned; rebuilding from the journal');
+          this.drop(part, 'poisoned');
+          if (!this.stopped) void this.recover(part.id, part.epoch);
+        },
+        onFenced: (part) => this.drop(part, 'fenced'),
+        onCheckpoint: (part, checkpoint) => {
+          const projected = this.opts.projector.projectedSoFar(part.id);
+          const upTo = compareOffsets(projected, checkpoint) < 0 ? projected : checkpoint;
+          if (upTo !== '0') void this.opts.journal.trim(part.id, upTo).catch(() => {});
+        },
+      });
+      for (let attempt = 0; ; attempt++) {
+        try {
+          const projected = await this.opts.projector.projectedOffset(p);
+          await partition.recover(projected);
+          break;
+        } catch (err) {
+          if (attempt >= 5 || this.stopped) throw err;
+          this.opts.logger.warn({ err, partition: p }, 'partition recovery failed; retrying');
+          await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
+        }
+      }
+      this.owned.set(p, partition);
+    })();
+    this.recoveringNow.set(p, run.catch(() => {}));
+    return run
+      .catch((err: unknown) => {
+        this.opts.logger.error({ err, partition: p }, 'partition recovery gave up; releasing the lease');
+        void this.opts.leases.release(p, this.opts.node.nodeId, epoch).catch(() => {});
+      })
+      .finally(() => this.recoveringNow.delete(p));
+  }
+
+  private drop(p: Partition, why: string): void {
+    if (this.owned.get(p.id) === p) this.owned.delete(p.id);
+    p.close();
+    this.opts.logger.info({ partition: p.id, why }, 'partition dropped');
+  }
+
+  private async handOver(p: Partition): Promise<void> {
+    this.owned.delete(p.id);
+    p.close();
+    await waitIdle([p], 2000);
+    await this.opts.leases.release(p.id, this.opts.node.nodeId, p.epoch).catch(() => {});
+    this.opts.logger.info({ partition: p.id }, 'partition handed over');
+  }
+
+  private snapshotAll(): void {
+    for (const p of this.owned.values()) p.requestSnapshot();
+  }
+
+  private passivate(): void {
+    const now = Date.now();
+    let active = this.activeActors;
+    for (const p of this.owned.values()) p.passivate(now - limits.actorIdleMs, Number.POSITIVE_INFINITY);
+    active = this.activeActors;
+    if (active > this.opts.activeActorsMax) {
+      // Over the cap: drop clean actors idle for more than a second, spread across partitions.
+      const perPartition = Math.ceil((active - this.opts.activeActorsMax) / Math.max(1, this.owned.size));
+      for (const p of this.owned.values()) p.passivate(now - 1000, perPartition);
+    }
+    actorsActive.set(this.activeActors);
+  }
+}
+
+export function desiredOwner(p: number, nodeIds: string[]): string {
+  let best = '';
+  let bestScore = -1;
+  for (const id of nodeIds) {
+    const score = hash53(`${id}:${p}`);
+    if (score > bestScore || (score === bestScore && id < best)) {
+      best = id;
+      bestScore = score;
+    }
+  }
+  return best;
+}
+
+async function waitIdle(parts: Partition[], timeoutMs: number): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until && parts.some((p) => !p.idle)) await new Promise((r) => setTimeout(r, 10));
+}
+
+async function runLimited<T>(items: T[], concurrency: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let i = 0;
+  const workers = Array.from({ length: Math.min(concurrency, items.length) }, async () => {
+    while (i < items.length) await fn(items[i++]!);
+  });
+  await Promise.all(workers);
+}

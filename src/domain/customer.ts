@@ -1,0 +1,304 @@
+// The customer mechanic: identity, attributes, aliases/merges, deletion and event recording with
+// permanent deduplication by the caller's event id. Pure: decide(state, command, ctx) returns
+// facts (or an error code from the HTTP table), evolve(state, fact) applies one fact. No clock,
+// no randomness, no I/O: time and ids come from ctx and are recorded in the facts, so a replay of
+// the journal (evolve only) rebuilds exactly the same state. A throw in here is a bug.
+import type { ErrorCode } from '../errors/codes.js';
+import { limits } from '../limits.js';
+
+export interface Ctx {
+  nowMs: number;
+  environmentId: string;
+  newId(prefix: string): string;
+  newCustomerId(): string;
+}
+
+export interface SeenEvent {
+  /** Service id (evt_...). */
+  id: string;
+  /** 53-bit hash of the event's canonical content: same id + same fp = duplicate. */
+  fp: number;
+}
+
+export interface AliasState {
+  alias: string;
+  kind: string;
+  createdAtMs: number;
+}
+
+export interface CustomerState {
+  id: string;
+  environmentId: string;
+  /** null once deleted (personal data erased). */
+  externalId: string | null;
+  attributes: Record<string, unknown>;
+  version: number;
+  createdAtMs: number;
+  updatedAtMs: number;
+  deletedAtMs: number | null;
+  aliases: AliasState[];
+  /** Set when this customer was merged into another: commands are redirected there. */
+  mergedInto: string | null;
+  mergedFrom: string[];
+  /** client event id -> seen event. Permanent: it is the deduplication record. */
+  events: Map<string, SeenEvent>;
+}
+
+export type Command =
+  | { kind: 'customer.create'; externalId: string; attributes: Record<string, unknown> }
+  | { kind: 'customer.get' }
+  | { kind: 'customer.update'; attributes: Record<string, unknown>; expectedVersion: number | null }
+  | { kind: 'customer.delete' }
+  | {
+      kind: 'event.record';
+      /** Used when the customer does not exist yet (created on first sight). */
+      externalId: string;
+      clientEventId: string;
+      name: string;
+      occurredAtMs: number;
+      properties: Record<string, unknown>;
+      fp: number;
+    }
+  | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
+  | { kind: 'customer.merge_into'; targetId: string };
+
+export type Fact =
+  | {
+      kind: 'customer.created';
+      id: string;
+      environmentId: string;
+      externalId: string;
+      attributes: Record<string, unknown>;
+      atMs: number;
+    }
+  /** Carries the resulting row (version, external id) so projections need no state. */
+  | { kind: 'customer.updated'; attributes: Record<string, unknown>; version: number; externalId: string; createdAtMs: number; atMs: number }
+  | { kind: 'customer.deleted'; version: number; atMs: number }
+  | {
+      kind: 'event.recorded';
+      id: string;
+      clientEventId: string;
+      name: string;
+      occurredAtMs: number;
+      receivedAtMs: number;
+      properties: Record<string, unknown>;
+      fp: number;
+    }
+  | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
+  | { kind: 'customer.merged'; into: string; atMs: number };
+
+export interface EventReply {
+  kind: 'event';
+  id: string;
+  clientEventId: string;
+  duplicate: boolean;
+  customerId: string;
+}
+
+export type Reply =
+  | { kind: 'customer'; customer: CustomerState }
+  | EventReply
+  | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
+  | { kind: 'deleted' }
+  | { kind: 'merged' };
+
+export type Decision =
+  | { ok: true; facts: Fact[]; reply: Reply }
+  | { ok: false; code: ErrorCode; message?: string; param?: string };
+
+const noFacts: Fact[] = [];
+
+function fail(code: ErrorCode, message?: string, param?: string): Decision {
+  return { ok: false, code, message, param };
+}
+
+export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Decision {
+  if (state !== null && state.deletedAtMs !== null) {
+    // A deleted customer keeps its id as a tombstone; its routing keys were released.
+    return fail('resource_not_found', 'The customer was deleted.', 'id');
+  }
+  if (state === null) {
+    // Only creation paths reach a customer that does not exist.
+    if (cmd.kind === 'customer.create') {
+      const created = createdFact(cmd.externalId, cmd.attributes, ctx);
+      const next = evolve(null, created);
+      return { ok: true, facts: [created], reply: { kind: 'customer', customer: next } };
+    }
+    if (cmd.kind === 'event.record') {
+      const created = createdFact(cmd.externalId, {}, ctx);
+      const recorded = recordedFact(cmd, ctx);
+      return {
+        ok: true,
+        facts: [created, recorded],
+        reply: { kind: 'event', id: recorded.id, clientEventId: cmd.clientEventId, duplicate: false, customerId: created.id },
+      };
+    }
+    return fail('resource_not_found', 'No customer with this id.', 'id');
+  }
+
+  switch (cmd.kind) {
+    case 'customer.create':
+      return fail('already_exists', 'A customer with this external_id already exists.', 'external_id');
+    case 'customer.get':
+      return { ok: true, facts: noFacts, reply: { kind: 'customer', customer: state } };
+    case 'customer.update': {
+      if (cmd.expectedVersion !== null && cmd.expectedVersion !== state.version) {
+        return fail('stale_write', `The customer is at version ${state.version}.`);
+      }
+      const attributes = mergeAttributes(state.attributes, cmd.attributes);
+      if (Object.keys(attributes).length > limits.attributeKeysMax) {
+        return fail('validation_failed', `A customer holds at most ${limits.attributeKeysMax} attributes.`, 'attributes');
+      }
+      const fact: Fact = {
+        kind: 'customer.updated',
+        attributes,
+        version: state.version + 1,
+        externalId: state.externalId ?? '',
+        createdAtMs: state.createdAtMs,
+        atMs: ctx.nowMs,
+      };
+      return { ok: true, facts: [fact], reply: { kind: 'customer', customer: state } };
+    }
+    case 'customer.delete':
+      return {
+        ok: true,
+        facts: [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
+        reply: { kind: 'deleted' },
+      };
+    case 'event.record': {
+      const seen = state.events.get(cmd.clientEventId);
+      if (seen !== undefined) {
+        if (seen.fp !== cmd.fp) {
+          return fail('event_id_conflict', `Event ${cmd.clientEventId} was already received with different content.`, 'id');
+        }
+        return {
+          ok: true,
+          facts: noFacts,
+          reply: { kind: 'event', id: seen.id, clientEventId: cmd.clientEventId, duplicate: true, customerId: state.id },
+        };
+      }
+      const recorded = recordedFact(cmd, ctx);
+      return {
+        ok: true,
+        facts: [recorded],
+        reply: { kind: 'event', id: recorded.id, clientEventId: cmd.clientEventId, duplicate: false, customerId: state.id },
+      };
+    }
+    case 'alias.add': {
+      const existing = state.aliases.find((a) => a.alias === cmd.alias);
+      if (existing !== undefined) {
+        return { ok: true, facts: noFacts, reply: { kind: 'alias', alias: existing, customerId: state.id, mergedFrom: null } };
+      }
+      const fact: Fact = {
+        kind: 'alias.added',
+        alias: cmd.alias,
+        aliasKind: cmd.aliasKind,
+        mergedFrom: cmd.mergedFrom,
+        atMs: ctx.nowMs,
+      };
+      return {
+        ok: true,
+        facts: [fact],
+        reply: {
+          kind: 'alias',
+          alias: { alias: cmd.alias, kind: cmd.aliasKind, createdAtMs: ctx.nowMs },
+          customerId: state.id,
+          mergedFrom: cmd.mergedFrom,
+        },
+      };
+    }
+    case 'customer.merge_into':
+      if (cmd.targetId === state.id) return fail('alias_conflict', 'A customer cannot be merged into itself.', 'alias');
+      return { ok: true, facts: [{ kind: 'customer.merged', into: cmd.targetId, atMs: ctx.nowMs }], reply: { kind: 'merged' } };
+  }
+}
+
+function createdFact(externalId: string, attributes: Record<string, unknown>, ctx: Ctx): Fact & { kind: 'customer.created' } {
+  return {
+    kind: 'customer.created',
+    id: ctx.newCustomerId(),
+    environmentId: ctx.environmentId,
+    externalId,
+    attributes: mergeAttributes({}, attributes),
+    atMs: ctx.nowMs,
+  };
+}
+
+function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact & { kind: 'event.recorded' } {
+  return {
+    kind: 'event.recorded',
+    id: ctx.newId('evt'),
+    clientEventId: cmd.clientEventId,
+    name: cmd.name,
+    occurredAtMs: cmd.occurredAtMs,
+    receivedAtMs: ctx.nowMs,
+    properties: cmd.properties,
+    fp: cmd.fp,
+  };
+}
+
+/** PATCH semantics: a key set to null is removed; other keys replace. */
+function mergeAttributes(base: Record<string, unknown>, patch: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...base };
+  for (const k of Object.keys(patch)) {
+    const v = patch[k];
+    if (v === null) delete out[k];
+    else out[k] = v;
+  }
+  return out;
+}
+
+/**
+ * Applies one fact. Mutates and returns the state (the engine owns the only reference; a failed
+ * journal append discards the whole partition's memory and replays, so mutation is safe).
+ */
+export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
+  if (fact.kind === 'customer.created') {
+    return {
+      id: fact.id,
+      environmentId: fact.environmentId,
+      externalId: fact.externalId,
+      attributes: fact.attributes,
+      version: 1,
+      createdAtMs: fact.atMs,
+      updatedAtMs: fact.atMs,
+      deletedAtMs: null,
+      aliases: [],
+      mergedInto: null,
+      mergedFrom: [],
+      events: new Map(),
+    };
+  }
+  if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
+  switch (fact.kind) {
+    case 'customer.updated':
+      state.attributes = fact.attributes;
+      state.version = fact.version;
+      state.updatedAtMs = fact.atMs;
+      return state;
+    case 'customer.deleted':
+      state.externalId = null;
+      state.attributes = {};
+      state.aliases = [];
+      state.deletedAtMs = fact.atMs;
+      state.updatedAtMs = fact.atMs;
+      state.version = fact.version;
+      return state;
+    case 'event.recorded':
+      state.events.set(fact.clientEventId, { id: fact.id, fp: fact.fp });
+      return state;
+    case 'alias.added':
+      state.aliases.push({ alias: fact.alias, kind: fact.aliasKind, createdAtMs: fact.atMs });
+      if (fact.mergedFrom !== null && !state.mergedFrom.includes(fact.mergedFrom)) state.mergedFrom.push(fact.mergedFrom);
+      return state;
+    case 'customer.merged':
+      state.mergedInto = fact.into;
+      state.updatedAtMs = fact.atMs;
+      return state;
+  }
+}
+
+/** Routing keys this customer owns in its own partition (its external id). Aliases live in their own partitions. */
+export function ownKeys(state: CustomerState): string[] {
+  return state.externalId === null ? [] : [state.externalId];
+}

@@ -1,0 +1,382 @@
+// Customer routes: create, read, patch (If-Match), delete (erases personal data), list (read model,
+// or the actor itself when filtered by external_id), state view, export, balances, aliases with
+// merge, client tokens and customer sessions. Reads of one customer go to its actor, so they see
+// every acknowledged write; lists read the projected tables.
+import { z } from 'zod';
+import type { Engine } from '../../actors/engine.js';
+import type { EngineCommand, Target } from '../../actors/partition.js';
+import type { CustomerView } from '../../actors/views.js';
+import { ApiError } from '../../errors/api-error.js';
+import { customerIdPartition } from '../../ids.js';
+import { limits } from '../../limits.js';
+import type { Principal } from '../../tenancy/types.js';
+import { etagHeader, expectedVersion } from '../etag.js';
+import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
+import { type AnyRoute, type RequestContext, route } from '../route.js';
+import { aliasWire, customerWire, iso, unwrap } from '../wire.js';
+
+const attributesSchema = z
+  .record(z.string().min(1).max(128), z.unknown())
+  .refine((a) => Object.keys(a).length <= limits.attributeKeysMax, `At most ${limits.attributeKeysMax} attributes.`);
+
+const createBody = z.strictObject({
+  external_id: z.string().min(1).max(limits.externalIdCharsMax),
+  attributes: attributesSchema.default({}),
+});
+const patchBody = z.strictObject({
+  attributes: attributesSchema.describe('Keys to set; a null value removes the key.'),
+  expected_version: z.number().int().min(1).optional(),
+});
+const aliasBody = z.strictObject({
+  alias: z.string().min(1).max(limits.externalIdCharsMax),
+  kind: z.literal('anonymous').default('anonymous'),
+});
+const listQuery = pageQuerySchema.extend({ external_id: z.string().min(1).max(limits.externalIdCharsMax).optional() });
+const sessionBody = z.strictObject({
+  grant_type: z.literal('secret_key'),
+  customer_id: z.string().min(1).max(limits.externalIdCharsMax).describe("The customer's service id (cust_...) or external id."),
+});
+
+const customerSchema = z.object({
+  id: z.string(),
+  external_id: z.string().nullable(),
+  attributes: z.record(z.string(), z.unknown()),
+  version: z.number().int(),
+  deleted_at: z.string().nullable(),
+  created_at: z.string(),
+  updated_at: z.string(),
+});
+
+export interface CustomerReadModel {
+  listCustomers(
+    environmentId: string,
+    q: { limit: number; after: string | null },
+  ): Promise<
+    Array<{
+      id: string;
+      externalId: string | null;
+      attributes: Record<string, unknown>;
+      version: number;
+      createdAtMs: number;
+      updatedAtMs: number;
+      deletedAtMs: number | null;
+    }>
+  >;
+  listCustomerEvents(
+    environmentId: string,
+    customerId: string,
+    q: { limit: number },
+  ): Promise<
+    Array<{ id: string; name: string; occurredAtMs: number; receivedAtMs: number; properties: Record<string, unknown> | null }>
+  >;
+}
+
+export interface CustomerDeps {
+  engine: Engine;
+  readModel: CustomerReadModel;
+  drainProjector(): Promise<void>;
+  mintCustomerToken(req: {
+    environmentId: string;
+    customerId: string;
+    externalId: string;
+    credentialId: string;
+  }): Promise<{ token: string; expiresAtMs: number }>;
+}
+
+/** Events included in an export; older ones are summarized by events_since. */
+const exportEventsMax = 1000;
+
+function envOf(p: Principal): string {
+  if (p.environment === null) throw new ApiError('environment_required');
+  return p.environment.id;
+}
+
+/** A customer token may only touch its own customer. */
+function checkSelf(p: Principal, customerId: string): void {
+  if (p.kind === 'customer' && p.customerId !== customerId) throw new ApiError('forbidden');
+}
+
+function idTarget(id: string): Target {
+  if (customerIdPartition(id) < 0) throw new ApiError('resource_not_found', { message: 'No customer with this id.', param: 'id' });
+  return { by: 'id', id };
+}
+
+async function call(deps: CustomerDeps, env: string, target: Target, command: EngineCommand) {
+  return unwrap(await deps.engine.execute({ env, target, command, nowMs: Date.now() }));
+}
+
+async function view(deps: CustomerDeps, env: string, target: Target): Promise<CustomerView> {
+  const reply = await call(deps, env, target, { kind: 'customer.view' });
+  if (reply.kind !== 'customer') throw new ApiError('internal_error');
+  return reply.customer;
+}
+
+function stateWire(c: CustomerView) {
+  return {
+    customer: customerWire(c),
+    balances: [],
+    tiers: [],
+    segments: [],
+    counters: {},
+    challenges: [],
+    issuances: [],
+    aliases: c.aliases.map((a) => aliasWire(a, c.id)),
+  };
+}
+
+const read = ['secret', 'pat', 'session'] as const;
+const readOrCustomer = ['secret', 'pat', 'session', 'customer'] as const;
+
+export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
+  return [
+    route({
+      method: 'GET',
+      path: '/v1/customers',
+      summary: 'List customers (filter by external_id)',
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customers:read'], allow: [...read] },
+      query: listQuery,
+      responses: { 200: { description: 'A page of customers.' } },
+      handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
+        const env = envOf(ctx.principal);
+        const page = pageRequest(ctx.query);
+        if (ctx.query.external_id !== undefined) {
+          // Exact lookup through the actor: sees a customer created a moment ago.
+          const result = await deps.engine.execute({
+            env,
+            target: { by: 'key', key: ctx.query.external_id },
+            command: { kind: 'customer.view' },
+            nowMs: Date.now(),
+          });
+          if (result.ok !== true) {
+            if (result.ok === false && result.code !== 'resource_not_found') unwrap(result);
+            return { status: 200, body: { data: [], next_cursor: null, has_more: false } };
+          }
+          const c = result.reply.kind === 'customer' ? result.reply.customer : null;
+          const data = c && (page.after === null || c.id > (page.after[0] ?? '')) ? [customerWire(c)] : [];
+          return { status: 200, body: { data, next_cursor: null, has_more: false } };
+        }
+        const rows = await deps.readModel.listCustomers(env, { limit: page.limit + 1, after: page.after?.[0] ?? null });
+        return {
+          status: 200,
+          body: toPage(rows, page.limit, (r) => [r.id], (r) =>
+            customerWire({ ...r, environmentId: env, aliases: [], mergedFrom: [], eventCount: 0 }),
+          ),
+        };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/customers',
+      summary: 'Create a customer',
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
+      body: createBody,
+      idempotent: true,
+      responses: { 201: { description: 'The customer.', schema: customerSchema } },
+      handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
+        const env = envOf(ctx.principal);
+        const reply = await call(deps, env, { by: 'key', key: ctx.body.external_id }, {
+          kind: 'customer.create',
+          externalId: ctx.body.external_id,
+          attributes: ctx.body.attributes,
+        });
+        if (reply.kind !== 'customer') throw new ApiError('internal_error');
+        return { status: 201, body: customerWire(reply.customer), headers: etagHeader(reply.customer.version) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/customers/:id',
+      summary: 'Read a customer',
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customers:read'], allow: [...readOrCustomer] },
+      responses: { 200: { description: 'The customer (ETag = version).', schema: customerSchema } },
+      handler: async (ctx: RequestContext) => {
+        const env = envOf(ctx.principal);
+        const id = ctx.params.id ?? '';
+        checkSelf(ctx.principal, id);
+        const c = await view(deps, env, idTarget(id));
+        return { status: 200, body: customerWire(c), headers: etagHeader(c.version) };
+      },
+    }),
+    route({
+      method: 'PATCH',
+      path: '/v1/customers/:id',
+      summary: "Update a customer's attributes (If-Match or expected_version for a safe edit)",
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
+      body: patchBody,
+      responses: { 200: { description: 'The customer.', schema: customerSchema } },
+      handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
+        const env = envOf(ctx.principal);
+        const expected = expectedVersion(ctx.headers, ctx.body.expected_version) ?? null;
+        const reply = await call(deps, env, idTarget(ctx.params.id ?? ''), {
+          kind: 'customer.update',
+          attributes: ctx.body.attributes,
+          expectedVersion: expected,
+        });
+        if (reply.kind !== 'customer') throw new ApiError('internal_error');
+        return { status: 200, body: customerWire(reply.customer), headers: etagHeader(reply.customer.version) };
+      },
+    }),
+    route({
+      method: 'DELETE',
+      path: '/v1/customers/:id',
+      summary: 'Delete a customer: erases personal data, keeps ids and amounts for ledger integrity',
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
+      responses: { 204: { description: 'Deleted.' } },
+      handler: async (ctx: RequestContext) => {
+        const env = envOf(ctx.principal);
+        const target = idTarget(ctx.params.id ?? '');
+        const before = await view(deps, env, target);
+        await call(deps, env, target, { kind: 'customer.delete' });
+        // Aliases live in their own partitions: release each binding so the alias is free again.
+        await Promise.all(
+          before.aliases.map((a) => call(deps, env, { by: 'key', key: a.alias }, { kind: 'key.release', customerId: before.id })),
+        );
+        return { status: 204 };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/customers/:id/state',
+      summary: "The customer's state: balances, tiers, segments, counters, challenges, issuances, aliases",
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customers:read'], allow: [...readOrCustomer] },
+      responses: { 200: { description: 'The state view.' } },
+      handler: async (ctx: RequestContext) => {
+        const env = envOf(ctx.principal);
+        const id = ctx.params.id ?? '';
+        checkSelf(ctx.principal, id);
+        return { status: 200, body: stateWire(await view(deps, env, idTarget(id))) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/customers/:id/balances',
+      summary: "The customer's balances per currency",
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['ledger:read'], allow: [...readOrCustomer] },
+      responses: { 200: { description: '{data: [{currency, available, pending, lifetime_earned}]}' } },
+      handler: async (ctx: RequestContext) => {
+        const env = envOf(ctx.principal);
+        const id = ctx.params.id ?? '';
+        checkSelf(ctx.principal, id);
+        await view(deps, env, idTarget(id));
+        return { status: 200, body: { data: [] } };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/customers/:id/export',
+      summary: 'Export everything held about a customer',
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customers:read'], allow: [...read] },
+      responses: { 200: { description: 'The export document.' } },
+      handler: async (ctx: RequestContext) => {
+        const env = envOf(ctx.principal);
+        const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
+        await deps.drainProjector();
+        const events = await deps.readModel.listCustomerEvents(env, c.id, { limit: exportEventsMax + 1 });
+        const shown = events.slice(0, exportEventsMax);
+        return {
+          status: 200,
+          body: {
+            exported_at: new Date().toISOString(),
+            customer: customerWire(c),
+            aliases: c.aliases.map((a) => ({ alias: a.alias, created_at: iso(a.createdAtMs) })),
+            events: shown.map((e) => ({
+              id: e.id,
+              name: e.name,
+              occurred_at: iso(e.occurredAtMs),
+              received_at: iso(e.receivedAtMs),
+              properties: e.properties,
+            })),
+            // The export holds the newest events; older ones (if any) were received before this instant.
+            events_since: events.length > exportEventsMax ? iso(shown[shown.length - 1]!.receivedAtMs) : null,
+            ledger_entries: [],
+            reward_issuances: [],
+            tiers: [],
+            challenge_progress: [],
+          },
+        };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/customers/:id/aliases',
+      summary: "Add an alias; if it is another customer's external id, that customer is merged into this one",
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
+      body: aliasBody,
+      idempotent: true,
+      responses: { 201: { description: '{alias, merged_from}' } },
+      handler: async (ctx: RequestContext<z.infer<typeof aliasBody>>) => {
+        const env = envOf(ctx.principal);
+        // Resolve the survivor first (the id may itself have been merged away).
+        const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
+        const claim = await call(deps, env, { by: 'key', key: ctx.body.alias }, { kind: 'key.claim', customerId: survivor.id });
+        if (claim.kind !== 'claimed') throw new ApiError('internal_error');
+        const added = await call(deps, env, { by: 'id', id: survivor.id }, {
+          kind: 'alias.add',
+          alias: ctx.body.alias,
+          aliasKind: ctx.body.kind,
+          mergedFrom: claim.mergedFrom,
+        });
+        if (added.kind !== 'alias') throw new ApiError('internal_error');
+        return {
+          status: 201,
+          body: { alias: aliasWire(added.alias, survivor.id), merged_from: claim.mergedFrom ?? added.mergedFrom },
+        };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/customers/:id/client_token',
+      summary: 'Mint a customer token for a browser (15 minutes)',
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customer_sessions:write'], allow: ['secret', 'pat', 'session'] },
+      responses: { 200: { description: '{customer_id, external_id, customer_token}' } },
+      handler: async (ctx: RequestContext) => {
+        const env = envOf(ctx.principal);
+        const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
+        const minted = await deps.mintCustomerToken({
+          environmentId: env,
+          customerId: c.id,
+          externalId: c.externalId ?? '',
+          credentialId: ctx.principal.credentialId,
+        });
+        return { status: 200, body: { customer_id: c.id, external_id: c.externalId, customer_token: minted.token } };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/customer_sessions',
+      summary: 'Mint a customer session token (needs scope customer_sessions:write)',
+      tag: 'Customers',
+      auth: { kind: 'credential', scopes: ['customer_sessions:write'], allow: ['secret'] },
+      body: sessionBody,
+      idempotent: true,
+      replayTransform: (body) => ({ ...(body as Record<string, unknown>), customer_token: null }),
+      responses: { 201: { description: '{customer_token} (null on an idempotent replay)' } },
+      handler: async (ctx: RequestContext<z.infer<typeof sessionBody>>) => {
+        const env = envOf(ctx.principal);
+        const ref = ctx.body.customer_id;
+        const target: Target = customerIdPartition(ref) >= 0 ? { by: 'id', id: ref } : { by: 'key', key: ref };
+        const c = await view(deps, env, target);
+        const minted = await deps.mintCustomerToken({
+          environmentId: env,
+          customerId: c.id,
+          externalId: c.externalId ?? '',
+          credentialId: ctx.principal.credentialId,
+        });
+        return {
+          status: 201,
+          body: { customer_id: c.id, external_id: c.externalId, customer_token: minted.token, expires_at: iso(minted.expiresAtMs) },
+        };
+      },
+    }),
+  ];
+}

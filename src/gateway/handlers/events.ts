@@ -1,0 +1,239 @@
+// POST /v1/events (single, batch, sync mode) and GET /v1/events/{id}. The hot path: validate each
+// event once, fingerprint its content, hand it to the customer's actor, and answer only after the
+// journal acknowledged it. A batch runs its items concurrently and answers 207 in request order,
+// each item its own result or error. Never answer 2xx for an event that is not journaled.
+import { z } from 'zod';
+import type { Engine } from '../../actors/engine.js';
+import type { CallResult } from '../../actors/partition.js';
+import { ApiError } from '../../errors/api-error.js';
+import { limits } from '../../limits.js';
+import { canonicalJson, hash53 } from '../../util/canonical-json.js';
+import { type AnyRoute, type RequestContext, route } from '../route.js';
+import { zodToApiError } from '../validation.js';
+import { iso } from '../wire.js';
+
+export const eventNamePattern = /^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$/;
+
+export const eventSchema = z.strictObject({
+  id: z.string().min(1).max(limits.eventIdCharsMax).describe("The caller's event id; the deduplication key."),
+  name: z
+    .string()
+    .min(1)
+    .max(limits.eventNameCharsMax)
+    .regex(eventNamePattern, 'Use dotted snake_case, e.g. level.completed.'),
+  customer_id: z.string().min(1).max(limits.externalIdCharsMax).describe("The caller's own customer id (external id)."),
+  occurred_at: z.iso.datetime({ offset: true }),
+  properties: z.record(z.string(), z.unknown()).default({}),
+});
+export type EventInput = z.infer<typeof eventSchema>;
+
+const modeSchema = z.enum(['sync', 'async']).optional();
+
+/** Documented shape; items are validated one by one in the handler so a batch reports per-item errors. */
+const eventsBodySchema = z.union([
+  eventSchema.extend({ mode: modeSchema }),
+  z.strictObject({ events: z.array(eventSchema).describe('At most 100 events.'), mode: modeSchema }),
+]);
+
+const eventAccepted = z.object({
+  id: z.string().nullable(),
+  client_event_id: z.string(),
+  status: z.enum(['accepted', 'evaluated']),
+  duplicate: z.boolean().optional(),
+  effects: z.array(z.unknown()).optional(),
+  fallback: z.boolean().optional(),
+});
+
+export interface EventReadModel {
+  getEvent(
+    environmentId: string,
+    id: string,
+  ): Promise<{
+    id: string;
+    clientEventId: string;
+    customerId: string;
+    name: string;
+    occurredAtMs: number;
+    receivedAtMs: number;
+    properties: Record<string, unknown> | null;
+    status: string;
+  } | null>;
+}
+
+export interface EventDeps {
+  engine: Engine;
+  readModel: EventReadModel;
+  /** Waits until everything acknowledged so far is projected (read-your-writes for GET /events/{id}). */
+  drainProjector(): Promise<void>;
+  /** The environment's clock (the test clock in test environments). */
+  nowMs(environmentId: string): number;
+}
+
+type ItemResult = { status: number; body: Record<string, unknown> };
+
+function parseEvent(raw: unknown, rawBytes: number, at: string): EventInput {
+  if (rawBytes > limits.eventBytesMax) {
+    throw new ApiError('event_too_large', {
+      message: `An event is at most ${limits.eventBytesMax} bytes.`,
+      param: at || undefined,
+    });
+  }
+  const parsed = eventSchema.safeParse(raw);
+  if (!parsed.success) throw zodToApiError(parsed.error, { root: at });
+  return parsed.data;
+}
+
+async function recordOne(deps: EventDeps, env: string, ev: EventInput, sync: boolean, param: string): Promise<ItemResult> {
+  const occurredAtMs = Date.parse(ev.occurred_at);
+  const nowMs = deps.nowMs(env);
+  if (occurredAtMs > nowMs + limits.occurredAtFutureSkewMs) {
+    throw new ApiError('occurred_at_in_future', { param: param ? `${param}.occurred_at` : 'occurred_at' });
+  }
+  const fp = hash53(canonicalJson([ev.name, ev.customer_id, occurredAtMs, ev.properties]));
+  const pending = deps.engine.execute({
+    env,
+    target: { by: 'key', key: ev.customer_id },
+    command: {
+      kind: 'event.record',
+      externalId: ev.customer_id,
+      clientEventId: ev.id,
+      name: ev.name,
+      occurredAtMs,
+      properties: ev.properties,
+      fp,
+    },
+    nowMs,
+  });
+  let result: CallResult;
+  if (sync) {
+    const raced = await Promise.race([pending, sleep(limits.syncEvaluationWaitMs)]);
+    if (raced === undefined) {
+      // The actor could not answer in time; the event is still queued and will be applied once.
+      void pending.catch(() => {});
+      return { status: 202, body: { id: null, client_event_id: ev.id, status: 'accepted', fallback: true } };
+    }
+    result = raced;
+  } else {
+    result = await pending;
+  }
+  if (result.ok !== true) {
+    if (result.ok === 'redirect') throw new ApiError('internal_error');
+    throw new ApiError(result.code, { message: result.message, param: result.param, retryAfterSeconds: result.retryAfterSeconds });
+  }
+  const reply = result.reply;
+  if (reply.kind !== 'event') throw new ApiError('internal_error');
+  const body: Record<string, unknown> = sync
+    ? { id: reply.id, client_event_id: reply.clientEventId, status: 'evaluated', effects: [] }
+    : { id: reply.id, client_event_id: reply.clientEventId, status: 'accepted' };
+  if (reply.duplicate) body.duplicate = true;
+  return { status: sync ? 200 : 202, body };
+}
+
+function itemError(err: unknown, requestId: string): { error: unknown } {
+  const e = err instanceof ApiError ? err : new ApiError('internal_error');
+  return e.toBody(requestId);
+}
+
+export function eventRoutes(deps: EventDeps): AnyRoute[] {
+  return [
+    route({
+      method: 'POST',
+      path: '/v1/events',
+      summary: 'Send one event, or a batch of up to 100 ({events: [...]})',
+      tag: 'Events',
+      auth: { kind: 'credential', scopes: ['events:write'], allow: ['secret', 'publishable', 'pat', 'session'] },
+      // Validated by hand below (per-item errors in batches); the schema documents the shape.
+      docBody: eventsBodySchema,
+      responses: {
+        202: { description: 'Journaled; evaluated asynchronously (or sync fallback).', schema: eventAccepted },
+        200: { description: 'mode: sync; evaluated with effects.', schema: eventAccepted },
+        207: { description: 'Batch: one result per item, in request order.' },
+      },
+      handler: async (ctx: RequestContext) => {
+        const principal = ctx.principal;
+        const env = principal.environment;
+        if (env === null) throw new ApiError('environment_required');
+        const body = ctx.body;
+        if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+          throw new ApiError('validation_failed', { message: 'The body must be an event or {events: [...]}.' });
+        }
+        const b = body as Record<string, unknown>;
+        const mode = b.mode;
+        if (mode !== undefined && mode !== 'sync' && mode !== 'async') {
+          throw new ApiError('validation_failed', { param: 'mode', message: 'mode is "sync" or "async".' });
+        }
+        const sync = mode === 'sync';
+        const isPublishable = principal.kind === 'publishable';
+        const checkAllowed = (name: string, param: string) => {
+          if (isPublishable && !principal.allowedEvents.includes(name)) {
+            throw new ApiError('forbidden', { message: `This publishable key may not send ${name}.`, param });
+          }
+        };
+        if (!('events' in b)) {
+          const { mode: _m, ...raw } = b;
+          const ev = parseEvent(raw, ctx.rawBody.length, '');
+          checkAllowed(ev.name, 'name');
+          const r = await recordOne(deps, env.id, ev, sync, '');
+          return { status: r.status, body: r.body };
+        }
+        const items = b.events;
+        if (!Array.isArray(items)) throw new ApiError('validation_failed', { param: 'events', message: 'events must be an array.' });
+        if (items.length > limits.eventsPerBatchMax) throw new ApiError('batch_too_large', { param: 'events' });
+        if (items.length === 0) throw new ApiError('validation_failed', { param: 'events', message: 'events holds 1 to 100 events.' });
+        const mayBeLarge = ctx.rawBody.length > limits.eventBytesMax;
+        const results = await Promise.all(
+          items.map(async (raw, i): Promise<Record<string, unknown>> => {
+            const at = `events[${i}]`;
+            try {
+              const ev = parseEvent(raw, mayBeLarge ? Buffer.byteLength(JSON.stringify(raw)) : 0, at);
+              checkAllowed(ev.name, `${at}.name`);
+              const r = await recordOne(deps, env.id, ev, sync, at);
+              return r.body;
+            } catch (err) {
+              const clientEventId = raw && typeof raw === 'object' && typeof (raw as { id?: unknown }).id === 'string' ? (raw as { id: string }).id : null;
+              return { client_event_id: clientEventId, ...itemError(err, ctx.requestId) };
+            }
+          }),
+        );
+        return { status: 207, body: { data: results } };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/events/:id',
+      summary: 'Read an event by its service id (evt_...)',
+      tag: 'Events',
+      auth: { kind: 'credential', scopes: ['events:read'], allow: ['secret', 'pat', 'session'] },
+      responses: { 200: { description: 'The event with its status.' } },
+      handler: async (ctx: RequestContext) => {
+        const env = ctx.principal.environment;
+        if (env === null) throw new ApiError('environment_required');
+        const id = ctx.params.id ?? '';
+        if (!id.startsWith('evt_')) throw new ApiError('resource_not_found', { message: 'No event with this id.', param: 'id' });
+        let row = await deps.readModel.getEvent(env.id, id);
+        if (row === null) {
+          await deps.drainProjector();
+          row = await deps.readModel.getEvent(env.id, id);
+        }
+        if (row === null) throw new ApiError('resource_not_found', { message: 'No event with this id.', param: 'id' });
+        return {
+          status: 200,
+          body: {
+            id: row.id,
+            client_event_id: row.clientEventId,
+            customer_id: row.customerId,
+            name: row.name,
+            occurred_at: iso(row.occurredAtMs),
+            received_at: iso(row.receivedAtMs),
+            properties: row.properties,
+            status: row.status,
+          },
+        };
+      },
+    }),
+  ];
+}
+
+function sleep(ms: number): Promise<undefined> {
+  return new Promise((r) => setTimeout(r, ms, undefined));
+}

@@ -1,0 +1,37 @@
+// Wire mappers: engine views (camelCase, ms numbers) to the API's snake_case JSON with RFC 3339
+// timestamps, and CallResult errors to ApiError. The only place customer and event shapes are
+// spelled in snake_case.
+import type { CallResult } from '../actors/partition.js';
+import type { CustomerView } from '../actors/views.js';
+import { ApiError } from '../errors/api-error.js';
+
+export function iso(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString();
+}
+
+export function customerWire(c: CustomerView) {
+  return {
+    id: c.id,
+    external_id: c.externalId,
+    attributes: c.attributes,
+    version: c.version,
+    deleted_at: iso(c.deletedAtMs),
+    created_at: iso(c.createdAtMs),
+    updated_at: iso(c.updatedAtMs),
+  };
+}
+
+export function aliasWire(a: { alias: string; kind: string; createdAtMs: number }, customerId: string) {
+  return { alias: a.alias, kind: a.kind, customer_id: customerId, created_at: iso(a.createdAtMs) };
+}
+
+/** Unwraps a successful result or throws its error as ApiError. */
+export function unwrap(result: CallResult): Extract<CallResult, { ok: true }>['reply'] {
+  if (result.ok === true) return result.reply;
+  if (result.ok === 'redirect') throw new ApiError('internal_error');
+  throw new ApiError(result.code, {
+    message: result.message,
+    param: result.param,
+    retryAfterSeconds: result.retryAfterSeconds,
+  });
+}

@@ -1,0 +1,203 @@
+// The projector: acknowledged journal entries -> PostgreSQL read tables (customers, aliases,
+// events), at least once and idempotent (the read model ignores what it already has). It is fed
+// in memory right after each ack; if it falls too far behind it drops the in-memory queue and
+// catches up from the journal, so memory stays bounded. Lag is bounded by the cycle interval
+// plus one write. It never decides anything: it only copies facts into rows.
+import type { Logger } from 'pino';
+import { decodeEntry, type JournalRecord } from '../actors/codec.js';
+import type { Fact } from '../domain/customer.js';
+import { projectorLagRecords } from '../observability/metrics.js';
+import { compareOffsets, type Journal, type Offset, offsetZero } from '../persistence/ports.js';
+import type { Projection } from '../persistence/sql/read-model.js';
+
+export interface ReadModelWriter {
+  apply(partition: number, offset: Offset, projections: Projection[]): Promise<void>;
+  projectedOffset(partition: number): Promise<Offset>;
+}
+
+interface Lane {
+  entries: Array<{ offset: Offset; records: JournalRecord[] }>;
+  queuedRecords: number;
+  /** Set when the in-memory queue was dropped: read from the journal after `projected`. */
+  catchUp: boolean;
+  projected: Offset;
+}
+
+const cycleMs = 20;
+const laneRecordsMax = 50_000;
+const catchUpEntries = 500;
+
+export class Projector {
+  private readonly lanes = new Map<number, Lane>();
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private waiters: Array<() => void> = [];
+
+  constructor(
+    private readonly readModel: ReadModelWriter,
+    private readonly journal: Journal,
+    private readonly logger: Logger,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => void this.cycle(), cycleMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.drain().catch(() => {});
+  }
+
+  async projectedOffset(partition: number): Promise<Offset> {
+    const offset = await this.readModel.projectedOffset(partition);
+    const lane = this.lane(partition);
+    lane.entries = [];
+    lane.queuedRecords = 0;
+    lane.catchUp = false;
+    lane.projected = offset;
+    return offset;
+  }
+
+  /** Highest offset of a partition known to be in the read tables (trimming stays at or below it). */
+  projectedSoFar(partition: number): Offset {
+    return this.lanes.get(partition)?.projected ?? offsetZero;
+  }
+
+  onAcked(partition: number, offset: Offset, records: JournalRecord[]): void {
+    const lane = this.lane(partition);
+    if (lane.catchUp) return;
+    if (lane.queuedRecords + records.length > laneRecordsMax) {
+      lane.entries = [];
+      lane.queuedRecords = 0;
+      lane.catchUp = true;
+      return;
+    }
+    lane.entries.push({ offset, records });
+    lane.queuedRecords += records.length;
+  }
+
+  /** Resolves once everything acknowledged before the call is in the read tables. */
+  drain(): Promise<void> {
+    const pending = [...this.lanes.values()].some((l) => l.entries.length > 0 || l.catchUp);
+    if (!pending && this.running === null) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.waiters.push(resolve);
+      void this.cycle();
+    });
+  }
+
+  private lane(partition: number): Lane {
+    let lane = this.lanes.get(partition);
+    if (!lane) this.lanes.set(partition, (lane = { entries: [], queuedRecords: 0, catchUp: false, projected: offsetZero }));
+    return lane;
+  }
+
+  private cycle(): Promise<void> {
+    if (this.running) return this.running;
+    this.running = this.runCycle()
+      .catch((err: unknown) => this.logger.warn({ err }, 'projection cycle failed; retrying'))
+      .finally(() => {
+        this.running = null;
+        const idle = [...this.lanes.values()].every((l) => l.entries.length === 0 && !l.catchUp);
+        if (idle) {
+          const waiters = this.waiters;
+          this.waiters = [];
+          for (const w of waiters) w();
+        } else if (this.waiters.length > 0) {
+          setImmediate(() => void this.cycle());
+        }
+      });
+    return this.running;
+  }
+
+  private async runCycle(): Promise<void> {
+    for (const [partition, lane] of this.lanes) {
+      if (lane.catchUp) {
+        const entries = await this.journal.read(partition, lane.projected, catchUpEntries);
+        if (entries.length === 0) {
+          lane.catchUp = false;
+          continue;
+        }
+        const last = entries[entries.length - 1]!.offset;
+        const projections: Projection[] = [];
+        for (const e of entries) toProjections(decodeEntry(e.payload), projections);
+        await this.readModel.apply(partition, last, projections);
+        lane.projected = last;
+        continue;
+      }
+      if (lane.entries.length === 0) continue;
+      const taken = lane.entries;
+      const last = taken[taken.length - 1]!.offset;
+      const projections: Projection[] = [];
+      for (const e of taken) {
+        if (compareOffsets(e.offset, lane.projected) <= 0) continue;
+        toProjections(e.records, projections);
+      }
+      await this.readModel.apply(partition, last, projections);
+      // Only now drop them: a failed apply leaves the queue for the next cycle.
+      lane.entries = lane.entries.slice(taken.length);
+      lane.queuedRecords = lane.entries.reduce((n, e) => n + e.records.length, 0);
+      lane.projected = last;
+      projectorLagRecords.labels(String(partition)).set(lane.queuedRecords);
+    }
+  }
+}
+
+/** Facts -> read-model rows. Pure. */
+export function toProjections(records: JournalRecord[], out: Projection[]): void {
+  for (const [environmentId, customerId, facts] of records) {
+    if (customerId === '') continue;
+    for (const f of facts as Fact[]) {
+      switch (f.kind) {
+        case 'customer.created':
+          out.push({
+            kind: 'customer.upsert',
+            environmentId,
+            id: f.id,
+            externalId: f.externalId,
+            attributes: f.attributes,
+            version: 1,
+            createdAtMs: f.atMs,
+            updatedAtMs: f.atMs,
+          });
+          break;
+        case 'customer.updated':
+          out.push({
+            kind: 'customer.upsert',
+            environmentId,
+            id: customerId,
+            externalId: f.externalId,
+            attributes: f.attributes,
+            version: f.version,
+            createdAtMs: f.createdAtMs,
+            updatedAtMs: f.atMs,
+          });
+          break;
+        case 'customer.deleted':
+          out.push({ kind: 'customer.erase', environmentId, id: customerId, deletedAtMs: f.atMs, version: f.version });
+          break;
+        case 'event.recorded':
+          out.push({
+            kind: 'event.insert',
+            environmentId,
+            id: f.id,
+            clientEventId: f.clientEventId,
+            customerId,
+            name: f.name,
+            occurredAtMs: f.occurredAtMs,
+            receivedAtMs: f.receivedAtMs,
+            properties: f.properties,
+            status: 'evaluated',
+          });
+          break;
+        case 'alias.added':
+          out.push({ kind: 'alias.upsert', environmentId, alias: f.alias, customerId, kind_: f.aliasKind, createdAtMs: f.atMs } as never);
+          break;
+        case 'customer.merged':
+          break;
+      }
+    }
+  }
+}

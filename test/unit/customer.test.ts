@@ -1,0 +1,100 @@
+// Given/when/then tests of the pure customer mechanic.
+import t from 'tap';
+import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact } from '../../src/domain/customer.js';
+
+function ctxAt(nowMs: number): Ctx {
+  let n = 0;
+  return {
+    nowMs,
+    environmentId: 'env_1',
+    newId: (prefix) => `${prefix}_${++n}`,
+    newCustomerId: () => `cust_000${String(++n).padStart(26, '0')}`,
+  };
+}
+
+function given(facts: Fact[]): CustomerState | null {
+  let s: CustomerState | null = null;
+  for (const f of facts) s = evolve(s, f);
+  return s;
+}
+
+function when(state: CustomerState | null, cmd: Command, nowMs = 1000) {
+  const d = decide(state, cmd, ctxAt(nowMs));
+  if (d.ok) for (const f of d.facts) state = evolve(state, f);
+  return { d, state };
+}
+
+const created: Fact = { kind: 'customer.created', id: 'cust_A', environmentId: 'env_1', externalId: 'u1', attributes: {}, atMs: 1 };
+const ev = (id: string, fp: number): Command => ({
+  kind: 'event.record',
+  externalId: 'u1',
+  clientEventId: id,
+  name: 'level.completed',
+  occurredAtMs: 500,
+  properties: { level: 3 },
+  fp,
+});
+
+t.test('an event for an unknown customer creates it on first sight', async (t) => {
+  const { d, state } = when(null, ev('e1', 7));
+  t.ok(d.ok);
+  if (!d.ok) return;
+  t.same(d.facts.map((f) => f.kind), ['customer.created', 'event.recorded']);
+  t.equal(state?.externalId, 'u1');
+  t.equal(state?.events.get('e1')?.fp, 7);
+});
+
+t.test('the same event id with the same content is a duplicate answered with the first id', async (t) => {
+  const first = when(given([created]), ev('e1', 7));
+  const second = when(first.state, ev('e1', 7));
+  t.ok(first.d.ok && second.d.ok);
+  if (!first.d.ok || !second.d.ok) return;
+  t.same(second.d.facts, [], 'nothing recorded twice');
+  t.match(second.d.reply, { kind: 'event', duplicate: true, id: (first.d.reply as { id: string }).id });
+});
+
+t.test('the same event id with different content is event_id_conflict', async (t) => {
+  const first = when(given([created]), ev('e1', 7));
+  const second = when(first.state, ev('e1', 8));
+  t.match(second.d, { ok: false, code: 'event_id_conflict' });
+});
+
+t.test('update merges attributes, null removes, version increases; a stale expected version is refused', async (t) => {
+  const s = given([{ ...created, attributes: { a: 1, b: 2 } } as Fact]);
+  const r = when(s, { kind: 'customer.update', attributes: { b: null, c: 3 }, expectedVersion: 1 });
+  t.same(r.state?.attributes, { a: 1, c: 3 });
+  t.equal(r.state?.version, 2);
+  const stale = when(r.state, { kind: 'customer.update', attributes: { d: 1 }, expectedVersion: 1 });
+  t.match(stale.d, { ok: false, code: 'stale_write' });
+});
+
+t.test('create on an existing customer is already_exists', async (t) => {
+  t.match(when(given([created]), { kind: 'customer.create', externalId: 'u1', attributes: {} }).d, {
+    ok: false,
+    code: 'already_exists',
+  });
+});
+
+t.test('delete erases personal data and then the customer answers not found', async (t) => {
+  const s = given([{ ...created, attributes: { email: 'x@y.z' } } as Fact]);
+  const r = when(s, { kind: 'customer.delete' });
+  t.equal(r.state?.externalId, null);
+  t.same(r.state?.attributes, {});
+  t.ok(r.state?.deletedAtMs);
+  t.match(when(r.state, { kind: 'customer.get' }).d, { ok: false, code: 'resource_not_found' });
+  t.match(when(r.state, ev('e9', 1)).d, { ok: false, code: 'resource_not_found' });
+});
+
+t.test('replaying the facts rebuilds the identical state', async (t) => {
+  const facts: Fact[] = [created];
+  let s = given(facts);
+  for (const cmd of [ev('e1', 1), ev('e2', 2), { kind: 'customer.update', attributes: { x: 1 }, expectedVersion: null } as Command]) {
+    const d = decide(s, cmd, ctxAt(2000));
+    if (!d.ok) continue;
+    for (const f of d.facts) {
+      facts.push(f);
+      s = evolve(s, f);
+    }
+  }
+  t.same(given(facts), s);
+});

@@ -1,0 +1,122 @@
+// The engine over in-memory twins: group commit, replies only after the ack, recovery from
+// snapshot + journal tail, aliases with merge, fencing. Real ClusterPlacement with memory leases.
+import { pino } from 'pino';
+import t from 'tap';
+import { Engine } from '../../src/actors/engine.js';
+import type { Call, CallResult } from '../../src/actors/partition.js';
+import { ClusterPlacement } from '../../src/cluster/placement.js';
+import { MemoryJournal } from '../../src/persistence/memory/journal.js';
+import { MemoryLeases } from '../../src/persistence/memory/leases.js';
+import { MemoryMembership } from '../../src/persistence/memory/membership.js';
+import { MemorySnapshotStore } from '../../src/persistence/memory/snapshot-store.js';
+import { type Journal, offsetZero } from '../../src/persistence/ports.js';
+
+const P = 4;
+
+async function node(shared: { journal: Journal; snapshots: MemorySnapshotStore; leases: MemoryLeases }, nodeId = 'n1') {
+  const membership = new MemoryMembership();
+  const acked: number[] = [];
+  const placement = new ClusterPlacement({
+    node: { nodeId, grpcAddress: '127.0.0.1:1', startedAtMs: 0 },
+    partitions: P,
+    journal: shared.journal,
+    snapshots: shared.snapshots,
+    leases: shared.leases,
+    membership,
+    projector: {
+      projectedOffset: async () => offsetZero,
+      projectedSoFar: () => offsetZero,
+      onAcked: (_p, _o, records) => acked.push(records.length),
+    },
+    logger: pino({ level: 'silent' }),
+    snapshotEveryMs: 60_000,
+    activeActorsMax: 1000,
+  });
+  const engine = new Engine(P, placement, null);
+  placement.attach(engine);
+  await placement.start();
+  return { engine, placement, acked };
+}
+
+function shared() {
+  const leases = new MemoryLeases();
+  return { leases, journal: new MemoryJournal((p) => leases.currentEpoch(p)), snapshots: new MemorySnapshotStore() };
+}
+
+const ev = (customer: string, id: string, fp = 1): Call => ({
+  env: 'env_1',
+  target: { by: 'key', key: customer },
+  command: { kind: 'event.record', externalId: customer, clientEventId: id, name: 'x.y', occurredAtMs: 1, properties: {}, fp },
+  nowMs: 1000,
+});
+
+function ok(r: CallResult) {
+  if (r.ok !== true) throw new Error(`expected ok, got ${JSON.stringify(r)}`);
+  return r.reply;
+}
+
+t.test('events in one tick are group-committed and each customer is created once', async (t) => {
+  const s = shared();
+  const n = await node(s);
+  const results = await Promise.all(Array.from({ length: 200 }, (_, i) => n.engine.execute(ev(`c${i % 20}`, `e${i}`))));
+  t.equal(results.filter((r) => r.ok === true).length, 200);
+  // 20 customers over 4 partitions: at most a handful of journal entries, far fewer than 200.
+  t.ok(n.acked.length <= 8, `entries: ${n.acked.length}`);
+  const view = ok(await n.engine.execute({ env: 'env_1', target: { by: 'key', key: 'c3' }, command: { kind: 'customer.view' }, nowMs: 1 }));
+  t.equal(view.kind === 'customer' && view.customer.eventCount, 10);
+  await n.placement.stop();
+});
+
+t.test('a duplicate is answered with the first id; different content conflicts', async (t) => {
+  const n = await node(shared());
+  const first = ok(await n.engine.execute(ev('u', 'e1')));
+  const again = ok(await n.engine.execute(ev('u', 'e1')));
+  t.match(again, { kind: 'event', duplicate: true, id: first.kind === 'event' ? first.id : '' });
+  t.match(await n.engine.execute(ev('u', 'e1', 2)), { ok: false, code: 'event_id_conflict' });
+  await n.placement.stop();
+});
+
+t.test('a restarted node rebuilds the same state from snapshots plus the journal tail', async (t) => {
+  const s = shared();
+  const a = await node(s);
+  for (let i = 0; i < 30; i++) ok(await a.engine.execute(ev(`c${i % 3}`, `e${i}`)));
+  await a.placement.stop(); // snapshots and releases
+  const b = await node(s, 'n2');
+  for (let i = 30; i < 45; i++) ok(await b.engine.execute(ev(`c${i % 3}`, `e${i}`)));
+  // Crash: no stop(). A third node takes over once the leases expire (released here by hand).
+  for (let p = 0; p < P; p++) await s.leases.release(p, 'n2', (await s.leases.list(P))[p]?.epoch ?? 0);
+  const c = await node(s, 'n3');
+  for (const cust of ['c0', 'c1', 'c2']) {
+    const v = ok(await c.engine.execute({ env: 'env_1', target: { by: 'key', key: cust }, command: { kind: 'customer.view' }, nowMs: 1 }));
+    t.equal(v.kind === 'customer' && v.customer.eventCount, 15, `${cust} has every event exactly once`);
+  }
+  t.match(ok(await c.engine.execute(ev('c0', 'e0'))), { duplicate: true }, 'dedup survives recovery');
+  // The crashed node is fenced: its appends are refused.
+  t.match(await b.engine.execute(ev('c9', 'late')), { ok: false, code: 'rate_limited' });
+  await c.placement.stop();
+});
+
+t.test('an alias that is another customer’s external id merges that customer', async (t) => {
+  const n = await node(shared());
+  const anon = ok(await n.engine.execute(ev('anon-1', 'a1')));
+  const known = ok(await n.engine.execute(ev('user-1', 'k1')));
+  if (anon.kind !== 'event' || known.kind !== 'event') throw new Error('unexpected');
+  const claim = ok(
+    await n.engine.execute({ env: 'env_1', target: { by: 'key', key: 'anon-1' }, command: { kind: 'key.claim', customerId: known.customerId }, nowMs: 2 }),
+  );
+  t.same(claim, { kind: 'claimed', mergedFrom: anon.customerId });
+  // Later events for the alias reach the surviving customer.
+  const later = ok(await n.engine.execute(ev('anon-1', 'a2')));
+  t.equal(later.kind === 'event' && later.customerId, known.customerId);
+  // Another customer cannot take an alias that is bound to someone else.
+  ok(await n.engine.execute(ev('user-2', 'z1')));
+  const other = ok(await n.engine.execute({ env: 'env_1', target: { by: 'key', key: 'user-2' }, command: { kind: 'customer.view' }, nowMs: 3 }));
+  const conflict = await n.engine.execute({
+    env: 'env_1',
+    target: { by: 'key', key: 'anon-1' },
+    command: { kind: 'key.claim', customerId: other.kind === 'customer' ? other.customer.id : '' },
+    nowMs: 4,
+  });
+  t.match(conflict, { ok: false, code: 'alias_conflict' });
+  await n.placement.stop();
+});
