@@ -52,6 +52,11 @@ export interface RouteDef<B = unknown, Q = unknown> {
   tag: string;
   auth: AuthSpec;
   body?: z.ZodType<B>;
+  /**
+   * Documents the body in OpenAPI without validating it in the server (the handler validates,
+   * e.g. POST /v1/events reports per-item errors for batches). Ignored when `body` is set.
+   */
+  docBody?: z.ZodType;
   query?: z.ZodType<Q>;
   /**
    * Optional check of the path params (e.g. an id prefix); a failure is validation_failed with
