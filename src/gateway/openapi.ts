@@ -174,10 +174,12 @@ export function buildOpenApiDocument(
     }
     if (parameters.length > 0) op.parameters = parameters;
 
-    if (r.body !== undefined) {
+    // docBody documents a body that the handler validates itself (per-item batch errors).
+    const bodySchema: z.ZodType | undefined = r.body ?? r.docBody;
+    if (bodySchema !== undefined) {
       op.requestBody = {
-        required: !acceptsEmpty(r.body),
-        content: { 'application/json': { schema: conv.convert(r.body, 'input') } },
+        required: !acceptsEmpty(bodySchema),
+        content: { 'application/json': { schema: conv.convert(bodySchema, 'input') } },
       };
     }
 

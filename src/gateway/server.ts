@@ -1,0 +1,585 @@
+// The HTTP gateway on uWebSockets.js and the transport-free pipeline behind it (invoke(), used by
+// the gRPC public API): route -> auth -> body (415/invalid_json) -> validation -> idempotency ->
+// handler -> error mapping. Every answer carries Request-Id; errors have the one wire shape.
+// uWS rules: onAborted first, copy request data synchronously, cap the body, write inside cork(),
+// never touch a response after abort. The pipeline stays synchronous until something really
+// awaits, and the write path uses no per-request closures (hot path: POST /v1/events).
+import { STATUS_CODES } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import uWS from 'uWebSockets.js';
+import { ApiError } from '../errors/api-error.js';
+import { newId } from '../ids.js';
+import { limits } from '../limits.js';
+import type { Logger } from '../observability/logger.js';
+import { HttpObserver, registry } from '../observability/metrics.js';
+import type { IdempotencyStore } from '../persistence/ports.js';
+import type { Principal } from '../tenancy/types.js';
+import {
+  claimIdempotency,
+  fingerprintOf,
+  idempotencyKeyOf,
+  idempotencyScopeOf,
+  isStorable,
+} from './idempotency.js';
+import { buildOpenApiDocument } from './openapi.js';
+import type { AnyRoute, AuthSpec, Method, Reply, RequestContext } from './route.js';
+import { Router } from './router.js';
+import { validate } from './validation.js';
+
+export type CredentialSpec = Extract<AuthSpec, { kind: 'credential' }>;
+
+export interface AuthInput {
+  authorization?: string;
+  environment?: string;
+  origin?: string;
+}
+
+export type Authenticate = (req: AuthInput, spec: CredentialSpec) => Principal | Promise<Principal>;
+
+export interface GatewayOptions {
+  routes: readonly AnyRoute[];
+  /** May throw ApiError (authentication_required, insufficient_scope, ...). */
+  authenticate: Authenticate;
+  idempotency: IdempotencyStore;
+  logger: Logger;
+  ready: () => Promise<{ ok: boolean; checks: Record<string, boolean | string> }>;
+  /** How long close() waits for in-flight requests. Default 10 s. */
+  drainTimeoutMs?: number;
+  openapiInfo?: { title?: string; version?: string };
+}
+
+export interface InvokeRequest {
+  method: string;
+  /** Path without the query string. */
+  path: string;
+  /** Raw query string without '?'. */
+  query?: string;
+  headers: Record<string, string>;
+  /** A JSON value, or the raw body as a string/Buffer (then parsed like HTTP). */
+  body?: unknown;
+}
+
+export interface InvokeResponse {
+  status: number;
+  /** Lower-case names. */
+  headers: Record<string, string>;
+  /** Parsed JSON (or text for non-JSON answers such as /metrics); undefined when empty. */
+  body: unknown;
+}
+
+export interface Gateway {
+  /** Resolves with the bound port (port 0 picks a free one). */
+  listen(host: string, port: number): Promise<number>;
+  /** Stops accepting, waits (bounded) for in-flight requests, then drops idle connections. */
+  close(): Promise<void>;
+  /** The same pipeline as HTTP, without HTTP. */
+  invoke(req: InvokeRequest): Promise<InvokeResponse>;
+}
+
+/** A finished answer before the transport writes it. */
+interface Out {
+  status: number;
+  /** Extra headers, lower-case names; Request-Id and Content-Type are added by the writer. */
+  headers: Record<string, string> | null;
+  text: string | undefined;
+  contentType: string;
+  /** Error code, when the answer is an error (idempotency storage decisions). */
+  code: string | undefined;
+}
+
+/** What the pipeline needs from a request, copied out of the transport. */
+interface Incoming {
+  requestId: string;
+  method: string;
+  path: string;
+  query: string;
+  headers: Record<string, string>;
+  rawBody: Buffer;
+  /** Set when the caller (invoke) passed an already-parsed JSON value. */
+  parsedBody: { value: unknown } | null;
+  receivedAtMs: number;
+  /** The matched route, set by run() (the metrics observer of the answer). */
+  entry: Entry | null;
+}
+
+type RawHandler = (inc: Incoming) => Out | Promise<Out>;
+
+interface Entry {
+  route: AnyRoute | null;
+  raw: RawHandler | null;
+  observer: HttpObserver;
+}
+
+const jsonType = 'application/json';
+const emptyBody = Buffer.alloc(0);
+const bodyMethods = new Set(['POST', 'PATCH', 'PUT']);
+const knownMethods = new Set(['GET', 'POST', 'PATCH', 'DELETE', 'PUT']);
+
+const statusLines = new Map<number, string>();
+function statusLine(status: number): string {
+  let line = statusLines.get(status);
+  if (line === undefined) {
+    line = `${status} ${STATUS_CODES[status] ?? 'Unknown'}`;
+    statusLines.set(status, line);
+  }
+  return line;
+}
+
+function isThenable<T>(x: T | Promise<T>): x is Promise<T> {
+  return typeof (x as { then?: unknown } | null)?.then === 'function';
+}
+
+/** application/json with optional parameters (charset); nothing else. */
+export function isJsonContentType(value: string | undefined): boolean {
+  if (value === undefined || value.length < 16) return false;
+  const lower = value.toLowerCase();
+  if (!lower.startsWith(jsonType)) return false;
+  if (lower.length === 16) return true;
+  const c = lower.charCodeAt(16);
+  return c === 59 /* ; */ || c === 32 /* space */ || c === 9 /* tab */;
+}
+
+/** Query string -> object; a repeated key becomes an array. */
+export function parseQuery(query: string): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  if (query.length === 0) return out;
+  for (const [k, v] of new URLSearchParams(query)) {
+    const prev = out[k];
+    if (prev === undefined) out[k] = v;
+    else if (Array.isArray(prev)) prev.push(v);
+    else out[k] = [prev, v];
+  }
+  return out;
+}
+
+function jsonOut(status: number, body: unknown, headers: Record<string, string> | null = null): Out {
+  return { status, headers, text: JSON.stringify(body), contentType: jsonType, code: undefined };
+}
+
+// uWS calls forEach/cork callbacks synchronously, so these module slots stand in for closures.
+let copyTarget: Record<string, string> = {};
+function copyHeader(key: string, value: string): void {
+  const prev = copyTarget[key];
+  copyTarget[key] = prev === undefined ? value : `${prev}, ${value}`;
+}
+
+export function createGateway(opts: GatewayOptions): Gateway {
+  const { authenticate, idempotency, logger } = opts;
+  const drainTimeoutMs = opts.drainTimeoutMs ?? 10_000;
+  const router = new Router<Entry>();
+
+  for (const r of opts.routes) {
+    if (!r.path.startsWith('/v1/')) throw new Error(`route ${r.method} ${r.path}: API routes live under /v1/`);
+    router.add(r.method, r.path, { route: r, raw: null, observer: new HttpObserver(r.method, r.path) });
+  }
+
+  let openapiText: string | undefined;
+  const addRaw = (path: string, raw: RawHandler) =>
+    router.add('GET', path, { route: null, raw, observer: new HttpObserver('GET', path) });
+  addRaw('/healthz', () => jsonOut(200, { status: 'ok' }));
+  addRaw('/readyz', async () => {
+    let result: { ok: boolean; checks: Record<string, boolean | string> };
+    try {
+      result = await opts.ready();
+    } catch (err) {
+      logger.warn({ err }, 'readiness check threw');
+      result = { ok: false, checks: { ready: err instanceof Error ? err.message : 'failed' } };
+    }
+    return jsonOut(result.ok ? 200 : 503, { status: result.ok ? 'ok' : 'unavailable', checks: result.checks });
+  });
+  addRaw('/metrics', async () => ({
+    status: 200,
+    headers: null,
+    text: await registry.metrics(),
+    contentType: registry.contentType,
+    code: undefined,
+  }));
+  addRaw('/v1/openapi.json', () => {
+    openapiText ??= JSON.stringify(buildOpenApiDocument(opts.routes, opts.openapiInfo));
+    return { status: 200, headers: null, text: openapiText, contentType: jsonType, code: undefined };
+  });
+
+  const unmatched = new Map<string, HttpObserver>();
+  for (const m of [...knownMethods, 'OTHER']) unmatched.set(m, new HttpObserver(m, 'unmatched'));
+
+  // ---- pipeline -------------------------------------------------------------------------------
+
+  function errorOut(err: unknown, inc: Incoming): Out {
+    let api: ApiError;
+    if (err instanceof ApiError) {
+      api = err;
+      if (api.status >= 500) logger.warn({ code: api.code, request_id: inc.requestId, path: inc.path }, api.message);
+    } else {
+      logger.error({ err, request_id: inc.requestId, method: inc.method, path: inc.path }, 'unhandled error');
+      api = new ApiError('internal_error');
+    }
+    let text: string;
+    try {
+      text = JSON.stringify(api.toBody(inc.requestId));
+    } catch (serErr) {
+      // details that do not serialize (BigInt, cycles) are a bug in the thrower; keep the code.
+      logger.error({ err: serErr, request_id: inc.requestId }, 'error details not serializable');
+      text = JSON.stringify(new ApiError(api.code).toBody(inc.requestId));
+    }
+    const headers =
+      api.retryAfterSeconds === undefined ? null : { 'retry-after': String(Math.max(0, Math.ceil(api.retryAfterSeconds))) };
+    return { status: api.status, headers, text, contentType: jsonType, code: api.code };
+  }
+
+  function replyOut(reply: Reply, inc: Incoming): Out {
+    let headers: Record<string, string> | null = null;
+    if (reply.headers !== undefined) {
+      headers = {};
+      for (const k in reply.headers) headers[k.toLowerCase()] = reply.headers[k]!;
+    }
+    let text: string | undefined;
+    try {
+      text = reply.body === undefined ? undefined : JSON.stringify(reply.body);
+    } catch (err) {
+      return errorOut(err, inc);
+    }
+    return { status: reply.status, headers, text, contentType: jsonType, code: undefined };
+  }
+
+  /** The request body as JSON, or undefined when empty / not a body method. Throws 415/400. */
+  function bodyOf(inc: Incoming): unknown {
+    if (inc.parsedBody !== null) return inc.parsedBody.value;
+    if (!bodyMethods.has(inc.method) || inc.rawBody.length === 0) return undefined;
+    const ct = inc.headers['content-type'];
+    if (!isJsonContentType(ct)) throw new ApiError('unsupported_media_type', { param: 'Content-Type' });
+    try {
+      return JSON.parse(inc.rawBody.toString('utf8')) as unknown;
+    } catch {
+      throw new ApiError('invalid_json');
+    }
+  }
+
+  function run(inc: Incoming): Out | Promise<Out> {
+    const match = router.find(inc.method, inc.path);
+    if (match === null) return errorOut(new ApiError('route_not_found'), inc);
+    const entry = match.value;
+    inc.entry = entry;
+    if (entry.raw !== null) {
+      try {
+        const out = entry.raw(inc);
+        return isThenable(out) ? out.catch((err: unknown) => errorOut(err, inc)) : out;
+      } catch (err) {
+        return errorOut(err, inc);
+      }
+    }
+    const route = entry.route!;
+    const auth = route.auth;
+    if (auth.kind === 'none') return afterAuth(route, match.params, inc, null);
+    try {
+      const h = inc.headers;
+      const p = authenticate(
+        { authorization: h.authorization, environment: h['x-service-environment'], origin: h.origin },
+        auth,
+      );
+      if (isThenable(p)) {
+        return p.then(
+          (principal) => afterAuth(route, match.params, inc, principal),
+          (err: unknown) => errorOut(err, inc),
+        );
+      }
+      return afterAuth(route, match.params, inc, p);
+    } catch (err) {
+      return errorOut(err, inc);
+    }
+  }
+
+  function afterAuth(
+    route: AnyRoute,
+    rawParams: Record<string, string>,
+    inc: Incoming,
+    principal: Principal | null,
+  ): Out | Promise<Out> {
+    try {
+      const json = bodyOf(inc);
+      const params = route.params === undefined ? rawParams : validate(route.params, rawParams, 'params');
+      const rawQuery = parseQuery(inc.query);
+      const query = route.query === undefined ? rawQuery : validate(route.query, rawQuery, 'query');
+      const key = route.idempotent === true ? idempotencyKeyOf(inc.headers) : null;
+      // An empty body counts as {} for routes with a body schema (bodiless creating POSTs).
+      const body = route.body === undefined ? json : validate(route.body, json === undefined ? {} : json, 'body');
+      const ctx: RequestContext = {
+        requestId: inc.requestId,
+        method: inc.method as Method,
+        path: inc.path,
+        params,
+        query,
+        headers: inc.headers,
+        body,
+        rawBody: inc.rawBody,
+        // Routes with auth 'none' have no principal; RouteDef documents principal as credential-only.
+        principal: principal as Principal,
+        receivedAtMs: inc.receivedAtMs,
+      };
+      if (key !== null) return runIdempotent(route, ctx, inc, principal, key, json);
+      const reply = route.handler(ctx);
+      if (isThenable(reply)) {
+        return reply.then(
+          (r) => replyOut(r, inc),
+          (err: unknown) => errorOut(err, inc),
+        );
+      }
+      return replyOut(reply, inc);
+    } catch (err) {
+      return errorOut(err, inc);
+    }
+  }
+
+  async function runIdempotent(
+    route: AnyRoute,
+    ctx: RequestContext,
+    inc: Incoming,
+    principal: Principal | null,
+    key: string,
+    json: unknown,
+  ): Promise<Out> {
+    const scope = idempotencyScopeOf(principal);
+    const fingerprint = fingerprintOf(inc.method, inc.path, json);
+    let stored: Awaited<ReturnType<typeof claimIdempotency>>;
+    try {
+      stored = await claimIdempotency(idempotency, scope, key, fingerprint);
+    } catch (err) {
+      return errorOut(err, inc);
+    }
+    if (stored !== null) return replayOut(route, stored.status, stored.body, inc);
+
+    let out: Out;
+    try {
+      out = replyOut(await route.handler(ctx), inc);
+    } catch (err) {
+      out = errorOut(err, inc);
+    }
+    try {
+      if (isStorable(out.status, out.code)) {
+        await idempotency.complete(scope, key, out.status, out.text ?? '', limits.idempotencyRetentionMs);
+      } else {
+        await idempotency.release(scope, key);
+      }
+    } catch (err) {
+      // The work is done; answer it. The claim goes stale and a retry may run again after
+      // idempotencyStaleAfterMs, which is why handlers also dedupe by their own ids.
+      logger.error({ err, request_id: inc.requestId, path: inc.path }, 'idempotency store write failed');
+    }
+    return out;
+  }
+
+  function replayOut(route: AnyRoute, status: number, text: string, inc: Incoming): Out {
+    let body = text.length === 0 ? undefined : text;
+    if (body !== undefined && route.replayTransform !== undefined) {
+      try {
+        body = JSON.stringify(route.replayTransform(JSON.parse(body)));
+      } catch (err) {
+        return errorOut(err, inc);
+      }
+    }
+    return { status, headers: { 'idempotent-replayed': 'true' }, text: body, contentType: jsonType, code: undefined };
+  }
+
+  // ---- in-flight accounting ---------------------------------------------------------------------
+
+  let inflight = 0;
+  let closing = false;
+  const drainWaiters: Array<() => void> = [];
+  function done(): void {
+    inflight--;
+    if (inflight === 0 && drainWaiters.length > 0) for (const w of drainWaiters.splice(0)) w();
+  }
+
+  // ---- invoke -----------------------------------------------------------------------------------
+
+  async function invoke(req: InvokeRequest): Promise<InvokeResponse> {
+    const headers: Record<string, string> = {};
+    for (const k in req.headers) headers[k.toLowerCase()] = req.headers[k]!;
+    const inc: Incoming = {
+      requestId: newId('req'),
+      method: req.method.toUpperCase(),
+      path: req.path,
+      query: req.query ?? '',
+      headers,
+      rawBody: emptyBody,
+      parsedBody: null,
+      receivedAtMs: Date.now(),
+      entry: null,
+    };
+    inflight++;
+    try {
+      let out: Out;
+      const b = req.body;
+      if (typeof b === 'string' || b instanceof Uint8Array) {
+        inc.rawBody = typeof b === 'string' ? Buffer.from(b) : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+        // gRPC callers send no Content-Type; their bodies are JSON by contract.
+        headers['content-type'] ??= jsonType;
+      } else if (b !== undefined) {
+        inc.rawBody = Buffer.from(JSON.stringify(b));
+        if (bodyMethods.has(inc.method)) inc.parsedBody = { value: b };
+      }
+      if (inc.rawBody.length > limits.bodyBytesMax) out = errorOut(new ApiError('body_too_large'), inc);
+      else out = await run(inc);
+      const outHeaders: Record<string, string> = { 'request-id': inc.requestId };
+      if (out.text !== undefined) outHeaders['content-type'] = out.contentType;
+      if (out.headers !== null) Object.assign(outHeaders, out.headers);
+      let body: unknown;
+      if (out.text !== undefined) body = out.contentType === jsonType ? JSON.parse(out.text) : out.text;
+      return { status: out.status, headers: outHeaders, body };
+    } finally {
+      done();
+    }
+  }
+
+  // ---- HTTP transport -----------------------------------------------------------------------------
+
+  /** Per-request transport state; the uWS callbacks are its two bound methods. */
+  class Exchange {
+    aborted = false;
+    finished = false;
+    received = 0;
+    chunks: Buffer[] | null = null;
+    readonly startedAt = performance.now();
+    constructor(
+      readonly res: uWS.HttpResponse,
+      readonly inc: Incoming,
+    ) {}
+
+    onAborted = (): void => {
+      this.aborted = true;
+      if (!this.finished) {
+        this.finished = true;
+        done();
+      }
+    };
+
+    onData = (chunk: ArrayBuffer, isLast: boolean): void => {
+      if (this.finished) return;
+      const n = chunk.byteLength;
+      this.received += n;
+      if (this.received > limits.bodyBytesMax) {
+        // Stop buffering: answer now and close, so the rest of the upload is never read.
+        this.chunks = null;
+        this.write(errorOut(new ApiError('body_too_large'), this.inc), true);
+        return;
+      }
+      // uWS neuters the ArrayBuffer after this callback: slice() copies it.
+      if (n > 0) (this.chunks ??= []).push(Buffer.from(chunk.slice(0)));
+      if (!isLast) return;
+      const chunks = this.chunks;
+      this.chunks = null;
+      this.inc.rawBody = chunks === null ? emptyBody : chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      this.dispatch();
+    };
+
+    dispatch(): void {
+      const out = run(this.inc);
+      if (isThenable(out)) {
+        out.then(
+          (o) => this.write(o, false),
+          (err: unknown) => this.write(errorOut(err, this.inc), false),
+        );
+      } else this.write(out, false);
+    }
+
+    write(out: Out, close: boolean): void {
+      if (this.finished) return;
+      this.finished = true;
+      corkExchange = this;
+      corkOut = out;
+      corkClose = close || closing;
+      this.res.cork(writeCorked);
+      corkExchange = null;
+      corkOut = null;
+      done();
+      const seconds = (performance.now() - this.startedAt) / 1000;
+      const observer =
+        this.inc.entry?.observer ?? unmatched.get(knownMethods.has(this.inc.method) ? this.inc.method : 'OTHER')!;
+      observer.observe(out.status, seconds);
+    }
+  }
+
+  let corkExchange: Exchange | null = null;
+  let corkOut: Out | null = null;
+  let corkClose = false;
+  function writeCorked(): void {
+    const x = corkExchange!;
+    const out = corkOut!;
+    const res = x.res;
+    res.writeStatus(statusLine(out.status));
+    res.writeHeader('request-id', x.inc.requestId);
+    if (out.text !== undefined) res.writeHeader('content-type', out.contentType);
+    const h = out.headers;
+    if (h !== null) for (const k in h) res.writeHeader(k, h[k]!);
+    res.end(out.text, corkClose);
+  }
+
+  const app = uWS.App();
+  app.any('/*', (res, req) => {
+    const headers: Record<string, string> = {};
+    copyTarget = headers;
+    req.forEach(copyHeader);
+    const inc: Incoming = {
+      requestId: newId('req'),
+      method: req.getCaseSensitiveMethod().toUpperCase(),
+      path: req.getUrl(),
+      query: req.getQuery() ?? '',
+      headers,
+      rawBody: emptyBody,
+      parsedBody: null,
+      receivedAtMs: Date.now(),
+      entry: null,
+    };
+    const x = new Exchange(res, inc);
+    res.onAborted(x.onAborted);
+    inflight++;
+    const cl = headers['content-length'];
+    if (cl !== undefined && Number(cl) > limits.bodyBytesMax) {
+      x.write(errorOut(new ApiError('body_too_large'), inc), true);
+      return;
+    }
+    res.onData(x.onData);
+  });
+
+  let listenSocket: uWS.us_listen_socket | null = null;
+
+  return {
+    listen(host: string, port: number): Promise<number> {
+      return new Promise((resolve, reject) => {
+        app.listen(host, port, (socket) => {
+          if (socket === false) {
+            reject(new Error(`cannot listen on ${host}:${port}`));
+            return;
+          }
+          listenSocket = socket;
+          const bound = uWS.us_socket_local_port(socket as unknown as uWS.us_socket);
+          logger.info({ host, port: bound }, 'http gateway listening');
+          resolve(bound);
+        });
+      });
+    },
+
+    async close(): Promise<void> {
+      closing = true;
+      if (listenSocket !== null) {
+        uWS.us_listen_socket_close(listenSocket);
+        listenSocket = null;
+      }
+      if (inflight > 0) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, drainTimeoutMs);
+          timer.unref();
+          drainWaiters.push(() => {
+            clearTimeout(timer);
+            resolve();
+          });
+        });
+        if (inflight > 0) logger.warn({ inflight }, 'closing with requests still in flight');
+      }
+      // Idle keep-alive connections would keep the process alive; this build has app.close().
+      const closable = app as unknown as { close?: () => void };
+      if (typeof closable.close === 'function') closable.close();
+    },
+
+    invoke,
+  };
+}

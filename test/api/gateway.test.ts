@@ -1,0 +1,766 @@
+// Black-box tests of the gateway over real HTTP (fetch) on port 0, with test routes, a fake
+// authenticate and an in-test IdempotencyStore. Every code this layer produces is exercised;
+// invoke() is checked against HTTP answer for answer; close() is checked to drain.
+import { connect } from 'node:net';
+import { pino } from 'pino';
+import t from 'tap';
+import { z } from 'zod';
+import { ApiError } from '../../src/errors/api-error.js';
+import { errorTable } from '../../src/errors/codes.js';
+import { checkIfMatch, etagHeader } from '../../src/gateway/etag.js';
+import { pageQuerySchema, pageRequest } from '../../src/gateway/pagination.js';
+import { type AnyRoute, type AuthSpec, route } from '../../src/gateway/route.js';
+import { type Authenticate, createGateway, type Gateway, type InvokeRequest } from '../../src/gateway/server.js';
+import { limits } from '../../src/limits.js';
+import type { IdempotencyRecord, IdempotencyStore } from '../../src/persistence/ports.js';
+import type { Principal } from '../../src/tenancy/types.js';
+
+/** Keeps the port's contract: atomic claim, stale takeover, complete, release. */
+class TestIdempotencyStore implements IdempotencyStore {
+  readonly rows = new Map<string, IdempotencyRecord & { claimedAtMs: number }>();
+  async claim(scope: string, key: string, fingerprint: string, staleAfterMs: number) {
+    const id = `${scope}\u0000${key}`;
+    const row = this.rows.get(id);
+    if (row === undefined || (row.state === 'in_progress' && Date.now() - row.claimedAtMs > staleAfterMs)) {
+      this.rows.set(id, { fingerprint, state: 'in_progress', status: null, body: null, claimedAtMs: Date.now() });
+      return null;
+    }
+    return { fingerprint: row.fingerprint, state: row.state, status: row.status, body: row.body };
+  }
+  async complete(scope: string, key: string, status: number, body: string) {
+    const row = this.rows.get(`${scope}\u0000${key}`);
+    if (row !== undefined) Object.assign(row, { state: 'done', status, body });
+  }
+  async release(scope: string, key: string) {
+    this.rows.delete(`${scope}\u0000${key}`);
+  }
+}
+
+function deferred<T = void>() {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+function principal(envId: string): Principal {
+  return {
+    kind: 'secret',
+    credentialId: `key_${envId}`,
+    organizationId: 'org_1',
+    environment: {
+      id: envId,
+      name: 'test',
+      runtimeClass: 'test',
+      projectId: 'proj_1',
+      organizationId: 'org_1',
+      timezone: 'UTC',
+    },
+    userId: null,
+    role: null,
+    scopes: new Set(['customers:write']),
+    allowedEvents: [],
+    allowedOrigins: [],
+    customerId: null,
+  };
+}
+
+const authenticate: Authenticate = (req) => {
+  switch (req.authorization) {
+    case 'Bearer good':
+      return principal('env_1');
+    case 'Bearer other-env':
+      return principal('env_2');
+    case 'Bearer async':
+      return Promise.resolve(principal('env_1'));
+    case undefined:
+      throw new ApiError('authentication_required');
+    default:
+      throw new ApiError('invalid_credentials');
+  }
+};
+
+const cred: AuthSpec = { kind: 'credential', scopes: ['customers:write'], allow: ['secret'] };
+const thingSchema = z.object({ id: z.string(), name: z.string() });
+const createThing = z
+  .object({
+    name: z.string().min(1),
+    items: z.array(z.object({ occurred_at: z.string() })).optional(),
+  })
+  .strict();
+
+const state = {
+  creates: 0,
+  failOnce: true,
+  slowStarted: deferred(),
+  slowRelease: deferred(),
+  drainStarted: deferred(),
+  drainRelease: deferred(),
+  ready: true,
+};
+
+const routes: AnyRoute[] = [
+  route({
+    method: 'POST',
+    path: '/v1/things',
+    summary: 'Create a thing',
+    tag: 'things',
+    auth: cred,
+    body: createThing,
+    idempotent: true,
+    responses: { 201: { description: 'Created.', schema: thingSchema } },
+    handler: async (ctx) => {
+      state.creates++;
+      return { status: 201, body: { id: `thing_${state.creates}`, name: ctx.body.name } };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/v1/things',
+    summary: 'List things',
+    tag: 'things',
+    auth: cred,
+    query: pageQuerySchema,
+    responses: { 200: { description: 'A page.' } },
+    handler: (ctx) => {
+      const page = pageRequest(ctx.query);
+      return { status: 200, body: { data: [], next_cursor: null, has_more: false, limit: page.limit } };
+    },
+  }),
+  route({
+    method: 'GET',
+    path: '/v1/things/:id',
+    summary: 'Get a thing',
+    tag: 'things',
+    auth: cred,
+    params: z.object({ id: z.string().regex(/^[a-z0-9_]+$/) }),
+    responses: { 200: { description: 'The thing.', schema: thingSchema } },
+    handler: (ctx) => {
+      if (ctx.params.id === 'boom') throw new Error('secret detail: db password hunter2');
+      return { status: 200, body: { id: ctx.params.id, name: 'x', env: ctx.principal.environment?.id } };
+    },
+  }),
+  route({
+    method: 'PATCH',
+    path: '/v1/things/:id',
+    summary: 'Edit a thing',
+    tag: 'things',
+    auth: cred,
+    body: z.object({ name: z.string() }),
+    responses: { 200: { description: 'Edited.', schema: thingSchema } },
+    handler: (ctx) => {
+      checkIfMatch(ctx.headers, 3);
+      return { status: 200, body: { id: ctx.params.id, name: ctx.body.name }, headers: etagHeader(4) };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/things/:id/archive',
+    summary: 'Archive a thing (optional body)',
+    tag: 'things',
+    auth: cred,
+    body: z.object({ reason: z.string().optional() }),
+    responses: { 200: { description: 'Archived.' } },
+    handler: (ctx) => ({ status: 200, body: { id: ctx.params.id, got: ctx.body } }),
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/batch',
+    summary: 'Validates its own body; docBody documents it',
+    tag: 'test',
+    auth: cred,
+    docBody: z.object({ events: z.array(z.object({ id: z.string() })) }),
+    responses: { 200: { description: 'Echo.' } },
+    handler: (ctx) => ({ status: 200, body: { raw: ctx.body } }),
+  }),
+  route({
+    method: 'DELETE',
+    path: '/v1/things/:id',
+    summary: 'Delete a thing',
+    tag: 'things',
+    auth: cred,
+    responses: { 204: { description: 'Deleted.' } },
+    handler: () => ({ status: 204 }),
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/slow',
+    summary: 'Waits for the test',
+    tag: 'test',
+    auth: cred,
+    body: z.object({}),
+    idempotent: true,
+    responses: { 201: { description: 'Done.' } },
+    handler: async () => {
+      state.slowStarted.resolve();
+      await state.slowRelease.promise;
+      return { status: 201, body: { done: true } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/fail_once',
+    summary: 'Throws a bug once',
+    tag: 'test',
+    auth: cred,
+    idempotent: true,
+    responses: { 201: { description: 'Done.' } },
+    handler: () => {
+      if (state.failOnce) {
+        state.failOnce = false;
+        throw new TypeError('cannot read x of undefined');
+      }
+      return { status: 201, body: { ok: true } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/spend',
+    summary: 'Always too poor',
+    tag: 'test',
+    auth: cred,
+    idempotent: true,
+    responses: { 200: { description: 'Never.' } },
+    handler: () => {
+      throw new ApiError('insufficient_balance', { details: { balance: 3 } });
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/limited',
+    summary: 'Always rate limited',
+    tag: 'test',
+    auth: cred,
+    responses: { 200: { description: 'Never.' } },
+    handler: () => {
+      throw new ApiError('rate_limited', { retryAfterSeconds: 7 });
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/sessions',
+    summary: 'Mint a session (open route, replay hides the token)',
+    tag: 'test',
+    auth: { kind: 'none' },
+    body: z.object({ customer: z.string() }),
+    idempotent: true,
+    replayTransform: (body) => ({ ...(body as object), customer_token: null }),
+    responses: { 201: { description: 'Minted.' } },
+    handler: (ctx) => ({ status: 201, body: { customer: ctx.body.customer, customer_token: 'ctok_secret' } }),
+  }),
+  route({
+    method: 'GET',
+    path: '/v1/drain',
+    summary: 'Waits for the test (close drains it)',
+    tag: 'test',
+    auth: { kind: 'none' },
+    responses: { 200: { description: 'Done.' } },
+    handler: async () => {
+      state.drainStarted.resolve();
+      await state.drainRelease.promise;
+      return { status: 200, body: { drained: true } };
+    },
+  }),
+];
+
+const logLines: string[] = [];
+const logger = pino({ level: 'info' }, { write: (line: string) => void logLines.push(line) });
+const store = new TestIdempotencyStore();
+const gateway: Gateway = createGateway({
+  routes,
+  authenticate,
+  idempotency: store,
+  logger,
+  ready: async () => ({ ok: state.ready, checks: { storage: state.ready, partitions: state.ready ? true : '0/256' } }),
+  drainTimeoutMs: 5000,
+});
+const port = await gateway.listen('127.0.0.1', 0);
+const base = `http://127.0.0.1:${port}`;
+t.ok(port > 0, 'listen resolves the bound port');
+
+// biome-ignore lint/suspicious/noExplicitAny: the tests read arbitrary JSON answers by path.
+type Json = any;
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  text: string;
+  json: Json;
+}
+
+const seenRequestIds = new Set<string>();
+
+/** fetch + the invariant of every response: a fresh req_ Request-Id. */
+async function call(
+  method: string,
+  path: string,
+  opts: { headers?: Record<string, string>; body?: string | Uint8Array | ReadableStream; auth?: string | null } = {},
+): Promise<Answer> {
+  const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+  if (opts.auth !== null) headers.authorization = opts.auth ?? 'Bearer good';
+  if (typeof opts.body === 'string' && headers['content-type'] === undefined) headers['content-type'] = 'application/json';
+  const init: RequestInit & { duplex?: 'half' } = { method, headers };
+  if (opts.body !== undefined) init.body = opts.body as BodyInit;
+  if (opts.body instanceof ReadableStream) init.duplex = 'half';
+  const res = await fetch(base + path, init);
+  const text = await res.text();
+  const rid = res.headers.get('request-id');
+  if (rid === null || !/^req_[0-9A-Z]{26}$/.test(rid) || seenRequestIds.has(rid)) {
+    throw new Error(`bad or repeated Request-Id ${rid} on ${method} ${path}`);
+  }
+  seenRequestIds.add(rid);
+  let json: unknown;
+  try {
+    json = text.length > 0 ? JSON.parse(text) : undefined;
+  } catch {
+    json = undefined;
+  }
+  if (res.status >= 400 && path !== '/readyz') {
+    // Every error: the exact wire shape, request_id equal to the header (a replay keeps the
+    // stored body byte for byte, so it names the original request).
+    const e = (json as { error: Record<string, unknown> }).error;
+    const keys = Object.keys(e).sort();
+    const allowed = ['code', 'details', 'message', 'param', 'request_id', 'type'];
+    const replayed = res.headers.get('idempotent-replayed') === 'true';
+    if (!keys.every((k) => allowed.includes(k)) || (e.request_id !== rid && !replayed)) {
+      throw new Error(`bad error shape on ${method} ${path}: ${text}`);
+    }
+    const entry = errorTable[e.code as keyof typeof errorTable];
+    if (entry === undefined || entry.status !== res.status || entry.type !== e.type) {
+      throw new Error(`code/status/type mismatch on ${method} ${path}: ${res.status} ${text}`);
+    }
+  }
+  return { status: res.status, headers: res.headers, text, json };
+}
+
+t.test('route_not_found for unknown paths and methods, with Request-Id', async (t) => {
+  for (const [m, p] of [
+    ['GET', '/v1/nope'],
+    ['PUT', '/v1/things'],
+    ['GET', '/'],
+    ['GET', '/v1/things/'],
+    ['POST', '/healthz'],
+  ] as const) {
+    const r = await call(m, p);
+    t.equal(r.status, 404, `${m} ${p}`);
+    t.equal(r.json.error.code, 'route_not_found');
+    t.equal(r.json.error.type, 'not_found');
+  }
+});
+
+t.test('healthz and readyz', async (t) => {
+  const h = await call('GET', '/healthz', { auth: null });
+  t.equal(h.status, 200);
+  t.same(h.json, { status: 'ok' });
+  const r1 = await call('GET', '/readyz', { auth: null });
+  t.equal(r1.status, 200);
+  t.same(r1.json, { status: 'ok', checks: { storage: true, partitions: true } });
+  state.ready = false;
+  const r2 = await call('GET', '/readyz', { auth: null });
+  state.ready = true;
+  t.equal(r2.status, 503);
+  t.same(r2.json, { status: 'unavailable', checks: { storage: false, partitions: '0/256' } });
+});
+
+t.test('auth: missing and bad credentials; sync and async authenticate', async (t) => {
+  const none = await call('GET', '/v1/things/t1', { auth: null });
+  t.equal(none.status, 401);
+  t.equal(none.json.error.code, 'authentication_required');
+  const bad = await call('GET', '/v1/things/t1', { auth: 'Bearer nope' });
+  t.equal(bad.json.error.code, 'invalid_credentials');
+  const sync = await call('GET', '/v1/things/t1');
+  t.same(sync.json, { id: 't1', name: 'x', env: 'env_1' });
+  const asyncAuth = await call('GET', '/v1/things/t1', { auth: 'Bearer async' });
+  t.same(asyncAuth.json, sync.json);
+});
+
+t.test('body_too_large: by Content-Length, and by streamed size without a length', async (t) => {
+  const big = 'x'.repeat(limits.bodyBytesMax + 1);
+  const r = await call('POST', '/v1/things', { body: big, headers: { 'idempotency-key': 'big' } });
+  t.equal(r.status, 413);
+  t.equal(r.json.error.code, 'body_too_large');
+
+  // An endless chunked upload: only a server that stops reading at the cap can answer it.
+  const chunk = new Uint8Array(256 * 1024).fill(32);
+  const stream = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      controller.enqueue(chunk);
+    },
+  });
+  const s = await call('POST', '/v1/things', {
+    body: stream,
+    headers: { 'content-type': 'application/json', 'idempotency-key': 'big2' },
+  });
+  t.equal(s.status, 413);
+  t.equal(s.json.error.code, 'body_too_large');
+});
+
+t.test('unsupported_media_type and invalid_json', async (t) => {
+  const plain = await call('POST', '/v1/things', {
+    body: '{"name":"a"}',
+    headers: { 'content-type': 'text/plain', 'idempotency-key': 'mt1' },
+  });
+  t.equal(plain.status, 415);
+  t.equal(plain.json.error.code, 'unsupported_media_type');
+  const none = await call('POST', '/v1/things', {
+    body: new TextEncoder().encode('{"name":"a"}'),
+    headers: { 'idempotency-key': 'mt2', 'content-type': 'application/jsonx' },
+  });
+  t.equal(none.status, 415);
+  const charset = await call('POST', '/v1/things', {
+    body: '{"name":"charset"}',
+    headers: { 'content-type': 'application/json; charset=utf-8', 'idempotency-key': 'mt3' },
+  });
+  t.equal(charset.status, 201);
+  const bad = await call('POST', '/v1/things', { body: '{"name":', headers: { 'idempotency-key': 'bj' } });
+  t.equal(bad.status, 400);
+  t.equal(bad.json.error.code, 'invalid_json');
+});
+
+t.test('validation_failed with the param path; not stored under the key', async (t) => {
+  const body = JSON.stringify({ name: 'a', items: [{ occurred_at: 'x' }, { occurred_at: 5 }] });
+  const r = await call('POST', '/v1/things', { body, headers: { 'idempotency-key': 'v1' } });
+  t.equal(r.status, 400);
+  t.equal(r.json.error.code, 'validation_failed');
+  t.equal(r.json.error.param, 'items[1].occurred_at');
+  t.same(
+    r.json.error.details.map((d: { param: string }) => d.param),
+    ['items[1].occurred_at'],
+  );
+  // Validation ran before the claim: the same key with a good body runs the request.
+  const ok = await call('POST', '/v1/things', { body: '{"name":"fixed"}', headers: { 'idempotency-key': 'v1' } });
+  t.equal(ok.status, 201);
+  t.equal(ok.json.name, 'fixed');
+
+  const params = await call('GET', '/v1/things/BAD-ID');
+  t.equal(params.status, 400);
+  t.equal(params.json.error.param, 'id');
+
+  const limit = await call('GET', '/v1/things?limit=500');
+  t.equal(limit.json.error.code, 'validation_failed');
+  t.equal(limit.json.error.param, 'limit');
+  const page = await call('GET', '/v1/things?limit=7');
+  t.equal(page.json.limit, 7);
+});
+
+t.test('docBody routes get the parsed JSON unvalidated', async (t) => {
+  const r = await call('POST', '/v1/batch', { body: '{"events":[{"id":5}]}' });
+  t.equal(r.status, 200);
+  t.same(r.json, { raw: { events: [{ id: 5 }] } });
+});
+
+t.test('an empty POST body counts as {} when the schema accepts it', async (t) => {
+  const ok = await call('POST', '/v1/things/t1/archive', { headers: {} });
+  t.equal(ok.status, 200);
+  t.same(ok.json, { id: 't1', got: {} });
+  const required = await call('POST', '/v1/things', { headers: { 'idempotency-key': 'empty' } });
+  t.equal(required.status, 400);
+  t.equal(required.json.error.param, 'name');
+});
+
+t.test('invalid_cursor from pagination', async (t) => {
+  const r = await call('GET', '/v1/things?cursor=not-a-cursor!');
+  t.equal(r.status, 400);
+  t.equal(r.json.error.code, 'invalid_cursor');
+  t.equal(r.json.error.param, 'cursor');
+});
+
+t.test('idempotency: key required, replay, reuse, scope per environment', async (t) => {
+  const missing = await call('POST', '/v1/things', { body: '{"name":"a"}' });
+  t.equal(missing.status, 400);
+  t.equal(missing.json.error.code, 'idempotency_key_required');
+  const tooLong = await call('POST', '/v1/things', {
+    body: '{"name":"a"}',
+    headers: { 'idempotency-key': 'k'.repeat(256) },
+  });
+  t.equal(tooLong.json.error.code, 'idempotency_key_required');
+
+  const before = state.creates;
+  const first = await call('POST', '/v1/things', {
+    body: '{"name":"a","items":[]}',
+    headers: { 'idempotency-key': 'idem-1' },
+  });
+  t.equal(first.status, 201);
+  t.equal(first.headers.get('idempotent-replayed'), null);
+  // Same request with other key order and whitespace: a replay, byte for byte.
+  const again = await call('POST', '/v1/things', {
+    body: '{ "items": [], "name": "a" }',
+    headers: { 'idempotency-key': 'idem-1' },
+  });
+  t.equal(again.status, 201);
+  t.equal(again.text, first.text);
+  t.equal(again.headers.get('idempotent-replayed'), 'true');
+  t.equal(state.creates, before + 1, 'the handler ran once');
+
+  const reused = await call('POST', '/v1/things', { body: '{"name":"b"}', headers: { 'idempotency-key': 'idem-1' } });
+  t.equal(reused.status, 422);
+  t.equal(reused.json.error.code, 'idempotency_key_reused');
+
+  const otherEnv = await call('POST', '/v1/things', {
+    body: '{"name":"b"}',
+    headers: { 'idempotency-key': 'idem-1' },
+    auth: 'Bearer other-env',
+  });
+  t.equal(otherEnv.status, 201, 'keys are scoped per environment');
+  t.equal(otherEnv.json.name, 'b');
+});
+
+t.test('idempotency_in_progress while the first request runs, then a replay', async (t) => {
+  const firstP = call('POST', '/v1/slow', { body: '{}', headers: { 'idempotency-key': 'slow-1' } });
+  await state.slowStarted.promise;
+  const second = await call('POST', '/v1/slow', { body: '{}', headers: { 'idempotency-key': 'slow-1' } });
+  t.equal(second.status, 409);
+  t.equal(second.json.error.code, 'idempotency_in_progress');
+  t.equal(second.headers.get('retry-after'), '1');
+  state.slowRelease.resolve();
+  const first = await firstP;
+  t.equal(first.status, 201);
+  const third = await call('POST', '/v1/slow', { body: '{}', headers: { 'idempotency-key': 'slow-1' } });
+  t.equal(third.status, 201);
+  t.equal(third.headers.get('idempotent-replayed'), 'true');
+  t.equal(third.text, first.text);
+});
+
+t.test('a 4xx from the handler is stored and replayed; a 500 is released and retried', async (t) => {
+  const a = await call('POST', '/v1/spend', { headers: { 'idempotency-key': 'spend-1' } });
+  t.equal(a.status, 409);
+  t.equal(a.json.error.code, 'insufficient_balance');
+  t.same(a.json.error.details, { balance: 3 });
+  const b = await call('POST', '/v1/spend', { headers: { 'idempotency-key': 'spend-1' } });
+  t.equal(b.status, 409);
+  t.equal(b.headers.get('idempotent-replayed'), 'true');
+  t.equal(b.text, a.text, 'the stored error body, original request_id included');
+  t.not(b.headers.get('request-id'), a.headers.get('request-id'), 'the replay has its own Request-Id');
+
+  const f1 = await call('POST', '/v1/fail_once', { headers: { 'idempotency-key': 'fo-1' } });
+  t.equal(f1.status, 500);
+  const f2 = await call('POST', '/v1/fail_once', { headers: { 'idempotency-key': 'fo-1' } });
+  t.equal(f2.status, 201);
+  t.equal(f2.headers.get('idempotent-replayed'), null, 'ran again after the release');
+});
+
+t.test('replayTransform on an open route (scope anon)', async (t) => {
+  const body = '{"customer":"c1"}';
+  const first = await call('POST', '/v1/sessions', { body, auth: null, headers: { 'idempotency-key': 'cs-1' } });
+  t.same(first.json, { customer: 'c1', customer_token: 'ctok_secret' });
+  const replay = await call('POST', '/v1/sessions', { body, auth: null, headers: { 'idempotency-key': 'cs-1' } });
+  t.equal(replay.status, 201);
+  t.same(replay.json, { customer: 'c1', customer_token: null });
+  t.equal(replay.headers.get('idempotent-replayed'), 'true');
+  t.ok(store.rows.has('anon\u0000cs-1'));
+});
+
+t.test('stale_write via If-Match; ETag on success; 204 has no body', async (t) => {
+  const stale = await call('PATCH', '/v1/things/t1', { body: '{"name":"n"}', headers: { 'if-match': '"2"' } });
+  t.equal(stale.status, 409);
+  t.equal(stale.json.error.code, 'stale_write');
+  const ok = await call('PATCH', '/v1/things/t1', { body: '{"name":"n"}', headers: { 'if-match': '"3"' } });
+  t.equal(ok.status, 200);
+  t.equal(ok.headers.get('etag'), '"4"');
+  const garbage = await call('PATCH', '/v1/things/t1', { body: '{"name":"n"}', headers: { 'if-match': 'three' } });
+  t.equal(garbage.json.error.code, 'validation_failed');
+  t.equal(garbage.json.error.param, 'If-Match');
+  const del = await call('DELETE', '/v1/things/t1');
+  t.equal(del.status, 204);
+  t.equal(del.text, '');
+});
+
+t.test('internal_error does not leak; the stack is logged; Retry-After from ApiError', async (t) => {
+  const r = await call('GET', '/v1/things/boom');
+  t.equal(r.status, 500);
+  t.equal(r.json.error.code, 'internal_error');
+  t.equal(r.json.error.message, errorTable.internal_error.message);
+  t.notMatch(r.text, /hunter2|secret detail/);
+  const logged = logLines.find((l) => l.includes('hunter2'));
+  t.ok(logged, 'the error was logged');
+  t.match(JSON.parse(logged!), { level: 50, request_id: r.json.error.request_id, err: { stack: /Error: secret/ } });
+
+  const limited = await call('POST', '/v1/limited', { body: '{}' });
+  t.equal(limited.status, 429);
+  t.equal(limited.json.error.code, 'rate_limited');
+  t.equal(limited.headers.get('retry-after'), '7');
+});
+
+t.test('/metrics: the request histogram is labelled by route pattern', async (t) => {
+  await call('GET', '/v1/things/t42');
+  const r = await call('GET', '/metrics', { auth: null });
+  t.equal(r.status, 200);
+  t.match(r.headers.get('content-type') ?? '', /^text\/plain/);
+  t.match(r.text, /http_request_duration_seconds_count\{method="GET",route="\/v1\/things\/:id",status="200"\} \d+/);
+  t.match(r.text, /http_request_duration_seconds_count\{method="PUT",route="unmatched",status="404"\} \d+/);
+  t.notMatch(r.text, /route="\/v1\/things\/t42"/, 'never the raw path');
+  for (const name of [
+    'journal_flush_records',
+    'journal_flush_seconds',
+    'actors_active',
+    'mailbox_depth',
+    'projector_lag_records',
+    'snapshot_save_seconds',
+    'process_cpu_user_seconds_total',
+  ]) {
+    t.match(r.text, new RegExp(`# TYPE ${name} `), name);
+  }
+});
+
+t.test('/v1/openapi.json describes every route from the same schemas', async (t) => {
+  const r = await call('GET', '/v1/openapi.json', { auth: null });
+  t.equal(r.status, 200);
+  const doc = r.json;
+  t.equal(doc.openapi, '3.1.0');
+  for (const rt of routes) {
+    const p = rt.path.replace(/:([a-z_]+)/g, '{$1}');
+    const op = doc.paths[p]?.[rt.method.toLowerCase()];
+    t.ok(op, `${rt.method} ${p} documented`);
+    t.equal(op?.summary, rt.summary);
+    t.same(op?.security, rt.auth.kind === 'credential' ? [{ bearer: [] }] : []);
+    const names = (op?.parameters ?? []).map((x: { name: string }) => x.name);
+    for (const m of rt.path.matchAll(/:([a-z_]+)/g)) t.ok(names.includes(m[1]), `path param ${m[1]}`);
+    t.equal(names.includes('Idempotency-Key'), rt.idempotent === true, `Idempotency-Key on ${rt.path}`);
+  }
+  for (const p of ['/healthz', '/readyz', '/metrics', '/v1/openapi.json']) t.ok(doc.paths[p]?.get, p);
+  const create = doc.paths['/v1/things'].post;
+  t.same(create.requestBody.content['application/json'].schema.required, ['name']);
+  t.equal(create.requestBody.required, true);
+  t.equal(doc.paths['/v1/things/{id}/archive'].post.requestBody.required, false);
+  t.same(doc.paths['/v1/batch'].post.requestBody.content['application/json'].schema.required, ['events']);
+  t.same(
+    doc.paths['/v1/things'].get.parameters.map((x: { name: string }) => x.name),
+    ['limit', 'cursor'],
+  );
+  t.same(doc.paths['/v1/things/{id}'].get.responses['200'].content['application/json'].schema.required, ['id', 'name']);
+  t.same(doc.components.schemas.Error.properties.error.properties.code.enum.sort(), Object.keys(errorTable).sort());
+  t.same(doc.components.securitySchemes.bearer, { type: 'http', scheme: 'bearer', description: 'API key or token.' });
+  // Every $ref resolves inside the document.
+  const refs: string[] = [];
+  JSON.stringify(doc, (k, v) => {
+    if (k === '$ref') refs.push(v);
+    return v;
+  });
+  t.ok(refs.length > 0);
+  for (const ref of refs) {
+    const target = ref
+      .slice(2)
+      .split('/')
+      .reduce((o: Json, k: string) => o?.[k], doc);
+    t.ok(target, `${ref} resolves`);
+  }
+  const again = await call('GET', '/v1/openapi.json', { auth: null });
+  t.equal(again.text, r.text, 'cached and stable');
+});
+
+t.test('invoke() answers exactly like HTTP', async (t) => {
+  let n = 0;
+  const cases: Array<() => InvokeRequest> = [
+    () => ({ method: 'GET', path: '/v1/nope', headers: {} }),
+    () => ({ method: 'GET', path: '/v1/things/t1', headers: {} }),
+    () => ({ method: 'GET', path: '/v1/things/t1', headers: { authorization: 'Bearer good' } }),
+    () => ({ method: 'GET', path: '/v1/things', query: 'cursor=zz!', headers: { authorization: 'Bearer good' } }),
+    () => ({ method: 'GET', path: '/v1/things', query: 'limit=0', headers: { authorization: 'Bearer good' } }),
+    () => ({ method: 'GET', path: '/v1/things/boom', headers: { authorization: 'Bearer good' } }),
+    () => ({
+      method: 'POST',
+      path: '/v1/things',
+      headers: { authorization: 'Bearer good', 'content-type': 'application/json' },
+      body: '{"name":"x"}',
+    }),
+    () => ({
+      method: 'POST',
+      path: '/v1/things',
+      headers: { authorization: 'Bearer good', 'content-type': 'application/json', 'idempotency-key': `inv-${n++}` },
+      body: '{"name":',
+    }),
+    () => ({
+      method: 'POST',
+      path: '/v1/things',
+      headers: { authorization: 'Bearer good', 'content-type': 'application/json', 'idempotency-key': `inv-${n++}` },
+      body: '{"name":"x","items":[{}]}',
+    }),
+    () => ({
+      method: 'POST',
+      path: '/v1/things',
+      headers: { authorization: 'Bearer good', 'content-type': 'text/plain', 'idempotency-key': `inv-${n++}` },
+      body: '{"name":"x"}',
+    }),
+    () => ({
+      method: 'POST',
+      path: '/v1/limited',
+      headers: { authorization: 'Bearer good', 'content-type': 'application/json' },
+      body: '{}',
+    }),
+    () => ({
+      method: 'PATCH',
+      path: '/v1/things/t1',
+      headers: { authorization: 'Bearer good', 'content-type': 'application/json', 'if-match': '"1"' },
+      body: '{"name":"n"}',
+    }),
+    () => ({ method: 'GET', path: '/healthz', headers: {} }),
+    () => ({
+      method: 'POST',
+      path: '/v1/things',
+      headers: { authorization: 'Bearer good', 'content-type': 'application/json', 'idempotency-key': 'x' },
+      body: 'y'.repeat(limits.bodyBytesMax + 1),
+    }),
+  ];
+  const strip = (body: Json) => {
+    if (body?.error) return { ...body, error: { ...body.error, request_id: '*' } };
+    return body;
+  };
+  const pick = (h: (k: string) => string | null | undefined) =>
+    ['content-type', 'retry-after', 'etag', 'idempotent-replayed'].map((k) => h(k) ?? null);
+  for (const make of cases) {
+    const reqH = make();
+    const reqI = make();
+    const http = await call(reqH.method, reqH.path + (reqH.query ? `?${reqH.query}` : ''), {
+      headers: reqH.headers,
+      auth: reqH.headers.authorization ?? null,
+      ...(reqH.body === undefined ? {} : { body: reqH.body as string }),
+    });
+    const inv = await gateway.invoke(reqI);
+    const label = `${reqH.method} ${reqH.path}`;
+    t.equal(inv.status, http.status, label);
+    t.same(strip(inv.body), strip(http.json), label);
+    t.same(
+      pick((k) => inv.headers[k]),
+      pick((k) => http.headers.get(k)),
+      label,
+    );
+    t.match(inv.headers['request-id'], /^req_/);
+    if (inv.status >= 400) t.equal((inv.body as Json).error.request_id, inv.headers['request-id']);
+  }
+  // invoke() with an already-parsed body (the gRPC path).
+  const parsed = await gateway.invoke({
+    method: 'POST',
+    path: '/v1/things',
+    headers: { authorization: 'Bearer good', 'idempotency-key': 'inv-obj' },
+    body: { name: 'from-grpc' },
+  });
+  t.equal(parsed.status, 201);
+  t.match(parsed.body, { name: 'from-grpc' });
+});
+
+t.test('close() drains an in-flight request and stops accepting', async (t) => {
+  const inflight = call('GET', '/v1/drain', { auth: null });
+  await state.drainStarted.promise;
+  let closed = false;
+  const closing = gateway.close().then(() => {
+    closed = true;
+  });
+  await new Promise((r) => setTimeout(r, 50));
+  t.equal(closed, false, 'close() waits for the in-flight request');
+  const refused = await new Promise<string>((resolve) => {
+    const s = connect(port, '127.0.0.1');
+    s.once('connect', () => {
+      s.destroy();
+      resolve('connected');
+    });
+    s.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'error'));
+  });
+  t.equal(refused, 'ECONNREFUSED', 'new connections are refused');
+  state.drainRelease.resolve();
+  const r = await inflight;
+  t.equal(r.status, 200);
+  t.same(r.json, { drained: true });
+  await closing;
+  t.equal(closed, true);
+});
