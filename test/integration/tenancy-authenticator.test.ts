@@ -16,7 +16,8 @@ const { sql } = await sqlForTest(t, 'postgres');
 const tenancy = new TenancyService(sql, { signupEnabled: true });
 
 const owner = await tenancy.signup({ email: 'owner@example.com', organization_name: 'Auth Org', timezone: 'UTC' });
-const [testEnv, liveEnv] = owner.environments as [{ id: string }, { id: string }];
+const testEnv = owner.environments[0]!;
+const liveEnv = owner.environments[1]!;
 const stranger = await tenancy.signup({ email: 'stranger@example.com', organization_name: 'Other', timezone: 'UTC' });
 
 const setup = new Authenticator(sql);
