@@ -472,7 +472,18 @@ export function createGateway(opts: GatewayOptions): Gateway {
     };
 
     dispatch(): void {
-      const out = run(this.inc);
+      let out: Out | Promise<Out>;
+      try {
+        out = run(this.inc);
+      } catch (err) {
+        // run() maps errors itself; this only guards the native callback from a throw.
+        out = { status: 500, headers: null, text: undefined, contentType: jsonType, code: 'internal_error' };
+        try {
+          out = errorOut(err, this.inc);
+        } catch {
+          // keep the bare 500
+        }
+      }
       if (isThenable(out)) {
         out.then(
           (o) => this.write(o, false),
