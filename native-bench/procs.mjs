@@ -10,6 +10,8 @@ const live = new Set();
 /** @type {Set<string>} */
 const tmpDirs = new Set();
 let pinning = true;
+/** @type {Set<() => Promise<void>>} */
+const asyncCleanups = new Set();
 
 export function setPinning(on) {
   pinning = on;
@@ -135,14 +137,28 @@ export function killAllSync() {
   tmpDirs.clear();
 }
 
+/**
+ * Registers an async clean-up (e.g. dropping a bench schema) that a signal also runs, after the
+ * children are dead, bounded to 3 s. Returns a function that unregisters it.
+ * @param {() => Promise<void>} fn
+ */
+export function addAsyncCleanup(fn) {
+  asyncCleanups.add(fn);
+  return () => asyncCleanups.delete(fn);
+}
+
 /** Installs exit, signal and crash handlers that run killAllSync. */
 export function installCleanup() {
   process.on('exit', killAllSync);
+  let signalled = false;
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
     process.on(sig, () => {
+      if (signalled) process.exit(130);
+      signalled = true;
       console.error(`\nbench: ${sig}, stopping children`);
       killAllSync();
-      process.exit(130);
+      const hooks = Promise.allSettled([...asyncCleanups].map((fn) => fn()));
+      Promise.race([hooks, sleep(3000)]).finally(() => process.exit(130));
     });
   }
   process.on('uncaughtException', (err) => {

@@ -101,7 +101,9 @@ export function renderMarkdown(rows) {
   const lines = rows.map((r) => {
     const m = r.metrics ?? {};
     let throughput = '-';
-    if (r.kind === 'memory') {
+    if (r.error) {
+      throughput = '-';
+    } else if (r.kind === 'memory') {
       throughput = `RSS ${fmtInt(m.rss_mb)} MB, peak ${fmtInt(m.rss_peak_mb)} MB (${fmtInt(m.events_per_s)} events/s load)`;
     } else if (r.kind === 'restart') {
       throughput = `ready ${fmtInt(m.ready_ms)} ms, first event ${fmtInt(m.restart_ms)} ms (${fmtInt(m.events_loaded)} events journaled)`;

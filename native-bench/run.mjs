@@ -3,7 +3,7 @@
 // one run; writes native-bench/results/<timestamp>.{json,md} and prints the markdown table.
 // Invariants: every child (servers, redis-server, loadgen) is killed by PID on any exit; each run
 // uses its own Redis, DB_SCHEMA, KEY_PREFIX and tmp dirs. Never run in CI; never touch other data.
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -11,6 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import {
+  addAsyncCleanup,
   freePort,
   installCleanup,
   redisPing,
@@ -39,6 +40,7 @@ const usage = `usage: npm run bench -- [options]
   --skip-service      bare server only
   --skip-bare         service only (no ratio to bare)
   --no-build          do not run \`npm run build\` first
+  --service-main <f>  service entry point (default dist/src/main.js), e.g. another build to compare
   --wrk               install wrk if missing (apt-get) for the closed-loop cross-check
   --no-wrk            skip the wrk cross-check rows
   --database-url <u>  PostgreSQL for the service (default postgres://postgres@127.0.0.1:5432/test)`;
@@ -53,6 +55,7 @@ const { values: opt } = parseArgs({
     'skip-service': { type: 'boolean', default: false },
     'skip-bare': { type: 'boolean', default: false },
     'no-build': { type: 'boolean', default: false },
+    'service-main': { type: 'string', default: 'dist/src/main.js' },
     wrk: { type: 'boolean', default: false },
     'no-wrk': { type: 'boolean', default: false },
     'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/test' },
@@ -313,6 +316,7 @@ async function startBackend(tmp) {
   log(`redis-server pid ${redis.pid} on :${redisPort} (appendonly, everysec), dir ${redisDir}`);
   /** @type {string[]} */
   const schemas = [];
+  const unregister = addAsyncCleanup(() => dropSchemas(opt['database-url'], schemas));
   return {
     embedded: false,
     redisUrl: `redis://127.0.0.1:${redisPort}`,
@@ -321,6 +325,7 @@ async function startBackend(tmp) {
     async stop() {
       await redis.stop();
       await dropSchemas(opt['database-url'], schemas);
+      unregister();
     },
   };
 }
@@ -367,7 +372,7 @@ async function startService(backend, tmp, extraEnv = {}) {
     env.KEY_PREFIX = tag;
     backend.schemas.push(tag);
   }
-  const main = path.join(root, 'dist', 'src', 'main.js');
+  const main = path.resolve(root, opt['service-main']);
   const spawnIt = () =>
     startChild('service', process.execPath, [main], { cpu: SERVER_CPU, env, cwd: root });
   const inst = { name: 'service', port, env, tag, child: spawnIt(), api: apiClient(port) };
@@ -587,6 +592,7 @@ async function main() {
   /** @type {any[]} */
   const rows = [];
   let failed = false;
+  let buildWarning = '';
 
   const record = (row) => {
     rows.push(row);
@@ -626,16 +632,21 @@ async function main() {
     // 2. The service.
     const serviceScenarios = selected.filter((s) => s.servers.includes('service'));
     if (!opt['skip-service'] && serviceScenarios.length) {
-      const distMain = path.join(root, 'dist', 'src', 'main.js');
+      const distMain = path.resolve(root, opt['service-main']);
       if (!opt['no-build']) {
         log('npm run build');
-        try {
-          execFileSync('npm', ['run', 'build'], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
-        } catch {
-          throw new Error('`npm run build` failed: the service cannot be benchmarked (use --skip-service for bare only)');
+        const build = spawnSync('npm', ['run', 'build'], { cwd: root, encoding: 'utf8' });
+        if (build.status !== 0) {
+          const out = `${build.stdout ?? ''}${build.stderr ?? ''}`.trim().split('\n').slice(-15).join('\n  ');
+          if (!existsSync(distMain)) {
+            throw new Error(`\`npm run build\` failed and ${distMain} does not exist:\n  ${out}`);
+          }
+          // tsc still emits on type errors: measure what was emitted, but say so everywhere.
+          buildWarning = '`npm run build` reported errors; the emitted dist was benchmarked';
+          log(`WARNING: ${buildWarning}:\n  ${out}`);
         }
       }
-      if (!existsSync(distMain)) throw new Error(`${distMain} does not exist after the build`);
+      if (!existsSync(distMain)) throw new Error(`${distMain} does not exist (run \`npm run build\`)`);
       const backend = await startBackend(tmp);
       try {
         const shared = serviceScenarios.filter((s) => !s.isolated);
@@ -690,7 +701,18 @@ async function main() {
     }
   } catch (err) {
     failed = true;
-    console.error(`\nbench: ${err instanceof Error ? err.message : err}\n`);
+    const message = err instanceof Error ? err.message : String(err);
+    console.error(`\nbench: ${message}\n`);
+    // Every selected scenario without a row gets one that names the failure.
+    for (const sc of selected) {
+      for (const server of sc.servers) {
+        if (server === 'bare' && (opt['skip-bare'] || sc.kind !== 'load')) continue;
+        if (server === 'service' && opt['skip-service']) continue;
+        if (!rows.some((r) => r.scenario === sc.name && r.server === server)) {
+          rows.push({ scenario: sc.name, title: sc.title, server, kind: sc.kind, error: message.split('\n')[0], detail: message });
+        }
+      }
+    }
   }
 
   // 3. Results.
@@ -702,7 +724,9 @@ async function main() {
     `${os.cpus()[0]?.model ?? 'cpu'} x ${cpus}, node ${process.version}, kernel ${os.release()}; ` +
     `server on cpu ${pin ? SERVER_CPU : '-'}, loadgen on cpu ${pin ? LOADGEN_CPU : '-'}; ` +
     `${durationS}s measured after ${warmupS}s warm-up; service ${opt['skip-service'] ? 'skipped' : opt.embedded ? 'embedded' : 'Redis (AOF everysec) + PostgreSQL'}.\n` +
-    `Latency: closed loop from the actual send; open loop from the intended send time (coordinated-omission free).\n\n`;
+    `Latency: closed loop from the actual send; open loop from the intended send time (coordinated-omission free).\n` +
+    (buildWarning ? `\n**WARNING: ${buildWarning}.**\n` : '') +
+    '\n';
   const md = header + renderMarkdown(rows);
   const json = {
     started_at: startedAt.toISOString(),
@@ -710,6 +734,7 @@ async function main() {
     host: { cpu: os.cpus()[0]?.model, cpus, node: process.version, kernel: os.release() },
     pinning: pin ? { server_cpu: SERVER_CPU, loadgen_cpu: LOADGEN_CPU } : null,
     options: { ...opt },
+    warnings: buildWarning ? [buildWarning] : [],
     rows,
   };
   writeFileSync(path.join(resultsDir, `${stamp}.json`), `${JSON.stringify(json, null, 2)}\n`);
