@@ -1,0 +1,189 @@
+// Account and management routes (spec 4.1, decisions.md "Tenancy and credentials"): signup, OIDC
+// sessions, organizations and API keys. Schemas carry the spec's part 8 limits; the TenancyService
+// does the work and the role checks. Handlers throw ApiError and never write an error status.
+// Key-management routes name no scope: admin/owner is a role check in the service (no scope exists).
+import { z } from 'zod';
+import { limits } from '../../limits.js';
+import type { TenancyService } from '../../tenancy/service.js';
+import { allScopes } from '../../tenancy/types.js';
+import { pageQuerySchema, pageRequest } from '../pagination.js';
+import { type AnyRoute, route } from '../route.js';
+
+const name = z.string().min(1).max(limits.nameCharsMax);
+const timezone = z
+  .string()
+  .min(1)
+  .max(limits.timezoneCharsMax)
+  .default('UTC')
+  .describe('IANA time zone name, e.g. "Europe/Berlin".');
+
+const signupBody = z.strictObject({
+  email: z.email().max(limits.emailCharsMax),
+  name: name.optional(),
+  organization_name: name,
+  timezone,
+});
+const sessionBody = z.strictObject({
+  id_token: z.string().min(limits.idTokenCharsMin).max(limits.idTokenCharsMax).describe('An OpenID Connect ID token.'),
+});
+const organizationBody = z.strictObject({ name, timezone });
+const apiKeyBody = z.strictObject({
+  kind: z.enum(['secret', 'publishable']),
+  name,
+  scopes: z
+    .array(z.enum(allScopes))
+    .max(allScopes.length * 2)
+    .optional()
+    .describe('Secret keys: default every scope but customer_sessions:write. Publishable keys: events:write only.'),
+  allowed_events: z
+    .array(z.string().min(1).max(limits.eventNameCharsMax))
+    .max(100)
+    .optional()
+    .describe('Publishable keys (required, non-empty): event names the key may send.'),
+  allowed_origins: z
+    .array(z.string().min(1).max(255))
+    .max(20)
+    .optional()
+    .describe('Publishable keys: allowed Origin values (scheme://host[:port]); empty or absent: any.'),
+});
+const keyParams = z.object({ id: z.string().min(1).max(64) });
+
+const userSchema = z.object({ id: z.string(), email: z.string(), name: z.string().nullable(), created_at: z.string() });
+const orgRef = z.object({ id: z.string(), name: z.string(), slug: z.string() });
+const projectSchema = z.object({ id: z.string(), name: z.string() });
+const environmentSchema = z.object({ id: z.string(), name: z.string(), runtime_class: z.enum(['test', 'live']) });
+const tenantSchema = z.object({ organization: orgRef, project: projectSchema, environments: z.array(environmentSchema) });
+const organizationListing = orgRef.extend({
+  plan: z.object({ id: z.string(), version: z.number().int() }),
+  billing_mode: z.enum(['card', 'invoice', 'none']),
+  ai_drafting_disabled: z.boolean(),
+  version: z.number().int(),
+  created_at: z.string(),
+  updated_at: z.string(),
+});
+const membershipSchema = z.object({
+  organization_id: z.string(),
+  user_id: z.string(),
+  email: z.string(),
+  role: z.enum(['owner', 'admin', 'editor', 'viewer']),
+  created_at: z.string(),
+});
+const apiKeySchema = z.object({
+  id: z.string(),
+  kind: z.enum(['secret', 'publishable']),
+  name: z.string(),
+  token_hint: z.string(),
+  scopes: z.array(z.string()),
+  allowed_events: z.array(z.string()),
+  allowed_origins: z.array(z.string()),
+  environment_id: z.string(),
+  created_at: z.string(),
+  revoked_at: z.string().nullable(),
+});
+const pageOf = (item: z.ZodType) => z.object({ data: z.array(item), next_cursor: z.string().nullable(), has_more: z.boolean() });
+
+export interface TenancyRouteDeps {
+  tenancy: TenancyService;
+}
+
+export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
+  const { tenancy } = deps;
+  return [
+    route({
+      method: 'POST',
+      path: '/v1/auth/signup',
+      summary: 'Create an account: user, organization, default project, test and live environments, owner PAT',
+      tag: 'Account',
+      auth: { kind: 'none' },
+      body: signupBody,
+      idempotent: true,
+      responses: {
+        201: {
+          description: 'Account created; token.token is an opat_ personal access token, shown once',
+          schema: tenantSchema.extend({
+            user: userSchema,
+            token: z.object({ id: z.string(), token: z.string(), scopes: z.array(z.string()) }),
+          }),
+        },
+      },
+      handler: async (ctx) => ({ status: 201, body: await tenancy.signup(ctx.body) }),
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/auth/sessions',
+      summary: 'Exchange an OpenID Connect ID token for a 30-day session token',
+      tag: 'Account',
+      auth: { kind: 'none' },
+      body: sessionBody,
+      responses: {
+        201: {
+          description: 'Session created; the user is created on first sign-in',
+          schema: z.object({
+            user: userSchema,
+            created: z.boolean(),
+            memberships: z.array(membershipSchema),
+            token: z.object({ id: z.string(), token: z.string(), scopes: z.array(z.string()), expires_at: z.string() }),
+          }),
+        },
+      },
+      handler: async (ctx) => ({ status: 201, body: await tenancy.createSession(ctx.body.id_token) }),
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/organizations',
+      summary: 'Create an organization (with a default project and test and live environments); the caller owns it',
+      tag: 'Account',
+      auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'], environment: false },
+      body: organizationBody,
+      idempotent: true,
+      responses: { 201: { description: 'Organization created', schema: tenantSchema } },
+      handler: async (ctx) => ({ status: 201, body: await tenancy.createOrganization(ctx.principal, ctx.body) }),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/organizations',
+      summary: 'List the organizations the caller belongs to, newest first',
+      tag: 'Account',
+      auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'], environment: false },
+      query: pageQuerySchema,
+      responses: { 200: { description: 'A page of organizations', schema: pageOf(organizationListing) } },
+      handler: async (ctx) => ({ status: 200, body: await tenancy.listOrganizations(ctx.principal, pageRequest(ctx.query)) }),
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/api_keys',
+      summary: 'Create a secret or publishable key in the environment named by X-Service-Environment (admin or owner)',
+      tag: 'API keys',
+      auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
+      body: apiKeyBody,
+      idempotent: true,
+      responses: {
+        201: {
+          description: 'Key created; token (osk_/opk_) is returned only here',
+          schema: apiKeySchema.extend({ token: z.string() }),
+        },
+      },
+      handler: async (ctx) => ({ status: 201, body: await tenancy.createApiKey(ctx.principal, ctx.body) }),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/api_keys',
+      summary: "List the environment's API keys, newest first (never the token)",
+      tag: 'API keys',
+      auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
+      query: pageQuerySchema,
+      responses: { 200: { description: 'A page of keys', schema: pageOf(apiKeySchema) } },
+      handler: async (ctx) => ({ status: 200, body: await tenancy.listApiKeys(ctx.principal, pageRequest(ctx.query)) }),
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/api_keys/:id/revoke',
+      summary: 'Revoke an API key; every node refuses it within about a second (admin or owner)',
+      tag: 'API keys',
+      auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
+      params: keyParams,
+      responses: { 200: { description: 'The key, with revoked_at set', schema: apiKeySchema } },
+      handler: async (ctx) => ({ status: 200, body: await tenancy.revokeApiKey(ctx.principal, ctx.params.id!) }),
+    }),
+  ];
+}
