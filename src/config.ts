@@ -10,7 +10,10 @@ const bool = z
 export const configSchema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   HOST: z.string().default('0.0.0.0'),
+  /** Internal gRPC: shard forwarding between nodes. */
   GRPC_PORT: z.coerce.number().int().min(0).max(65535).default(9090),
+  /** Public gRPC API (events, match results, customer state). */
+  PUBLIC_GRPC_PORT: z.coerce.number().int().min(0).max(65535).default(9091),
   /** Address other nodes use to reach this node's gRPC port. */
   ADVERTISE_HOST: z.string().default('127.0.0.1'),
   NODE_ID: z.string().min(1).max(64).default('node-1'),

@@ -193,7 +193,7 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
           });
           break;
         case 'alias.added':
-          out.push({ kind: 'alias.upsert', environmentId, alias: f.alias, customerId, kind_: f.aliasKind, createdAtMs: f.atMs } as never);
+          out.push({ kind: 'alias.upsert', environmentId, alias: f.alias, customerId, aliasKind: f.aliasKind, createdAtMs: f.atMs });
           break;
         case 'customer.merged':
           break;
