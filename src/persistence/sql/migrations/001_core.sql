@@ -43,9 +43,11 @@ create table idempotency_keys (
 create index idempotency_keys_expires_at on idempotency_keys (expires_at);
 
 -- Read models: rebuilt from the journal, so they hold no fact the journal lacks.
+-- Keyset-paged ids use collate "C" (byte order), so pages are identical on PostgreSQL and PGlite
+-- whatever the database's default collation, and the primary key index serves the keyset.
 create table customers (
   environment_id text not null,
-  id text not null,
+  id text collate "C" not null,
   external_id text, -- null once the customer is erased
   attributes jsonb not null default '{}',
   version int not null,
@@ -68,7 +70,7 @@ create index customer_aliases_customer on customer_aliases (environment_id, cust
 
 create table events (
   environment_id text not null,
-  id text not null,
+  id text collate "C" not null,
   client_event_id text not null,
   customer_id text not null,
   name text not null,

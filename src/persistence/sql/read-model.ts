@@ -1,0 +1,381 @@
+// PgReadModel: the read tables behind list/get endpoints (customers, aliases, events), written
+// by the projector from journal facts and read by the gateway. apply() is one transaction that
+// also advances projection_offsets(partition), so a batch is in the tables exactly when its offset
+// is; re-applying anything already applied changes nothing (offset check, versions, do-nothing
+// inserts). Projections of a kind are written together (arrays through unnest), never a round
+// trip per row; order across kinds within a batch is kept.
+import type postgres from 'postgres';
+import { compareOffsets, type Offset, offsetZero } from '../ports.js';
+import type { Sql } from './db.js';
+
+/** What the projector derives from journal facts. Plain data. */
+export type Projection =
+  | {
+      kind: 'customer.upsert';
+      environmentId: string;
+      id: string;
+      externalId: string | null;
+      attributes: Record<string, unknown>;
+      /** Upserts only move a customer forward: a row keeps its highest version. */
+      version: number;
+      createdAtMs: number;
+      updatedAtMs: number;
+    }
+  | {
+      /** Erases personal data: external id, attributes, the customer's aliases and event properties. */
+      kind: 'customer.erase';
+      environmentId: string;
+      id: string;
+      deletedAtMs: number;
+      version: number;
+    }
+  | {
+      /** An alias points at one customer; a merge moves it to another. */
+      kind: 'alias.upsert';
+      environmentId: string;
+      alias: string;
+      customerId: string;
+      /** The alias kind (e.g. 'anonymous'); not `kind`, which names the projection. */
+      aliasKind: string;
+      createdAtMs: number;
+    }
+  | {
+      kind: 'event.insert';
+      environmentId: string;
+      id: string;
+      clientEventId: string;
+      customerId: string;
+      name: string;
+      occurredAtMs: number;
+      receivedAtMs: number;
+      properties: Record<string, unknown>;
+      status: string;
+    };
+
+export interface CustomerRow {
+  environmentId: string;
+  id: string;
+  externalId: string | null;
+  attributes: Record<string, unknown>;
+  version: number;
+  createdAtMs: number;
+  updatedAtMs: number;
+  deletedAtMs: number | null;
+}
+
+export interface AliasRow {
+  environmentId: string;
+  alias: string;
+  customerId: string;
+  kind: string;
+  createdAtMs: number;
+}
+
+export interface EventRow {
+  environmentId: string;
+  id: string;
+  clientEventId: string;
+  customerId: string;
+  name: string;
+  occurredAtMs: number;
+  receivedAtMs: number;
+  /** null once the customer was erased. */
+  properties: Record<string, unknown> | null;
+  status: string;
+}
+
+/** Rows per statement: bounds one array parameter. */
+const rowsPerStatementMax = 5000;
+
+/**
+ * PostgreSQL text and jsonb cannot hold U+0000. A fact carrying one must not block the
+ * partition's projection forever, so read models store U+FFFD in its place (the journal keeps
+ * the original).
+ */
+const text = (s: string) => (s.includes('\u0000') ? s.replaceAll('\u0000', '\uFFFD') : s);
+const json = (v: unknown) =>
+  JSON.stringify(v).replace(/(\\+)u0000/g, (m, bs: string) => (bs.length % 2 === 1 ? `${bs.slice(1)}\\ufffd` : m));
+
+/** Highest version per key; among equal versions the last one. */
+function newestPerKey<T extends { version: number }>(xs: T[], key: (x: T) => string): T[] {
+  const m = new Map<string, T>();
+  for (const x of xs) {
+    const k = key(x);
+    const seen = m.get(k);
+    if (!seen || x.version >= seen.version) m.set(k, x);
+  }
+  return [...m.values()];
+}
+
+function lastPerKey<T>(xs: T[], key: (x: T) => string): T[] {
+  const m = new Map<string, T>();
+  for (const x of xs) m.set(key(x), x);
+  return [...m.values()];
+}
+
+function chunks<T>(xs: T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
+  return out;
+}
+
+const pairKey = (env: string, k: string) => `${env.length}:${env}${k}`;
+
+type Of<K extends Projection['kind']> = Extract<Projection, { kind: K }>;
+type Tx = postgres.TransactionSql<Record<string, unknown>>;
+
+/** Milliseconds since the epoch as a float8 expression from a timestamptz column. */
+const ms = (col: string) => `(extract(epoch from ${col}) * 1000)::float8`;
+const customerColumns = `environment_id, id, external_id, attributes, version,
+  ${ms('created_at')} as created_at_ms, ${ms('updated_at')} as updated_at_ms, ${ms('deleted_at')} as deleted_at_ms`;
+const eventColumns = `environment_id, id, client_event_id, customer_id, name,
+  ${ms('occurred_at')} as occurred_at_ms, ${ms('received_at')} as received_at_ms, properties, status`;
+
+function customerRow(r: Record<string, unknown>): CustomerRow {
+  return {
+    environmentId: r.environment_id as string,
+    id: r.id as string,
+    externalId: r.external_id as string | null,
+    attributes: r.attributes as Record<string, unknown>,
+    version: r.version as number,
+    createdAtMs: r.created_at_ms as number,
+    updatedAtMs: r.updated_at_ms as number,
+    deletedAtMs: r.deleted_at_ms as number | null,
+  };
+}
+
+function eventRow(r: Record<string, unknown>): EventRow {
+  return {
+    environmentId: r.environment_id as string,
+    id: r.id as string,
+    clientEventId: r.client_event_id as string,
+    customerId: r.customer_id as string,
+    name: r.name as string,
+    occurredAtMs: r.occurred_at_ms as number,
+    receivedAtMs: r.received_at_ms as number,
+    properties: r.properties as Record<string, unknown> | null,
+    status: r.status as string,
+  };
+}
+
+export class PgReadModel {
+  constructor(private readonly sql: Sql) {}
+
+  /**
+   * Writes one batch of projections and moves the partition's projected offset to `offset`, in
+   * one transaction. A batch whose offset is not after the projected offset was already applied
+   * and is skipped whole.
+   */
+  async apply(partition: number, offset: Offset, projections: Projection[]): Promise<void> {
+    await this.sql.begin(async (tx) => {
+      await tx`insert into projection_offsets (partition, "offset") values (${partition}, ${offsetZero}) on conflict do nothing`;
+      // The row lock serializes appliers of one partition (two nodes during a lease hand-over).
+      const [row] = await tx`select "offset" from projection_offsets where partition = ${partition} for update`;
+      if (compareOffsets(offset, row!.offset as string) <= 0) return;
+      let start = 0;
+      while (start < projections.length) {
+        const kind = projections[start]!.kind;
+        let end = start + 1;
+        while (end < projections.length && projections[end]!.kind === kind) end++;
+        await this.applyRun(tx, projections.slice(start, end));
+        start = end;
+      }
+      await tx`update projection_offsets set "offset" = ${offset} where partition = ${partition}`;
+    });
+  }
+
+  private async applyRun(tx: Tx, run: Projection[]): Promise<void> {
+    switch (run[0]!.kind) {
+      case 'customer.upsert':
+        return this.upsertCustomers(tx, run as Array<Of<'customer.upsert'>>);
+      case 'customer.erase':
+        return this.eraseCustomers(tx, run as Array<Of<'customer.erase'>>);
+      case 'alias.upsert':
+        return this.upsertAliases(tx, run as Array<Of<'alias.upsert'>>);
+      case 'event.insert':
+        return this.insertEvents(tx, run as Array<Of<'event.insert'>>);
+    }
+  }
+
+  private async upsertCustomers(tx: Tx, run: Array<Of<'customer.upsert'>>): Promise<void> {
+    const rows = newestPerKey(run, (p) => pairKey(p.environmentId, p.id));
+    for (const part of chunks(rows, rowsPerStatementMax)) {
+      // An erased customer stays erased: a late upsert must not bring its personal data back.
+      await tx`
+        insert into customers as c (environment_id, id, external_id, attributes, version, created_at, updated_at)
+        select u.e, u.i, u.x, u.a::jsonb, u.v, to_timestamp(u.c / 1000), to_timestamp(u.u / 1000)
+        from unnest(
+          ${part.map((p) => text(p.environmentId))}::text[],
+          ${part.map((p) => text(p.id))}::text[],
+          ${part.map((p) => (p.externalId === null ? null : text(p.externalId)))}::text[],
+          ${part.map((p) => json(p.attributes))}::text[],
+          ${part.map((p) => p.version)}::int[],
+          ${part.map((p) => p.createdAtMs)}::float8[],
+          ${part.map((p) => p.updatedAtMs)}::float8[]
+        ) as u(e, i, x, a, v, c, u)
+        on conflict (environment_id, id) do update
+        set external_id = excluded.external_id, attributes = excluded.attributes,
+            version = excluded.version, updated_at = excluded.updated_at
+        where c.version < excluded.version and c.deleted_at is null`;
+    }
+  }
+
+  private async eraseCustomers(tx: Tx, run: Array<Of<'customer.erase'>>): Promise<void> {
+    const rows = newestPerKey(run, (p) => pairKey(p.environmentId, p.id));
+    for (const part of chunks(rows, rowsPerStatementMax)) {
+      const envs = part.map((p) => text(p.environmentId));
+      const ids = part.map((p) => text(p.id));
+      // A customer never projected still gets a tombstone, so no later upsert can resurrect it.
+      await tx`
+        insert into customers as c (environment_id, id, external_id, attributes, version, created_at, updated_at, deleted_at)
+        select u.e, u.i, null, '{}', u.v, to_timestamp(u.d / 1000), to_timestamp(u.d / 1000), to_timestamp(u.d / 1000)
+        from unnest(${envs}::text[], ${ids}::text[], ${part.map((p) => p.deletedAtMs)}::float8[], ${part.map((p) => p.version)}::int[]) as u(e, i, d, v)
+        on conflict (environment_id, id) do update
+        set external_id = null, attributes = '{}', deleted_at = excluded.deleted_at,
+            updated_at = excluded.updated_at, version = greatest(c.version, excluded.version)
+        where c.deleted_at is null`;
+      await tx`
+        delete from customer_aliases a
+        using unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
+        where a.environment_id = u.e and a.customer_id = u.i`;
+      await tx`
+        update events ev set properties = null
+        from unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
+        where ev.environment_id = u.e and ev.customer_id = u.i and ev.properties is not null`;
+    }
+  }
+
+  private async upsertAliases(tx: Tx, run: Array<Of<'alias.upsert'>>): Promise<void> {
+    const rows = lastPerKey(run, (p) => pairKey(p.environmentId, p.alias));
+    for (const part of chunks(rows, rowsPerStatementMax)) {
+      // Aliases of an erased customer are personal data: never (re)inserted.
+      await tx`
+        insert into customer_aliases as a (environment_id, alias, customer_id, kind, created_at)
+        select u.e, u.al, u.c, u.k, to_timestamp(u.t / 1000)
+        from unnest(
+          ${part.map((p) => text(p.environmentId))}::text[],
+          ${part.map((p) => text(p.alias))}::text[],
+          ${part.map((p) => text(p.customerId))}::text[],
+          ${part.map((p) => text(p.aliasKind))}::text[],
+          ${part.map((p) => p.createdAtMs)}::float8[]
+        ) as u(e, al, c, k, t)
+        where not exists (
+          select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
+        )
+        on conflict (environment_id, alias) do update
+        set customer_id = excluded.customer_id, kind = excluded.kind, created_at = excluded.created_at
+        where (a.customer_id, a.kind) is distinct from (excluded.customer_id, excluded.kind)`;
+    }
+  }
+
+  private async insertEvents(tx: Tx, run: Array<Of<'event.insert'>>): Promise<void> {
+    for (const part of chunks(run, rowsPerStatementMax)) {
+      // First write wins (event ids are deduplicated upstream); an erased customer's events
+      // arrive without properties.
+      await tx`
+        insert into events (environment_id, id, client_event_id, customer_id, name, occurred_at, received_at, properties, status)
+        select u.e, u.i, u.ce, u.c, u.n, to_timestamp(u.o / 1000), to_timestamp(u.r / 1000),
+               case when exists (
+                 select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
+               ) then null else u.p::jsonb end,
+               u.s
+        from unnest(
+          ${part.map((p) => text(p.environmentId))}::text[],
+          ${part.map((p) => text(p.id))}::text[],
+          ${part.map((p) => text(p.clientEventId))}::text[],
+          ${part.map((p) => text(p.customerId))}::text[],
+          ${part.map((p) => text(p.name))}::text[],
+          ${part.map((p) => p.occurredAtMs)}::float8[],
+          ${part.map((p) => p.receivedAtMs)}::float8[],
+          ${part.map((p) => json(p.properties))}::text[],
+          ${part.map((p) => text(p.status))}::text[]
+        ) as u(e, i, ce, c, n, o, r, p, s)
+        on conflict (environment_id, id) do nothing`;
+    }
+  }
+
+  /** The offset of the newest batch applied for the partition, or '0'. */
+  async projectedOffset(partition: number): Promise<Offset> {
+    const [row] = await this.sql`select "offset" from projection_offsets where partition = ${partition}`;
+    return row ? (row.offset as string) : offsetZero;
+  }
+
+  /**
+   * Customers of an environment by id ascending, after the `after` id (exclusive), optionally
+   * only those with an external id. Returns up to limit + 1 rows: the extra one says there is
+   * a next page. Erased customers are included (with deletedAtMs).
+   */
+  async listCustomers(
+    environmentId: string,
+    page: { limit: number; after: string | null; externalId?: string | null },
+  ): Promise<CustomerRow[]> {
+    const sql = this.sql;
+    const rows = await sql`
+      select ${sql.unsafe(customerColumns)} from customers
+      where environment_id = ${environmentId}
+      ${page.after === null ? sql`` : sql`and id > ${page.after}`}
+      ${page.externalId == null ? sql`` : sql`and external_id = ${page.externalId}`}
+      order by id
+      limit ${page.limit + 1}`;
+    return rows.map(customerRow);
+  }
+
+  async getCustomer(environmentId: string, id: string): Promise<CustomerRow | null> {
+    const [row] = await this.sql`
+      select ${this.sql.unsafe(customerColumns)} from customers where environment_id = ${environmentId} and id = ${id}`;
+    return row ? customerRow(row) : null;
+  }
+
+  async getEvent(environmentId: string, id: string): Promise<EventRow | null> {
+    const [row] = await this.sql`
+      select ${this.sql.unsafe(eventColumns)} from events where environment_id = ${environmentId} and id = ${id}`;
+    return row ? eventRow(row) : null;
+  }
+
+  /**
+   * A customer's events, newest first (received_at, then id, descending). With
+   * beforeReceivedAtMs only older events; with beforeId as well, the keyset (receivedAtMs, id)
+   * of the last row of the previous page, so events sharing a timestamp are neither lost nor
+   * repeated. Returns up to limit + 1 rows.
+   */
+  async listCustomerEvents(
+    environmentId: string,
+    customerId: string,
+    page: { limit: number; beforeReceivedAtMs?: number; beforeId?: string },
+  ): Promise<EventRow[]> {
+    const sql = this.sql;
+    const before =
+      page.beforeReceivedAtMs === undefined
+        ? sql``
+        : page.beforeId === undefined
+          ? sql`and received_at < to_timestamp(${page.beforeReceivedAtMs}::float8 / 1000)`
+          : sql`and (received_at, id) < (to_timestamp(${page.beforeReceivedAtMs}::float8 / 1000), ${page.beforeId})`;
+    const rows = await sql`
+      select ${sql.unsafe(eventColumns)} from events
+      where environment_id = ${environmentId} and customer_id = ${customerId} ${before}
+      order by received_at desc, id desc
+      limit ${page.limit + 1}`;
+    return rows.map(eventRow);
+  }
+
+  async countCustomerEvents(environmentId: string, customerId: string): Promise<number> {
+    const [row] = await this.sql`
+      select count(*)::int as n from events where environment_id = ${environmentId} and customer_id = ${customerId}`;
+    return row!.n as number;
+  }
+
+  /** The customer's aliases, oldest first. */
+  async listAliases(environmentId: string, customerId: string): Promise<AliasRow[]> {
+    const rows = await this.sql`
+      select alias, kind, ${this.sql.unsafe(ms('created_at'))} as created_at_ms from customer_aliases
+      where environment_id = ${environmentId} and customer_id = ${customerId}
+      order by created_at, alias`;
+    return rows.map((r) => ({
+      environmentId,
+      alias: r.alias as string,
+      customerId,
+      kind: r.kind as string,
+      createdAtMs: r.created_at_ms as number,
+    }));
+  }
+}

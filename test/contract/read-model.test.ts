@@ -1,0 +1,305 @@
+// Read-model contract, run against PostgreSQL and embedded PGlite: projections land as camelCase
+// rows with ms timestamps; apply is idempotent (same batch, or the same facts re-delivered later);
+// customer versions only move forward; order inside a batch is kept; erase removes personal data
+// for good; keyset pagination has exact boundaries; the projected offset only moves forward.
+import t from 'tap';
+import { PgReadModel, type Projection } from '../../src/persistence/sql/read-model.js';
+import { sqlForTest, sqlKinds } from '../helpers/sql.js';
+
+const T0 = Date.UTC(2030, 5, 1, 12, 0, 0, 123);
+
+const upsert = (id: string, version: number, over: Partial<Extract<Projection, { kind: 'customer.upsert' }>> = {}): Projection => ({
+  kind: 'customer.upsert',
+  environmentId: 'env_a',
+  id,
+  externalId: `ext-${id}`,
+  attributes: { v: version },
+  version,
+  createdAtMs: T0,
+  updatedAtMs: T0 + version,
+  ...over,
+});
+const erase = (id: string, version: number, environmentId = 'env_a'): Projection => ({
+  kind: 'customer.erase',
+  environmentId,
+  id,
+  deletedAtMs: T0 + 1000 * version,
+  version,
+});
+const alias = (a: string, customerId: string, createdAtMs = T0): Projection => ({
+  kind: 'alias.upsert',
+  environmentId: 'env_a',
+  alias: a,
+  customerId,
+  aliasKind: 'anonymous',
+  createdAtMs,
+});
+const event = (id: string, customerId: string, receivedAtMs: number, properties: Record<string, unknown> = { n: 1 }): Projection => ({
+  kind: 'event.insert',
+  environmentId: 'env_a',
+  id,
+  clientEventId: `client-${id}`,
+  customerId,
+  name: 'level_up',
+  occurredAtMs: receivedAtMs - 5,
+  receivedAtMs,
+  properties,
+  status: 'evaluated',
+});
+
+for (const kind of sqlKinds) {
+  t.test(`read model on ${kind}`, async (t) => {
+    const { sql } = await sqlForTest(t, kind);
+    const rm = new PgReadModel(sql);
+    // Each subtest uses its own partition so offsets do not interfere.
+    let partition = 0;
+    const next = () => ++partition;
+
+    t.test('rows come back as camelCase with ms timestamps; JSON and odd text survive', async (t) => {
+      const p = next();
+      const attributes = { tier: 'gold', nested: { list: [1, 'two', null] }, quote: 'a"b\\c', nul: 'x\u0000y', slash: '\\u0000' };
+      await rm.apply(p, '1-0', [upsert('c1', 1, { attributes }), event('e1', 'c1', T0 + 10, { amount: 5, raw: 'p\u0000q' }), alias('anon-1', 'c1')]);
+      t.same(await rm.getCustomer('env_a', 'c1'), {
+        environmentId: 'env_a',
+        id: 'c1',
+        externalId: 'ext-c1',
+        attributes: { ...attributes, nul: 'x\uFFFDy' },
+        version: 1,
+        createdAtMs: T0,
+        updatedAtMs: T0 + 1,
+        deletedAtMs: null,
+      });
+      t.same(await rm.getEvent('env_a', 'e1'), {
+        environmentId: 'env_a',
+        id: 'e1',
+        clientEventId: 'client-e1',
+        customerId: 'c1',
+        name: 'level_up',
+        occurredAtMs: T0 + 5,
+        receivedAtMs: T0 + 10,
+        properties: { amount: 5, raw: 'p\uFFFDq' },
+        status: 'evaluated',
+      });
+      t.same(await rm.listAliases('env_a', 'c1'), [{ environmentId: 'env_a', alias: 'anon-1', customerId: 'c1', kind: 'anonymous', createdAtMs: T0 }]);
+      t.equal(await rm.getCustomer('env_b', 'c1'), null, 'environments are separate');
+      t.equal(await rm.getEvent('env_a', 'nope'), null);
+      t.equal(await rm.projectedOffset(p), '1-0');
+    });
+
+    t.test('re-applying the same batch, or re-delivering its facts later, changes nothing', async (t) => {
+      const p = next();
+      const batch = [upsert('r1', 1), upsert('r1', 2), event('re1', 'r1', T0 + 1), event('re2', 'r1', T0 + 2), alias('r-alias', 'r1')];
+      await rm.apply(p, '5-0', batch);
+      const snapshot = async () => ({
+        customer: await rm.getCustomer('env_a', 'r1'),
+        events: await rm.listCustomerEvents('env_a', 'r1', { limit: 10 }),
+        aliases: await rm.listAliases('env_a', 'r1'),
+      });
+      const before = await snapshot();
+      t.equal(before.customer?.version, 2, 'the highest version in the batch wins');
+      t.equal(before.events.length, 2);
+
+      await rm.apply(p, '5-0', batch);
+      t.same(await snapshot(), before, 'same offset: skipped');
+      await rm.apply(p, '4-0', [upsert('r1', 9), event('re3', 'r1', T0 + 3)]);
+      t.same(await snapshot(), before, 'older offset: skipped whole');
+      t.equal(await rm.projectedOffset(p), '5-0', 'offset did not move back');
+
+      // The projector delivers at least once: the same facts may come again under a newer offset.
+      await rm.apply(p, '6-0', [...batch, upsert('r1', 1, { attributes: { stale: true } }), event('re1', 'r1', T0 + 99, { changed: true })]);
+      t.same(await snapshot(), before, 'versions and event ids make re-delivery a no-op');
+      t.equal(await rm.projectedOffset(p), '6-0');
+      t.equal(await rm.countCustomerEvents('env_a', 'r1'), 2);
+    });
+
+    t.test('customer versions only move forward', async (t) => {
+      const p = next();
+      await rm.apply(p, '1-0', [upsert('v1', 3, { externalId: 'three' })]);
+      await rm.apply(p, '2-0', [upsert('v1', 2, { externalId: 'two' })]);
+      t.equal((await rm.getCustomer('env_a', 'v1'))?.externalId, 'three');
+      await rm.apply(p, '3-0', [upsert('v1', 4, { externalId: null, attributes: { a: 1 } })]);
+      const c = await rm.getCustomer('env_a', 'v1');
+      t.same([c?.version, c?.externalId, c?.attributes, c?.createdAtMs], [4, null, { a: 1 }, T0], 'created_at is kept');
+    });
+
+    t.test('order inside a batch is kept across kinds', async (t) => {
+      const p = next();
+      // The alias moves to o2 (a merge) and then o1 is erased: the alias must survive with o2.
+      await rm.apply(p, '1-0', [
+        upsert('o1', 1),
+        alias('shared', 'o1'),
+        event('oe1', 'o1', T0 + 1, { secret: 'x' }),
+        upsert('o2', 1),
+        alias('shared', 'o2', T0 + 7),
+        erase('o1', 2),
+        event('oe2', 'o1', T0 + 2, { late: 'y' }),
+      ]);
+      t.same((await rm.listAliases('env_a', 'o2')).map((a) => [a.alias, a.createdAtMs]), [['shared', T0 + 7]]);
+      t.same(await rm.listAliases('env_a', 'o1'), []);
+      t.same((await rm.listCustomerEvents('env_a', 'o1', { limit: 10 })).map((e) => [e.id, e.properties]), [
+        ['oe2', null],
+        ['oe1', null],
+      ]);
+
+      // The opposite order: erased first, then the alias moves away and comes back to nothing.
+      await rm.apply(p, '2-0', [alias('shared', 'o1')]);
+      t.same(await rm.listAliases('env_a', 'o1'), [], 'no alias is attached to an erased customer');
+      t.same((await rm.listAliases('env_a', 'o2')).map((a) => a.alias), ['shared'], 'and the moving alias stays where it was');
+    });
+
+    t.test('erase: personal data gone for good, row and events kept', async (t) => {
+      const p = next();
+      await rm.apply(p, '1-0', [
+        upsert('d1', 1, { attributes: { email: 'a@b.c' } }),
+        alias('d1-anon', 'd1'),
+        event('de1', 'd1', T0 + 1, { email: 'a@b.c' }),
+        upsert('d2', 1),
+        event('de2', 'd2', T0 + 1, { keep: true }),
+      ]);
+      await rm.apply(p, '2-0', [erase('d1', 2)]);
+      const c = await rm.getCustomer('env_a', 'd1');
+      t.same(c, {
+        environmentId: 'env_a',
+        id: 'd1',
+        externalId: null,
+        attributes: {},
+        version: 2,
+        createdAtMs: T0,
+        updatedAtMs: T0 + 2000,
+        deletedAtMs: T0 + 2000,
+      });
+      t.same(await rm.listAliases('env_a', 'd1'), []);
+      t.same((await rm.getEvent('env_a', 'de1'))?.properties, null);
+      t.same((await rm.getEvent('env_a', 'de2'))?.properties, { keep: true }, 'other customers untouched');
+      t.same(await rm.listCustomers('env_a', { limit: 10, after: null, externalId: 'ext-d1' }), [], 'not found by its old external id');
+
+      // Late or re-delivered facts cannot bring anything back.
+      await rm.apply(p, '3-0', [upsert('d1', 5, { attributes: { email: 'again' } }), alias('d1-anon', 'd1'), event('de3', 'd1', T0 + 3, { email: 'x' })]);
+      const after = await rm.getCustomer('env_a', 'd1');
+      t.same([after?.externalId, after?.attributes, after?.deletedAtMs], [null, {}, T0 + 2000]);
+      t.same(await rm.listAliases('env_a', 'd1'), []);
+      t.same((await rm.getEvent('env_a', 'de3'))?.properties, null);
+      await rm.apply(p, '4-0', [erase('d1', 3)]);
+      t.equal((await rm.getCustomer('env_a', 'd1'))?.deletedAtMs, T0 + 2000, 'a second erase keeps the first deletion time');
+
+      // An erase for a customer the read model never saw leaves a tombstone.
+      await rm.apply(p, '5-0', [erase('ghost', 4)]);
+      await rm.apply(p, '6-0', [upsert('ghost', 1)]);
+      const ghost = await rm.getCustomer('env_a', 'ghost');
+      t.same([ghost?.externalId, ghost?.deletedAtMs], [null, T0 + 4000]);
+    });
+
+    t.test('listCustomers: keyset by id, limit + 1, exact boundaries, external id filter', async (t) => {
+      const p = next();
+      // A separate environment so other subtests' customers do not show up; byte order of ids.
+      const ids = ['b', 'B', 'a', 'a0', 'ä', '_', 'cust_10', 'cust_9', 'cust_1'];
+      await rm.apply(p, '1-0', ids.map((id) => upsert(id, 1, { environmentId: 'env_page', externalId: id === 'a0' ? 'dup' : `x-${id}` })));
+      await rm.apply(p, '2-0', [upsert('zz', 1, { environmentId: 'env_page', externalId: 'dup' })]);
+      const sorted = [...ids, 'zz'].sort((x, y) => (Buffer.from(x) < Buffer.from(y) ? -1 : 1));
+
+      const all = await rm.listCustomers('env_page', { limit: 100, after: null });
+      t.same(all.map((c) => c.id), sorted, 'ascending in byte order');
+
+      // Walk pages of 3 the way the gateway does: take limit rows, the extra one means "more".
+      const seen: string[] = [];
+      let after: string | null = null;
+      let pages = 0;
+      for (;;) {
+        const rows = await rm.listCustomers('env_page', { limit: 3, after });
+        pages++;
+        const page = rows.slice(0, 3);
+        seen.push(...page.map((r) => r.id));
+        if (rows.length <= 3) break;
+        t.equal(rows.length, 4, 'limit + 1 rows while there is more');
+        after = page[page.length - 1]!.id;
+      }
+      t.same(seen, sorted, 'every customer once, in order');
+      t.equal(pages, 4);
+
+      const exact = await rm.listCustomers('env_page', { limit: sorted.length, after: null });
+      t.equal(exact.length, sorted.length, 'a full last page has no extra row');
+      t.same(await rm.listCustomers('env_page', { limit: 5, after: sorted[sorted.length - 1]! }), [], 'after the last id: empty');
+      t.same((await rm.listCustomers('env_page', { limit: 5, after: 'a' })).map((c) => c.id)[0], 'a0', 'after is exclusive');
+
+      t.same((await rm.listCustomers('env_page', { limit: 10, after: null, externalId: 'dup' })).map((c) => c.id), ['a0', 'zz']);
+      t.same((await rm.listCustomers('env_page', { limit: 1, after: null, externalId: 'dup' })).map((c) => c.id), ['a0', 'zz'], 'limit + 1 with the filter too');
+      t.same((await rm.listCustomers('env_page', { limit: 10, after: 'a0', externalId: 'dup' })).map((c) => c.id), ['zz']);
+      t.same(await rm.listCustomers('env_page', { limit: 10, after: null, externalId: 'none' }), []);
+    });
+
+    t.test('listCustomerEvents: newest first, ties broken by id, before-cursors, count', async (t) => {
+      const p = next();
+      const batch: Projection[] = [upsert('ev', 1)];
+      // Three events share one timestamp so page boundaries fall inside a tie.
+      const times: Array<[string, number]> = [
+        ['e01', T0 + 1],
+        ['e02', T0 + 2],
+        ['e03', T0 + 2],
+        ['e04', T0 + 2],
+        ['e05', T0 + 3],
+        ['e06', T0 + 4],
+      ];
+      for (const [id, at] of times) batch.push(event(id, 'ev', at));
+      batch.push(event('other', 'someone-else', T0 + 3));
+      await rm.apply(p, '1-0', batch);
+
+      const newest = await rm.listCustomerEvents('env_a', 'ev', { limit: 100 });
+      t.same(newest.map((e) => e.id), ['e06', 'e05', 'e04', 'e03', 'e02', 'e01']);
+      t.equal(await rm.countCustomerEvents('env_a', 'ev'), 6);
+      t.equal(await rm.countCustomerEvents('env_a', 'nobody'), 0);
+
+      const seen: string[] = [];
+      let cursor: { beforeReceivedAtMs: number; beforeId: string } | null = null;
+      for (;;) {
+        const rows = await rm.listCustomerEvents('env_a', 'ev', { limit: 2, ...(cursor ?? {}) });
+        const page = rows.slice(0, 2);
+        seen.push(...page.map((e) => e.id));
+        if (rows.length <= 2) break;
+        const last = page[page.length - 1]!;
+        cursor = { beforeReceivedAtMs: last.receivedAtMs, beforeId: last.id };
+      }
+      t.same(seen, ['e06', 'e05', 'e04', 'e03', 'e02', 'e01'], 'keyset pages lose and repeat nothing inside a tie');
+
+      t.same(
+        (await rm.listCustomerEvents('env_a', 'ev', { limit: 10, beforeReceivedAtMs: T0 + 3 })).map((e) => e.id),
+        ['e04', 'e03', 'e02', 'e01'],
+        'time-only cursor: strictly older',
+      );
+      t.same((await rm.listCustomerEvents('env_a', 'ev', { limit: 1 })).map((e) => e.id), ['e06', 'e05'], 'limit + 1');
+    });
+
+    t.test('projected offset: per partition, only forward, in offset order', async (t) => {
+      const p = next();
+      t.equal(await rm.projectedOffset(p), '0');
+      await rm.apply(p, '9-0', []);
+      t.equal(await rm.projectedOffset(p), '9-0', 'an empty batch still moves the offset');
+      await rm.apply(p, '10-0', [upsert('po', 1)]);
+      t.equal(await rm.projectedOffset(p), '10-0', "'10-0' is after '9-0' though it sorts before it as a string");
+      await rm.apply(p, '9-5', [upsert('po', 2)]);
+      t.equal(await rm.projectedOffset(p), '10-0');
+      t.equal((await rm.getCustomer('env_a', 'po'))?.version, 1, 'the older batch was not applied');
+      t.equal(await rm.projectedOffset(p + 1000), '0', 'other partitions untouched');
+    });
+
+    t.test('a failing batch applies nothing and leaves the offset', async (t) => {
+      const p = next();
+      await rm.apply(p, '1-0', [upsert('f1', 1)]);
+      const bad = { ...upsert('f2', 1), version: 2 ** 40 } as Projection; // out of int range
+      await t.rejects(rm.apply(p, '2-0', [upsert('f1', 2), event('fe1', 'f1', T0), bad]));
+      t.equal((await rm.getCustomer('env_a', 'f1'))?.version, 1);
+      t.equal(await rm.getEvent('env_a', 'fe1'), null);
+      t.equal(await rm.projectedOffset(p), '1-0');
+    });
+
+    t.test('thousands of projections in one batch', async (t) => {
+      const p = next();
+      const batch: Projection[] = [];
+      for (let i = 0; i < 6000; i++) batch.push(upsert(`bulk-${i}`, 1, { environmentId: 'env_bulk' }));
+      for (let i = 0; i < 6000; i++) batch.push({ ...(event(`bulk-e-${i}`, `bulk-${i % 3}`, T0 + i) as Extract<Projection, { kind: 'event.insert' }>), environmentId: 'env_bulk' });
+      await rm.apply(p, '1-0', batch);
+      const [n] = await sql`select count(*)::int as n from customers where environment_id = 'env_bulk'`;
+      t.equal(n?.n, 6000);
+      t.equal(await rm.countCustomerEvents('env_bulk', 'bulk-0'), 2000);
+    });
+  });
+}
