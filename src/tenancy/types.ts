@@ -37,11 +37,13 @@ export interface Principal {
   kind: CredentialKind;
   /** key_/pat_ id of the credential (customer tokens: the minting key's id). */
   credentialId: string;
+  /** '' for a PAT or session on a route with environment: false (it acts as its user, in no organization). */
   organizationId: string;
   /** Set for secret, publishable and customer credentials, and for management tokens that sent X-Service-Environment. */
   environment: Environment | null;
   userId: string | null;
   role: Role | null;
+  /** Management credentials: their issued scopes capped by the role in the environment's organization; empty without one. */
   scopes: ReadonlySet<Scope>;
   /** Publishable keys: event names they may send (empty: none). */
   allowedEvents: readonly string[];
