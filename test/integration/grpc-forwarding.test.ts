@@ -85,6 +85,26 @@ t.test('10k concurrent calls: one frame out, replies correlated whatever their o
   t.equal(server.activeStreams, 1, 'one long-lived stream per peer');
 });
 
+t.test('large payloads in one tick are split into several frames, all delivered', async (t) => {
+  const server = new ForwardServer({ port: 0, handler: async (p) => Uint8Array.of(p[0]!, p.length >>> 16) });
+  const port = await server.start();
+  const client = new ForwardClient();
+  t.teardown(async () => {
+    client.close();
+    await server.stop(0);
+  });
+  const address = `127.0.0.1:${port}`;
+  // 12 MiB in one tick: more than the frame soft bound and than gRPC's default 4 MiB message cap.
+  const calls = Array.from({ length: 12 }, (_, i) => client.forward(address, Buffer.alloc(1024 * 1024, i)));
+  const replies = await Promise.all(calls);
+  t.same(
+    replies.map((r) => [r[0], r[1]]),
+    Array.from({ length: 12 }, (_, i) => [i, 16]),
+  );
+  t.ok(server.stats.framesIn >= 3, `split into ${server.stats.framesIn} frames`);
+  t.equal(server.stats.itemsIn, 12);
+});
+
 t.test('a handler that throws fails its own call only', async (t) => {
   const server = new ForwardServer({
     port: 0,
