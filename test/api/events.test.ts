@@ -1,0 +1,137 @@
+// Black-box API tests of POST /v1/events (single, batch, sync) and GET /v1/events/{id}, with the
+// error codes each can produce. Real Redis + PostgreSQL, unique schema and key prefix.
+import t from 'tap';
+import { idem, signUp, startForTest } from '../helpers/service.js';
+
+const now = () => new Date(Date.now() - 1000).toISOString();
+const event = (id: string, customer = 'player-1', extra: Record<string, unknown> = {}) => ({
+  id,
+  name: 'level.completed',
+  customer_id: customer,
+  occurred_at: now(),
+  properties: { level: 3 },
+  ...extra,
+});
+
+t.test('events', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+
+  await t.test('a single event is journaled and answered 202 with a service id', async (t) => {
+    const r = await api.post('/v1/events', event('e-1'));
+    t.equal(r.status, 202);
+    t.match(r.body, { id: /^evt_/, client_event_id: 'e-1', status: 'accepted' });
+    t.ok(r.headers.get('request-id')?.startsWith('req_'));
+    const got = await api.get(`/v1/events/${r.body.id}`);
+    t.equal(got.status, 200);
+    t.match(got.body, { id: r.body.id, client_event_id: 'e-1', name: 'level.completed', status: 'evaluated', properties: { level: 3 } });
+  });
+
+  await t.test('the same id and content is answered as the first, with duplicate: true', async (t) => {
+    const ev = event('e-dup');
+    const first = await api.post('/v1/events', ev);
+    const again = await api.post('/v1/events', { ...ev, properties: { level: 3 } });
+    t.equal(again.status, 202);
+    t.same(again.body, { ...first.body, duplicate: true });
+  });
+
+  await t.test('the same id with different content is 409 event_id_conflict', async (t) => {
+    await api.post('/v1/events', event('e-c'));
+    const r = await api.post('/v1/events', event('e-c', 'player-1', { properties: { level: 4 } }));
+    t.equal(r.status, 409);
+    t.equal(r.body.error.code, 'event_id_conflict');
+  });
+
+  await t.test('sync mode answers 200 with effects', async (t) => {
+    const r = await api.post('/v1/events', { ...event('e-sync'), mode: 'sync' });
+    t.equal(r.status, 200);
+    t.match(r.body, { id: /^evt_/, status: 'evaluated', effects: [] });
+  });
+
+  await t.test('a batch answers 207 in request order with per-item errors and no id on failures', async (t) => {
+    const r = await api.post('/v1/events', {
+      events: [
+        event('b-1', 'p-a'),
+        { ...event('b-2', 'p-b'), name: 'Not Valid' },
+        event('b-3', 'p-c'),
+        { ...event('b-4', 'p-d'), occurred_at: new Date(Date.now() + 3600_000).toISOString() },
+        event('b-1', 'p-a'),
+      ],
+    });
+    t.equal(r.status, 207);
+    const d = r.body.data;
+    t.equal(d.length, 5);
+    t.match(d[0], { id: /^evt_/, client_event_id: 'b-1' });
+    t.match(d[1], { client_event_id: 'b-2', error: { code: 'validation_failed', param: 'events[1].name' } });
+    t.notOk('id' in d[1]);
+    t.match(d[2], { id: /^evt_/, client_event_id: 'b-3' });
+    t.match(d[3], { error: { code: 'occurred_at_in_future' } });
+    t.match(d[4], { id: d[0].id, duplicate: true });
+  });
+
+  await t.test('events for a new external id create the customer, visible in its export', async (t) => {
+    await api.post('/v1/events', event('x-1', 'fresh-player'));
+    const list = await api.get('/v1/customers?external_id=fresh-player');
+    t.equal(list.body.data.length, 1);
+    const id = list.body.data[0].id;
+    const exp = await api.get(`/v1/customers/${id}/export`);
+    t.equal(exp.status, 200);
+    t.match(exp.body.events, [{ name: 'level.completed', properties: { level: 3 } }]);
+  });
+
+  await t.test('error codes', async (t) => {
+    const cases: Array<[string, () => Promise<{ status: number; body: any }>, number, string]> = [
+      ['batch over 100', () => api.post('/v1/events', { events: Array.from({ length: 101 }, (_, i) => event(`o-${i}`)) }), 400, 'batch_too_large'],
+      ['future occurred_at', () => api.post('/v1/events', event('f-1', 'p', { occurred_at: new Date(Date.now() + 600_000).toISOString() })), 400, 'occurred_at_in_future'],
+      ['bad json', () => api.post('/v1/events', '{"id":'), 400, 'invalid_json'],
+      ['text body', () => api.request('POST', '/v1/events', 'hello', { 'content-type': 'text/plain' }), 415, 'unsupported_media_type'],
+      ['missing field', () => api.post('/v1/events', { id: 'm', name: 'a.b', occurred_at: now() }), 400, 'validation_failed'],
+      ['event too large', () => api.post('/v1/events', event('big', 'p', { properties: { blob: 'x'.repeat(40_000) } })), 413, 'event_too_large'],
+      ['body too large', () => api.post('/v1/events', { events: [event('huge', 'p', { properties: { blob: 'x'.repeat(1_100_000) } })] }), 413, 'body_too_large'],
+      ['no credential', () => anon.post('/v1/events', event('n-1')), 401, 'authentication_required'],
+      ['bad credential', () => anon.post('/v1/events', event('n-2'), { authorization: 'Bearer osk_nope' }), 401, 'invalid_credentials'],
+      ['unknown event id', () => api.get('/v1/events/evt_01ZZZZZZZZZZZZZZZZZZZZZZZZ'), 404, 'resource_not_found'],
+      ['unknown route', () => api.get('/v1/nope'), 404, 'route_not_found'],
+      ['bad mode', () => api.post('/v1/events', { ...event('mm'), mode: 'later' }), 400, 'validation_failed'],
+    ];
+    for (const [name, run, status, code] of cases) {
+      const r = await run();
+      t.equal(r.status, status, `${name}: status`);
+      t.equal(r.body?.error?.code, code, `${name}: code`);
+      t.ok(r.body?.error?.request_id, `${name}: request_id`);
+    }
+  });
+
+  await t.test('publishable keys: allowed events only, origins enforced, refused on secret routes', async (t) => {
+    const k = await tenant.admin.post(
+      '/v1/api_keys',
+      { kind: 'publishable', name: 'web', allowed_events: ['page.viewed'], allowed_origins: ['https://game.example'] },
+      idem(),
+    );
+    t.equal(k.status, 201);
+    const pub = anon.with({ authorization: `Bearer ${k.body.token}`, origin: 'https://game.example' });
+    const ok = await pub.post('/v1/events', { ...event('pub-1'), name: 'page.viewed' });
+    t.equal(ok.status, 202);
+    const notAllowed = await pub.post('/v1/events', event('pub-2'));
+    t.equal(notAllowed.status, 403);
+    t.equal(notAllowed.body.error.code, 'forbidden');
+    const badOrigin = await pub.post('/v1/events', { ...event('pub-3'), name: 'page.viewed' }, { origin: 'https://evil.example' });
+    t.equal(badOrigin.body.error.code, 'origin_not_allowed');
+    const secretRoute = await pub.get(`/v1/events/${ok.body.id}`);
+    t.equal(secretRoute.status, 403);
+    t.equal(secretRoute.body.error.code, 'event_requires_secret_key');
+  });
+
+  await t.test('a revoked key answers credentials_revoked', async (t) => {
+    const k = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'temp' }, idem());
+    const c = anon.with({ authorization: `Bearer ${k.body.token}` });
+    t.equal((await c.post('/v1/events', event('rv-1'))).status, 202);
+    const rv = await tenant.admin.post(`/v1/api_keys/${k.body.id}/revoke`, {});
+    t.equal(rv.status, 200);
+    t.ok(rv.body.revoked_at);
+    const after = await c.post('/v1/events', event('rv-2'));
+    t.equal(after.status, 401);
+    t.equal(after.body.error.code, 'credentials_revoked');
+  });
+});
