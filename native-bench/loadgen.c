@@ -326,6 +326,8 @@ static double g_rate;
 static double g_duration_s = 10, g_warmup_s = 2, g_timeout_s = 10, g_drain_s = 5;
 static uint64_t g_max_requests;  // 0 = unlimited
 static int g_expect = 0;
+static const char *g_fail_body;  // a response body holding this counts as unexpected
+static uint64_t g_fail_body_hits;
 static uint64_t g_t0, g_measure_start, g_end;
 static int g_stopping;
 static uint64_t g_sent, g_completed, g_measured_sent;
@@ -559,7 +561,10 @@ static void on_response(conn_t *c, int status, const char *body, size_t blen) {
     if (status >= 0 && status < 600) g_status[status]++;
     histo_record(&g_hist, (t - c->intended_ns) / 1000);
     if (g_open_loop) histo_record(&g_svc_hist, (t - c->sent_ns) / 1000);
-    if (g_expect && status != g_expect) {
+    int bad_status = g_expect && status != g_expect;
+    int bad_body = g_fail_body && blen && memmem(body, blen, g_fail_body, strlen(g_fail_body));
+    if (bad_body) g_fail_body_hits++;
+    if (bad_status || bad_body) {
       g_unexpected++;
       if (!g_unexpected_sample_status) {
         g_unexpected_sample_status = status;
@@ -688,7 +693,7 @@ static void usage(void) {
           "usage: loadgen --port P [--host 127.0.0.1] --requests-file F (--closed | --rate R)\n"
           "  [--connections N=64] [--duration S=10] [--warmup S=2] [--timeout S=10]\n"
           "  [--max-requests N] [--customers N=1000000] [--cust-order random|seq]\n"
-          "  [--seq-start N] [--seed N] [--expect STATUS] [--drain S=5]\n");
+          "  [--seq-start N] [--seed N] [--expect STATUS] [--fail-body SUBSTRING] [--drain S=5]\n");
   exit(2);
 }
 
@@ -717,6 +722,7 @@ int main(int argc, char **argv) {
     else if (ARG("--seq-start")) g_seq = strtoull(v, NULL, 10), seq_given = 1;
     else if (ARG("--seed")) seed = strtoull(v, NULL, 10);
     else if (ARG("--expect")) g_expect = atoi(v);
+    else if (ARG("--fail-body")) g_fail_body = v;
     else usage();
 #undef ARG
   }
@@ -904,7 +910,8 @@ int main(int argc, char **argv) {
          (unsigned long long)g_err_write, (unsigned long long)g_err_timeout,
          (unsigned long long)g_err_parse, (unsigned long long)in_flight,
          (unsigned long long)g_err_closed);
-  if (g_expect) {
+  if (g_fail_body) printf("\"fail_body_hits\":%llu,", (unsigned long long)g_fail_body_hits);
+  if (g_expect || g_fail_body) {
     printf("\"expect\":%d,\"unexpected\":%llu,", g_expect, (unsigned long long)g_unexpected);
     if (g_unexpected_sample_status)
       printf("\"unexpected_sample\":{\"status\":%d,\"body\":\"%s\"},", g_unexpected_sample_status,

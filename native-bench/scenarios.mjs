@@ -17,7 +17,7 @@ import { batchJson, eventJson } from './templates.mjs';
  *   customers?: number,
  *   requests: (ctx: ScenarioCtx) => RequestTemplate[],
  *   setup?: (ctx: ScenarioCtx) => Promise<Record<string, any>>,
- *   expect: {bare: number, service: number},
+ *   expect: {bare: number, service: number}, failBody?: string,
  *   eventsPerRequest?: number, unit?: 'requests' | 'events',
  *   ratioOf?: 'rps' | 'events_per_s' | 'p99_ms',
  *   targets: Array<{metric: string, op: '>=' | '<=', value: number}>,
@@ -25,6 +25,9 @@ import { batchJson, eventJson } from './templates.mjs';
  *   isolated?: boolean, note?: string,
  * }} Scenario
  */
+
+/** A 207 answer holding this (an item's error object) counts as an error for that request. */
+const itemError = '"error":{';
 
 /** @param {ScenarioCtx} ctx */
 function jsonHeaders(ctx) {
@@ -106,6 +109,7 @@ export const scenarios = [
     connections: 32,
     requests: eventBatch(100),
     expect: { bare: 202, service: 207 },
+    failBody: itemError,
     eventsPerRequest: 100,
     unit: 'events',
     ratioOf: 'events_per_s',
@@ -121,6 +125,7 @@ export const scenarios = [
     connections: 32,
     requests: eventBatch(100),
     expect: { bare: 202, service: 207 },
+    failBody: itemError,
     targets: [{ metric: 'rss_peak_mb', op: '<=', value: 1000 }],
   },
   {
@@ -135,6 +140,7 @@ export const scenarios = [
     snapshotEveryMs: 3_600_000,
     requests: eventBatch(100),
     expect: { bare: 202, service: 207 },
+    failBody: itemError,
     targets: [{ metric: 'restart_ms', op: '<=', value: 10000 }],
   },
 ];

@@ -25,6 +25,7 @@ interface Report {
   errors: number;
   error_detail: { parse: number; server_closed: number; [k: string]: number };
   unexpected?: number;
+  fail_body_hits?: number;
   unexpected_sample?: { status: number; body: string };
   rps: number;
   backlog_at_end?: number;
@@ -191,6 +192,25 @@ t.test('loadgen', { skip: hasCc ? false : `${cc} not installed` }, async (t) => 
     t.match(r.unexpected_sample?.body, /rate_limited/);
     t.equal(r.error_detail.parse, 0);
     t.ok(r.error_detail.server_closed > 0, 'reconnected after Connection: close');
+  });
+
+  t.test('--fail-body counts a 207 holding an item error as unexpected', async (t) => {
+    let n = 0;
+    const srv = await startServer((_req, _body, res) => {
+      n++;
+      const body = n % 4 === 0 ? '{"data":[{"id":"e1"},{"error":{"code":"rate_limited"}}]}' : '{"data":[{"id":"e1"}]}';
+      res.writeHead(207, { 'Content-Type': 'application/json' }).end(body);
+    });
+    t.teardown(srv.close);
+    const file = writeTemplates('fail.txt', templateFile([{ method: 'POST', path: '/', body: '{}' }]));
+    const r = await runLoadgen([
+      '--port', String(srv.port), '--requests-file', file, '--closed', '--connections', '1',
+      '--duration', '30', '--warmup', '0', '--max-requests', '40', '--expect', '207', '--fail-body', '"error":{',
+    ]);
+    t.equal(r.responses_by_status['207'], 40);
+    t.equal(r.unexpected, 10);
+    t.equal(r.fail_body_hits, 10);
+    t.match(r.unexpected_sample?.body, /rate_limited/);
   });
 
   t.test('open loop paces at the rate and charges latency from the intended send time', async (t) => {
