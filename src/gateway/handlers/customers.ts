@@ -156,6 +156,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
           const data = c && (page.after === null || c.id > (page.after[0] ?? '')) ? [customerWire(c)] : [];
           return { status: 200, body: { data, next_cursor: null, has_more: false } };
         }
+        // Read-your-writes on this node: everything acknowledged here is projected first.
+        await deps.drainProjector();
         const rows = await deps.readModel.listCustomers(env, { limit: page.limit + 1, after: page.after?.[0] ?? null });
         return {
           status: 200,

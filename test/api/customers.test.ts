@@ -1,0 +1,159 @@
+// Black-box API tests of the customer routes: create (idempotent), get, patch (If-Match), delete
+// (erasure), list, state, balances, export, aliases with merge, client tokens, customer sessions.
+import t from 'tap';
+import { idem, signUp, startForTest } from '../helpers/service.js';
+
+const now = () => new Date(Date.now() - 1000).toISOString();
+
+t.test('customers', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+
+  await t.test('create is idempotent and needs an Idempotency-Key', async (t) => {
+    const body = { external_id: 'u-1', attributes: { country: 'FR' } };
+    const none = await api.post('/v1/customers', body);
+    t.equal(none.status, 400);
+    t.equal(none.body.error.code, 'idempotency_key_required');
+    const key = idem();
+    const r = await api.post('/v1/customers', body, key);
+    t.equal(r.status, 201);
+    t.match(r.body, { id: /^cust_/, external_id: 'u-1', attributes: { country: 'FR' }, version: 1, deleted_at: null });
+    const replay = await api.post('/v1/customers', body, key);
+    t.equal(replay.status, 201);
+    t.same(replay.body, r.body, 'replayed from the stored result');
+    const reused = await api.post('/v1/customers', { ...body, attributes: {} }, key);
+    t.equal(reused.status, 422);
+    t.equal(reused.body.error.code, 'idempotency_key_reused');
+    const dup = await api.post('/v1/customers', body, idem());
+    t.equal(dup.status, 409);
+    t.equal(dup.body.error.code, 'already_exists');
+  });
+
+  await t.test('get, patch with If-Match, stale_write', async (t) => {
+    const c = (await api.post('/v1/customers', { external_id: 'u-2' }, idem())).body;
+    const got = await api.get(`/v1/customers/${c.id}`);
+    t.equal(got.status, 200);
+    t.equal(got.headers.get('etag'), '"1"');
+    const p = await api.patch(`/v1/customers/${c.id}`, { attributes: { level: 5, vip: true } }, { 'if-match': '"1"' });
+    t.equal(p.status, 200);
+    t.match(p.body, { version: 2, attributes: { level: 5, vip: true } });
+    const stale = await api.patch(`/v1/customers/${c.id}`, { attributes: { level: 6 } }, { 'if-match': '"1"' });
+    t.equal(stale.status, 409);
+    t.equal(stale.body.error.code, 'stale_write');
+    const rm = await api.patch(`/v1/customers/${c.id}`, { attributes: { vip: null }, expected_version: 2 });
+    t.same(rm.body.attributes, { level: 5 });
+    const bad = await api.patch(`/v1/customers/${c.id}`, { attributes: 'nope' });
+    t.equal(bad.body.error.code, 'validation_failed');
+    t.equal(bad.body.error.param, 'attributes');
+  });
+
+  await t.test('unknown and malformed ids are 404 resource_not_found', async (t) => {
+    for (const id of ['cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ', 'nope', 'cust_1']) {
+      const r = await api.get(`/v1/customers/${id}`);
+      t.equal(r.status, 404, id);
+      t.equal(r.body.error.code, 'resource_not_found', id);
+    }
+  });
+
+  await t.test('list pages through customers; external_id filters; invalid cursor', async (t) => {
+    for (let i = 0; i < 5; i++) await api.post('/v1/customers', { external_id: `l-${i}` }, idem());
+    const seen = new Set<string>();
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const r: { status: number; body: any } = await api.get(`/v1/customers?limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+      t.equal(r.status, 200);
+      for (const c of r.body.data) seen.add(c.external_id);
+      cursor = r.body.next_cursor;
+      t.equal(r.body.has_more, cursor !== null);
+      pages++;
+    } while (cursor && pages < 20);
+    for (let i = 0; i < 5; i++) t.ok(seen.has(`l-${i}`), `l-${i} listed`);
+    const one = await api.get('/v1/customers?external_id=l-3');
+    t.equal(one.body.data.length, 1);
+    t.equal((await api.get('/v1/customers?external_id=missing')).body.data.length, 0);
+    t.equal((await api.get('/v1/customers?cursor=!!!')).body.error.code, 'invalid_cursor');
+    t.equal((await api.get('/v1/customers?limit=500')).body.error.code, 'validation_failed');
+  });
+
+  await t.test('state view, balances and export', async (t) => {
+    await api.post('/v1/events', { id: 's-1', name: 'match.won', customer_id: 'u-state', occurred_at: now(), properties: { kills: 3 } });
+    const id = (await api.get('/v1/customers?external_id=u-state')).body.data[0].id;
+    const st = await api.get(`/v1/customers/${id}/state`);
+    t.equal(st.status, 200);
+    t.match(st.body, { customer: { id, external_id: 'u-state' }, balances: [], tiers: [], segments: [], counters: {}, challenges: [], issuances: [], aliases: [] });
+    t.same((await api.get(`/v1/customers/${id}/balances`)).body, { data: [] });
+    const ex = await api.get(`/v1/customers/${id}/export`);
+    t.match(ex.body, { customer: { id }, aliases: [], events: [{ name: 'match.won', properties: { kills: 3 } }], ledger_entries: [] });
+    t.ok(ex.body.exported_at);
+  });
+
+  await t.test('an alias naming another customer merges it; later events for either id reach the survivor', async (t) => {
+    await api.post('/v1/events', { id: 'a-1', name: 'app.opened', customer_id: 'anon-77', occurred_at: now() });
+    const anonId = (await api.get('/v1/customers?external_id=anon-77')).body.data[0].id;
+    const main = (await api.post('/v1/customers', { external_id: 'user-77' }, idem())).body;
+    const r = await api.post(`/v1/customers/${main.id}/aliases`, { alias: 'anon-77' }, idem());
+    t.equal(r.status, 201);
+    t.match(r.body, { alias: { alias: 'anon-77', kind: 'anonymous', customer_id: main.id }, merged_from: anonId });
+    const later = await api.post('/v1/events', { id: 'a-2', name: 'app.opened', customer_id: 'anon-77', occurred_at: now() });
+    t.equal(later.status, 202);
+    const viaAlias = await api.get('/v1/customers?external_id=anon-77');
+    t.equal(viaAlias.body.data[0].id, main.id, 'the alias resolves to the survivor');
+    const viaOldId = await api.get(`/v1/customers/${anonId}`);
+    t.equal(viaOldId.body.id, main.id, 'the merged id answers with the survivor');
+    const st = await api.get(`/v1/customers/${main.id}/state`);
+    t.match(st.body.aliases, [{ alias: 'anon-77', kind: 'anonymous', customer_id: main.id }]);
+    // An alias already held by another customer is a conflict.
+    const other = (await api.post('/v1/customers', { external_id: 'user-78' }, idem())).body;
+    const conflict = await api.post(`/v1/customers/${other.id}/aliases`, { alias: 'anon-77' }, idem());
+    t.equal(conflict.status, 409);
+    t.equal(conflict.body.error.code, 'alias_conflict');
+  });
+
+  await t.test('delete erases personal data; the id answers 404; the external id is free again', async (t) => {
+    const c = (await api.post('/v1/customers', { external_id: 'gone@example.com', attributes: { email: 'gone@example.com' } }, idem())).body;
+    await api.post('/v1/events', { id: 'd-1', name: 'app.opened', customer_id: 'gone@example.com', occurred_at: now(), properties: { ip: '1.2.3.4' } });
+    const d = await api.delete(`/v1/customers/${c.id}`);
+    t.equal(d.status, 204);
+    t.equal((await api.get(`/v1/customers/${c.id}`)).status, 404);
+    t.equal((await api.get('/v1/customers?external_id=gone@example.com')).body.data.length, 0);
+    const again = await api.post('/v1/customers', { external_id: 'gone@example.com' }, idem());
+    t.equal(again.status, 201);
+    t.not(again.body.id, c.id);
+  });
+
+  await t.test('client tokens and customer sessions need customer_sessions:write', async (t) => {
+    const c = (await api.post('/v1/customers', { external_id: 'tok-1' }, idem())).body;
+    const denied = await api.post(`/v1/customers/${c.id}/client_token`, {});
+    t.equal(denied.status, 403);
+    t.equal(denied.body.error.code, 'insufficient_scope');
+    const k = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'sessions', scopes: ['customer_sessions:write', 'customers:read'] }, idem());
+    t.equal(k.status, 201);
+    const minter = anon.with({ authorization: `Bearer ${k.body.token}` });
+    const tok = await minter.post(`/v1/customers/${c.id}/client_token`, {});
+    t.equal(tok.status, 200);
+    t.match(tok.body, { customer_id: c.id, external_id: 'tok-1', customer_token: /\./ });
+    const asCustomer = anon.with({ authorization: `Bearer ${tok.body.customer_token}` });
+    t.equal((await asCustomer.get(`/v1/customers/${c.id}/state`)).status, 200);
+    const other = (await api.post('/v1/customers', { external_id: 'tok-2' }, idem())).body;
+    t.equal((await asCustomer.get(`/v1/customers/${other.id}/state`)).body.error.code, 'forbidden');
+    const key = idem();
+    const s1 = await minter.post('/v1/customer_sessions', { grant_type: 'secret_key', customer_id: 'tok-1' }, key);
+    t.equal(s1.status, 201);
+    t.match(s1.body, { customer_token: /\./ });
+    const s2 = await minter.post('/v1/customer_sessions', { grant_type: 'secret_key', customer_id: 'tok-1' }, key);
+    t.equal(s2.status, 201);
+    t.equal(s2.body.customer_token, null, 'a replayed mint returns customer_token: null');
+    const noScope = await api.post('/v1/customer_sessions', { grant_type: 'secret_key', customer_id: 'tok-1' }, idem());
+    t.equal(noScope.body.error.code, 'insufficient_scope');
+  });
+
+  await t.test('management tokens need X-Service-Environment', async (t) => {
+    const bare = anon.with({ authorization: `Bearer ${tenant.pat}` });
+    const r = await bare.get('/v1/customers');
+    t.equal(r.status, 403);
+    t.equal(r.body.error.code, 'environment_required');
+    t.equal((await tenant.admin.get('/v1/customers')).status, 200);
+  });
+});
