@@ -123,6 +123,11 @@ function refuse(code: ErrorCode, message?: string): never {
 export class Authenticator {
   private readonly cache = new Map<string, Entry>();
   private readonly loading = new Map<string, Promise<Entry>>();
+  /**
+   * Credential ids seen revoked (bus or poll) within a cache TTL, with when. A load that read its
+   * row just before the revocation committed is cached after the mark; remember() consults this.
+   */
+  private readonly revokedIds = new Map<string, number>();
   private readonly customerTokens: CustomerTokens;
   private readonly now: () => number;
   private readonly ttlMs: number;
@@ -179,7 +184,10 @@ export class Authenticator {
   markRevoked(credentialId: string, tokenHash: string): void {
     const entry = this.cache.get(tokenHash);
     if (entry !== undefined && entry.t !== 'refused') entry.revoked = true;
-    // Customer tokens die with the key that minted them.
+    if (this.revokedIds.has(credentialId)) return;
+    // First sighting only (the poll re-reads each revocation for a few seconds): customer tokens
+    // die with the key that minted them, and finding them is a scan of the cache.
+    this.revokedIds.set(credentialId, this.now());
     for (const e of this.cache.values()) {
       if (e.t === 'customer' && e.credentialId === credentialId) e.revoked = true;
     }
@@ -229,6 +237,7 @@ export class Authenticator {
   }
 
   private remember(hash: string, entry: Entry): void {
+    if (entry.t !== 'refused' && this.revokedIds.has(entry.credentialId)) entry.revoked = true;
     this.cache.delete(hash);
     if (this.cache.size >= cacheEntriesMax) {
       const oldest = this.cache.keys().next();
@@ -383,6 +392,8 @@ export class Authenticator {
         for (const r of rows) {
           if (r.id !== null) this.markRevoked(r.id as string, r.token_hash as string);
         }
+        const forgetBeforeMs = this.now() - this.ttlMs - pollOverlapMs;
+        for (const [id, atMs] of this.revokedIds) if (atMs < forgetBeforeMs) this.revokedIds.delete(id);
         const dbNow = rows[0]?.db_now;
         if (dbNow instanceof Date) this.since = new Date(dbNow.getTime() - pollOverlapMs);
       } catch (err) {

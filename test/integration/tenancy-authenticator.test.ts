@@ -328,3 +328,14 @@ t.test('a lost bus message is covered by the poll backstop', async (t) => {
   t.ok(seen >= 0, `refused within the propagation bound (${seen} ms)`);
   t.throws(() => node.authenticate(req, eventsRoute), { code: 'credentials_revoked' });
 });
+
+t.test('a load that raced a revocation is cached as revoked', async (t) => {
+  // The row still reads as active (the revocation "has not committed" for this load), but the node
+  // has already heard of the revocation: the entry it caches must be refused.
+  const a = new Authenticator(sql);
+  const key = await tenancy.createApiKey(ownerHere, { kind: 'secret', name: 'race' });
+  a.markRevoked(key.id, 'not-yet-cached');
+  t.equal(await outcome(a, { authorization: bearer(key.token) }, eventsRoute), 'credentials_revoked');
+  const other = new Authenticator(sql);
+  t.match(await outcome(other, { authorization: bearer(key.token) }, eventsRoute), { kind: 'secret' }, 'per node state');
+});
