@@ -21,7 +21,7 @@ import {
 } from '../../src/persistence/ports.js';
 import { RedisJournal } from '../../src/persistence/redis/redis-journal.js';
 import { RedisLeases } from '../../src/persistence/redis/redis-leases.js';
-import { redisForTest } from '../helpers/redis.js';
+import { redisForTest, testRedisUrl } from '../helpers/redis.js';
 
 interface Harness {
   journal: Journal;
@@ -43,7 +43,8 @@ const adapters: Array<[string, Factory]> = [
     'redis',
     async (t) => {
       const { redis, prefix } = redisForTest(t, 'journal');
-      const journal = new RedisJournal(redis, prefix);
+      // The journal owns its connection (from a URL): a leak in close() would hang this file.
+      const journal = new RedisJournal(testRedisUrl, prefix);
       t.teardown(() => journal.close());
       return { journal, leases: new RedisLeases(redis, prefix) };
     },
@@ -419,4 +420,17 @@ t.test('file journal: appends of one tick across partitions share one write and 
   Object.assign(proto, originals);
   t.same(counts, { writev: 1, write: 0, datasync: 1 }, 'one write and one fdatasync for the group');
   for (let p = 0; p < 50; p++) t.equal((await j.read(p, offsetZero, 10)).length, 1);
+});
+
+t.test('redis journal: appends of one tick across partitions ride one auto-pipeline', async (t) => {
+  const { redis, prefix } = redisForTest(t, 'journal');
+  const journal = new RedisJournal(redis, prefix);
+  const leases = new RedisLeases(redis, prefix);
+  const epochs = await Promise.all(Array.from({ length: 50 }, (_, p) => own(leases, p)));
+  t.equal(redis.autoPipelineQueueSize, 0, 'nothing queued before');
+  const appends = epochs.map((e, p) => journal.append(p, e, bytes(`p${p}`)));
+  // Still in the calling tick: all 50 script calls wait in the pipeline that is sent as one write.
+  t.equal(redis.autoPipelineQueueSize, 50, 'one script call per append, all queued for one write');
+  await Promise.all(appends);
+  for (let p = 0; p < 50; p++) t.equal((await journal.read(p, offsetZero, 10)).length, 1);
 });

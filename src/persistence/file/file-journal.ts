@@ -350,6 +350,7 @@ export class FileJournal implements Journal {
     // An entry whose fence check passed before this call is visible to it (as with the atomic
     // Redis script): wait for the group in flight.
     if (this.flushing) await this.flushing;
+    if (this.closed) throw new Error('journal is closed');
     const ix = this.index.get(partition);
     if (!ix || count <= 0) return [];
     const from = firstAfter(ix.seqs, ix.head, seqAfter(after));
@@ -441,6 +442,7 @@ export class FileJournal implements Journal {
 
   async last(partition: number): Promise<Offset> {
     if (this.flushing) await this.flushing;
+    if (this.closed) throw new Error('journal is closed');
     const ix = this.index.get(partition);
     return ix && ix.head < ix.seqs.length ? seqOffset(ix.seqs[ix.seqs.length - 1]!) : offsetZero;
   }

@@ -14,6 +14,7 @@ export class RedisBus implements Bus {
   private subscriber: Redis | null = null;
   /** Redis channel -> handlers; one Redis subscription per channel however many handlers. */
   private readonly handlers = new Map<string, Array<(message: string) => void>>();
+  private readonly subscribed = new Map<string, Promise<void>>();
   private closed = false;
 
   constructor(source: RedisSource, prefix: string) {
@@ -33,10 +34,16 @@ export class RedisBus implements Bus {
     const list = this.handlers.get(key);
     if (list) {
       list.push(handler);
+      // A second subscriber returns only once the channel's SUBSCRIBE was confirmed, like the first.
+      await this.subscribed.get(key);
       return;
     }
     this.handlers.set(key, [handler]);
-    await this.subscriberConnection().subscribe(key);
+    const confirmed = this.subscriberConnection()
+      .subscribe(key)
+      .then(() => {});
+    this.subscribed.set(key, confirmed);
+    await confirmed;
   }
 
   private subscriberConnection(): Redis {
@@ -61,6 +68,7 @@ export class RedisBus implements Bus {
   async close(): Promise<void> {
     this.closed = true;
     this.handlers.clear();
+    this.subscribed.clear();
     if (this.subscriber) await quitQuietly(this.subscriber);
     this.subscriber = null;
     if (this.owned) await quitQuietly(this.redis);
