@@ -470,7 +470,8 @@ export class ForwardClient {
   /**
    * Sends payload to the peer at address and resolves with its reply. Rejects with
    * ForwardUnavailable when the peer is unreachable, the stream fails or the deadline passes;
-   * with ForwardHandlerFailed when the peer's handler threw.
+   * with ForwardHandlerFailed when the peer's handler threw. The payload is sent without a copy
+   * at the end of the tick: the caller must not mutate it before then.
    */
   forward(address: string, payload: Uint8Array, deadlineMs: number = forwardLimits.deadlineMsDefault): Promise<Uint8Array> {
     if (this.closed) return Promise.reject(new ForwardUnavailable(address, 'client closed'));
