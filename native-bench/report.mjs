@@ -26,7 +26,13 @@ export function loadMetrics(loadgen, eventsPerRequest) {
     p999_ms: typeof lat.p999 === 'number' ? lat.p999 / 1000 : null,
     max_ms: (lat.max ?? 0) / 1000,
     errors: transport + unexpected,
-    error_rate: answered + transport > 0 ? (transport + unexpected) / (answered + transport) : 1,
+    // Nothing answered and nothing failed: only an overloaded open loop (all unsent) is not an error.
+    error_rate:
+      answered + transport > 0
+        ? (transport + unexpected) / (answered + transport)
+        : (loadgen.unsent_recorded ?? 0) > 0
+          ? 0
+          : 1,
   };
 }
 

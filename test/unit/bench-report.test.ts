@@ -44,6 +44,16 @@ t.test('unexpected statuses count as errors and fail a row above the error budge
   t.equal(r.pass, false, 'but the row fails on errors');
 });
 
+t.test('an overloaded open loop with nothing answered is slow, not erroneous', async (t) => {
+  const m = loadMetrics(
+    { ...loadgenOut, responses: 0, responses_by_status: {}, unsent_recorded: 5000, latency_us: { p99: 2_000_000 } },
+    1,
+  );
+  t.equal(m.error_rate, 0);
+  t.equal(m.p99_ms, 2000);
+  t.equal(loadMetrics({ ...loadgenOut, responses: 0 }, 1).error_rate, 1, 'no answers and no backlog: failure');
+});
+
 t.test('targets: >= and <=, missing metric fails', async (t) => {
   const r = checkTargets({ rps: 45000, p99_ms: 6, error_rate: 0 }, [
     { metric: 'rps', op: '>=', value: 40000 },
