@@ -39,14 +39,19 @@ export class RedisJournal implements Journal {
     this.keys = createKeys(prefix);
   }
 
+  /** Key strings per partition, built once: append is the hot path. */
+  private readonly streamKeys: string[] = [];
+  private readonly leaseKeys: string[] = [];
+
+  /**
+   * One script call. The payload is sent from the caller's memory without a copy (in the next
+   * tick, with auto-pipelining), so the caller must not change it until the promise settles.
+   */
   async append(partition: number, epoch: number, payload: Uint8Array): Promise<Offset> {
+    const stream = (this.streamKeys[partition] ??= this.keys.partitionStream(partition));
+    const lease = (this.leaseKeys[partition] ??= this.keys.partitionLease(partition));
     try {
-      return await this.redis.loyaltyJournalAppend(
-        this.keys.partitionStream(partition),
-        this.keys.partitionLease(partition),
-        epoch,
-        asBuffer(payload),
-      );
+      return await this.redis.loyaltyJournalAppend(stream, lease, epoch, asBuffer(payload));
     } catch (err) {
       if (err instanceof Error && err.message.includes('FENCED')) throw new FencedError(partition, epoch);
       throw err;
