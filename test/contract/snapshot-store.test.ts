@@ -156,6 +156,26 @@ t.test('embedded server: startup search_path, fresh session per connection, data
   await sqlA`select ${1}::int as marker_statement`; // a named prepared statement in the session
   const [before] = await sqlA.unsafe("select count(*)::int as n from pg_prepared_statements where statement like '%marker_statement%'");
   t.equal(before?.n, 1, 'the first connection prepared it');
+  // The driver features the other SQL code relies on, through the socket: sql(rows), jsonb, rollback.
+  await sqlA`create table probe (id int primary key, doc jsonb, raw bytea)`;
+  await sqlA`insert into probe ${sqlA([
+    { id: 1, doc: sqlA.json({ a: [1, 'x'] }), raw: Buffer.from([0, 255]) },
+    { id: 2, doc: null, raw: null },
+  ])}`;
+  await t.rejects(
+    sqlA.begin(async (tx) => {
+      await tx`insert into probe (id) values (3)`;
+      await tx`insert into probe (id) values (1)`; // duplicate key: the whole transaction goes
+    }),
+  );
+  const probe = await sqlA`select id, doc, raw from probe order by id`;
+  t.same(
+    probe.map((r) => [r.id, r.doc, r.raw === null ? null : [...(r.raw as Buffer)]]),
+    [
+      [1, { a: [1, 'x'] }, [0, 255]],
+      [2, null, null],
+    ],
+  );
   await sqlA.end();
 
   const sqlB = openSql({ url: first.url, schema, max: 1 });
