@@ -581,6 +581,7 @@ async function runRestartScenario(sc, backend, tmp) {
 async function main() {
   installCleanup();
   const startedAt = new Date();
+  const loadAvgAtStart = os.loadavg();
   const only = opt.only ? new Set(opt.only.split(',').map((s) => s.trim())) : null;
   if (only) {
     const unknown = [...only].filter((n) => !scenarios.some((s) => s.name === n));
@@ -730,6 +731,7 @@ async function main() {
     `# native-bench ${startedAt.toISOString()}\n\n` +
     `${os.cpus()[0]?.model ?? 'cpu'} x ${cpus}, node ${process.version}, kernel ${os.release()}; ` +
     `server on cpu ${pin ? SERVER_CPU : '-'}, loadgen on cpu ${pin ? LOADGEN_CPU : '-'}; ` +
+    `load average at start ${loadAvgAtStart.map((l) => l.toFixed(2)).join(' ')} (anything well above 0 means other work shared the cores); ` +
     `${durationS}s measured after ${warmupS}s warm-up; service ${opt['skip-service'] ? 'skipped' : opt.embedded ? 'embedded' : 'Redis (AOF everysec) + PostgreSQL'}.\n` +
     `Latency: closed loop from the actual send; open loop from the intended send time (coordinated-omission free).\n` +
     (buildWarning ? `\n**WARNING: ${buildWarning}.**\n` : '') +
@@ -738,7 +740,13 @@ async function main() {
   const json = {
     started_at: startedAt.toISOString(),
     finished_at: new Date().toISOString(),
-    host: { cpu: os.cpus()[0]?.model, cpus, node: process.version, kernel: os.release() },
+    host: {
+      cpu: os.cpus()[0]?.model,
+      cpus,
+      node: process.version,
+      kernel: os.release(),
+      loadavg_at_start: loadAvgAtStart,
+    },
     pinning: pin ? { server_cpu: SERVER_CPU, loadgen_cpu: LOADGEN_CPU } : null,
     options: { ...opt },
     warnings: buildWarning ? [buildWarning] : [],
