@@ -242,7 +242,7 @@ export class Partition {
     return new Promise((resolve) => this.route(call, resolve));
   }
 
-  private route(call: Call, resolve: (r: CallResult) => void): void {
+  private route(call: Call, resolve: (r: CallResult) => void): undefined {
     const { target } = call;
     if (target.by === 'id') {
       const actor = this.actors.get(target.id);
@@ -264,7 +264,7 @@ export class Partition {
     return customerId.length === 34 && this.idChars === customerId.slice(5, 8);
   }
 
-  private enqueueLoad(loadKey: string, call: Call, resolve: (r: CallResult) => void, original?: Call): void {
+  private enqueueLoad(loadKey: string, call: Call, resolve: (r: CallResult) => void, original?: Call): undefined {
     let waiters = this.loads.get(loadKey);
     if (!waiters) this.loads.set(loadKey, (waiters = []));
     if (waiters.length >= limits.mailboxDepthMax) {
@@ -358,7 +358,7 @@ export class Partition {
   }
 
   /** The target does not exist: only creating commands and key claims proceed. */
-  private runAbsent(call: Call, resolve: (r: CallResult) => void): void {
+  private runAbsent(call: Call, resolve: (r: CallResult) => void): undefined {
     const cmd = call.command;
     if (cmd.kind === 'key.claim') {
       if (call.target.by !== 'key') return this.reply(notFound, null, resolve);
@@ -384,7 +384,7 @@ export class Partition {
     return this.reply(notFound, null, resolve);
   }
 
-  private run(call: Call, actor: Actor, resolve: (r: CallResult) => void): void {
+  private run(call: Call, actor: Actor, resolve: (r: CallResult) => void): undefined {
     const state = actor.state;
     const cmd = call.command;
     actor.touchedAtMs = call.nowMs;
@@ -419,7 +419,7 @@ export class Partition {
     cmd: { kind: 'key.claim' | 'key.release'; customerId: string },
     actor: Actor,
     resolve: (r: CallResult) => void,
-  ): void {
+  ): undefined {
     const key = call.target.by === 'key' ? call.target.key : '';
     const owner = actor.state;
     if (cmd.kind === 'key.release') {
@@ -464,7 +464,7 @@ export class Partition {
   }
 
   /** Answers after everything applied so far is durable. */
-  private reply(result: CallResult, actor: Actor | null, resolve: (r: CallResult) => void): void {
+  private reply(result: CallResult, actor: Actor | null, resolve: (r: CallResult) => void): undefined {
     if (!this.inFlight && this.batch.records.length === 0) {
       resolve(result);
       return;

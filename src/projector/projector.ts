@@ -128,17 +128,25 @@ export class Projector {
         continue;
       }
       if (lane.entries.length === 0) continue;
+      // Take the queue (entries acked meanwhile go to a fresh array); put it back if the write fails.
       const taken = lane.entries;
+      lane.entries = [];
+      lane.queuedRecords = 0;
       const last = taken[taken.length - 1]!.offset;
       const projections: Projection[] = [];
       for (const e of taken) {
         if (compareOffsets(e.offset, lane.projected) <= 0) continue;
         toProjections(e.records, projections);
       }
-      await this.readModel.apply(partition, last, projections);
-      // Only now drop them: a failed apply leaves the queue for the next cycle.
-      lane.entries = lane.entries.slice(taken.length);
-      lane.queuedRecords = lane.entries.reduce((n, e) => n + e.records.length, 0);
+      try {
+        await this.readModel.apply(partition, last, projections);
+      } catch (err) {
+        if (!lane.catchUp) {
+          lane.entries = taken.concat(lane.entries);
+          lane.queuedRecords = lane.entries.reduce((n, e) => n + e.records.length, 0);
+        }
+        throw err;
+      }
       lane.projected = last;
       projectorLagRecords.labels(String(partition)).set(lane.queuedRecords);
     }

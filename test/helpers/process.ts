@@ -1,0 +1,102 @@
+// Child-process helpers for crash and cluster tests: run src/main.ts as a real server process
+// (with the TypeScript loader tap gives this process), kill -9 it, and run a private AOF Redis.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { freePort } from './service.js';
+
+const loaderArgs = process.execArgv.filter((a) => a.includes('@tapjs/typescript') || a === '--enable-source-maps');
+
+export interface ServerProcess {
+  child: ChildProcess;
+  port: number;
+  grpcPort: number;
+  output: () => string;
+}
+
+export async function spawnServer(env: Record<string, string>): Promise<ServerProcess> {
+  const port = Number(env.PORT ?? (await freePort()));
+  const grpcPort = Number(env.GRPC_PORT ?? (await freePort()));
+  const child = spawn(process.execPath, [...loaderArgs, 'src/main.ts'], {
+    env: {
+      ...process.env,
+      NODE_OPTIONS: '',
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      GRPC_PORT: String(grpcPort),
+      PUBLIC_GRPC_PORT: String(await freePort()),
+      LOG_LEVEL: 'warn',
+      POOL_THREADS: '1',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout?.on('data', (d) => (out = (out + d).slice(-20_000)));
+  child.stderr?.on('data', (d) => (out = (out + d).slice(-20_000)));
+  const server = { child, port, grpcPort, output: () => out };
+  await waitReady(server, 60_000);
+  return server;
+}
+
+export async function waitReady(server: ServerProcess, timeoutMs: number): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    if (server.child.exitCode !== null) throw new Error(`server exited ${server.child.exitCode}:\n${server.output()}`);
+    try {
+      const r = await fetch(`http://127.0.0.1:${server.port}/readyz`);
+      if (r.status === 200) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`server not ready in ${timeoutMs} ms:\n${server.output()}`);
+}
+
+export async function kill9(server: ServerProcess): Promise<void> {
+  if (server.child.exitCode !== null) return;
+  const exited = new Promise((r) => server.child.once('exit', r));
+  server.child.kill('SIGKILL');
+  await exited;
+}
+
+export interface PrivateRedis {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** redis-server with AOF (appendfsync always) on a free port, in a temp dir; stopped by PID. */
+export async function startAofRedis(): Promise<PrivateRedis> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'aof-redis-'));
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--dir', dir], {
+    stdio: 'ignore',
+  });
+  const url = `redis://127.0.0.1:${port}`;
+  const until = Date.now() + 10_000;
+  for (;;) {
+    const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    try {
+      await r.connect();
+      await r.ping();
+      r.disconnect();
+      break;
+    } catch {
+      r.disconnect();
+      if (Date.now() > until) throw new Error('private redis did not start');
+      await new Promise((res) => setTimeout(res, 50));
+    }
+  }
+  return {
+    url,
+    stop: async () => {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
