@@ -8,6 +8,8 @@ import type { Logger } from 'pino';
 import { Engine } from './actors/engine.js';
 import { ClusterPlacement } from './cluster/placement.js';
 import { type Config, storageMode } from './config.js';
+import { AttributeCatalog } from './catalog/attributes.js';
+import { attributeRoutes } from './gateway/handlers/attributes.js';
 import { customerRoutes } from './gateway/handlers/customers.js';
 import { eventRoutes } from './gateway/handlers/events.js';
 import { tenancyRoutes } from './gateway/handlers/tenancy.js';
@@ -117,6 +119,13 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   });
   await authenticator.start();
   const pool = new WorkerPool(config.POOL_THREADS);
+  const attributes = new AttributeCatalog(sql, storage.bus);
+  await attributes.start();
+  // Expired idempotency results are purged in batches; the index keeps this cheap.
+  const purgeTimer = setInterval(() => {
+    void idempotency.purgeExpired().catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
+  }, 60_000);
+  purgeTimer.unref();
 
   const projector = new Projector(readModel, storage.journal, logger);
   const forwardServerHolder: { port: number } = { port: 0 };
@@ -151,8 +160,10 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         drainProjector: () => projector.drain(),
         nowMs: () => Date.now(),
       }),
+      ...attributeRoutes({ attributes }),
       ...customerRoutes({
         engine,
+        checkAttributes: (env, attrs) => attributes.check(env, attrs),
         readModel,
         drainProjector: () => projector.drain(),
         mintCustomerToken: (req) => tenancy.customerTokens.mint(req),
@@ -193,6 +204,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
     placement,
     stop: () => {
       stopping ??= (async () => {
+        clearInterval(purgeTimer);
         await gateway.close();
         await publicGrpc.close(2000);
         await placement.stop();

@@ -149,6 +149,29 @@ t.test('customers', async (t) => {
     t.equal(noScope.body.error.code, 'insufficient_scope');
   });
 
+  await t.test('attribute definitions type customer attributes', async (t) => {
+    const d = await api.post('/v1/attribute_definitions', { key: 'favourite_mode', type: 'string', pii: false }, idem());
+    t.equal(d.status, 201);
+    t.match(d.body, { id: /^atd_/, key: 'favourite_mode', type: 'string', pii: false, description: null });
+    const lvl = await api.post('/v1/attribute_definitions', { key: 'level', type: 'integer' }, idem());
+    t.equal(lvl.status, 201);
+    const dup = await api.post('/v1/attribute_definitions', { key: 'level', type: 'number' }, idem());
+    t.equal(dup.body.error.code, 'already_exists');
+    const badType = await api.post('/v1/attribute_definitions', { key: 'x', type: 'date' }, idem());
+    t.equal(badType.body.error.code, 'validation_failed');
+    t.equal(badType.body.error.param, 'type');
+    const list = await api.get('/v1/attribute_definitions?limit=1');
+    t.equal(list.body.data.length, 1);
+    t.equal(list.body.has_more, true);
+    const wrong = await api.post('/v1/customers', { external_id: 'typed-1', attributes: { level: 'high' } }, idem());
+    t.equal(wrong.status, 400);
+    t.equal(wrong.body.error.param, 'attributes.level');
+    const right = await api.post('/v1/customers', { external_id: 'typed-1', attributes: { level: 7, other: 'free' } }, idem());
+    t.equal(right.status, 201);
+    const patch = await api.patch(`/v1/customers/${right.body.id}`, { attributes: { level: 1.5 } });
+    t.equal(patch.body.error.code, 'validation_failed');
+  });
+
   await t.test('management tokens need X-Service-Environment', async (t) => {
     const bare = anon.with({ authorization: `Bearer ${tenant.pat}` });
     const r = await bare.get('/v1/customers');

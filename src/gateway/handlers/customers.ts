@@ -73,6 +73,8 @@ export interface CustomerReadModel {
 
 export interface CustomerDeps {
   engine: Engine;
+  /** Checks attribute values against the environment's attribute definitions. */
+  checkAttributes(environmentId: string, attributes: Record<string, unknown>): Promise<void>;
   readModel: CustomerReadModel;
   drainProjector(): Promise<void>;
   mintCustomerToken(req: {
@@ -178,6 +180,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       responses: { 201: { description: 'The customer.', schema: customerSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const env = envOf(ctx.principal);
+        await deps.checkAttributes(env, ctx.body.attributes);
         const reply = await call(deps, env, { by: 'key', key: ctx.body.external_id }, {
           kind: 'customer.create',
           externalId: ctx.body.external_id,
@@ -213,6 +216,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const env = envOf(ctx.principal);
         const expected = expectedVersion(ctx.headers, ctx.body.expected_version) ?? null;
+        await deps.checkAttributes(env, ctx.body.attributes);
         const reply = await call(deps, env, idTarget(ctx.params.id ?? ''), {
           kind: 'customer.update',
           attributes: ctx.body.attributes,

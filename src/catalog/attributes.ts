@@ -1,0 +1,119 @@
+// Attribute definitions: typed keys for customer attributes, per environment. Definitions live in
+// PostgreSQL; every node keeps a per-environment cache (loaded on first use, dropped on a bus
+// message when any node adds a definition) so checking a customer write costs no I/O.
+import { ApiError } from '../errors/api-error.js';
+import { newId } from '../ids.js';
+import type { Bus } from '../persistence/ports.js';
+import type { Sql } from '../persistence/sql/db.js';
+
+export const attributeTypes = ['string', 'number', 'integer', 'boolean', 'timestamp', 'json'] as const;
+export type AttributeType = (typeof attributeTypes)[number];
+
+export interface AttributeDefinition {
+  id: string;
+  environmentId: string;
+  key: string;
+  type: AttributeType;
+  description: string | null;
+  pii: boolean;
+  createdAtMs: number;
+  updatedAtMs: number;
+}
+
+const channel = 'attribute_definitions.changed';
+const rfc3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
+
+function matches(type: AttributeType, v: unknown): boolean {
+  switch (type) {
+    case 'string':
+      return typeof v === 'string';
+    case 'number':
+      return typeof v === 'number' && Number.isFinite(v);
+    case 'integer':
+      return typeof v === 'number' && Number.isSafeInteger(v);
+    case 'boolean':
+      return typeof v === 'boolean';
+    case 'timestamp':
+      return typeof v === 'string' && rfc3339.test(v) && !Number.isNaN(Date.parse(v));
+    case 'json':
+      return true;
+  }
+}
+
+function rowToDefinition(r: Record<string, unknown>): AttributeDefinition {
+  return {
+    id: r.id as string,
+    environmentId: r.environment_id as string,
+    key: r.key as string,
+    type: r.type as AttributeType,
+    description: (r.description as string | null) ?? null,
+    pii: r.pii as boolean,
+    createdAtMs: (r.created_at as Date).getTime(),
+    updatedAtMs: (r.updated_at as Date).getTime(),
+  };
+}
+
+export class AttributeCatalog {
+  private readonly cache = new Map<string, Promise<Map<string, AttributeDefinition>>>();
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly bus: Bus,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
+  }
+
+  private definitions(environmentId: string): Promise<Map<string, AttributeDefinition>> {
+    let cached = this.cache.get(environmentId);
+    if (!cached) {
+      cached = this.sql`select * from attribute_definitions where environment_id = ${environmentId}`.then(
+        (rows) => new Map(rows.map((r) => [r.key as string, rowToDefinition(r)])),
+      );
+      cached.catch(() => this.cache.delete(environmentId));
+      this.cache.set(environmentId, cached);
+    }
+    return cached;
+  }
+
+  async create(
+    environmentId: string,
+    input: { key: string; type: AttributeType; description?: string | null; pii?: boolean },
+  ): Promise<AttributeDefinition> {
+    const rows = await this.sql`
+      insert into attribute_definitions (environment_id, id, key, type, description, pii)
+      values (${environmentId}, ${newId('atd')}, ${input.key}, ${input.type}, ${input.description ?? null}, ${input.pii ?? false})
+      on conflict (environment_id, key) do nothing
+      returning *`;
+    if (rows.length === 0) throw new ApiError('already_exists', { message: `Attribute ${input.key} is already defined.`, param: 'key' });
+    this.cache.delete(environmentId);
+    await this.bus.publish(channel, environmentId).catch(() => {});
+    return rowToDefinition(rows[0]!);
+  }
+
+  async list(environmentId: string, q: { limit: number; after: string | null }): Promise<AttributeDefinition[]> {
+    const rows = await this.sql`
+      select * from attribute_definitions
+      where environment_id = ${environmentId} and (${q.after}::text is null or id > ${q.after})
+      order by id limit ${q.limit}`;
+    return rows.map(rowToDefinition);
+  }
+
+  /** Throws validation_failed naming the first attribute whose value does not match its definition. */
+  async check(environmentId: string, attributes: Record<string, unknown>): Promise<void> {
+    const defs = await this.definitions(environmentId);
+    if (defs.size === 0) return;
+    for (const key of Object.keys(attributes)) {
+      const def = defs.get(key);
+      const v = attributes[key];
+      if (def === undefined || v === null) continue;
+      if (!matches(def.type, v)) {
+        throw new ApiError('validation_failed', {
+          param: `attributes.${key}`,
+          message: `attributes.${key} must be of type ${def.type}.`,
+        });
+      }
+    }
+  }
+}
