@@ -93,9 +93,14 @@ function envOf(p: Principal): string {
   return p.environment.id;
 }
 
-/** A customer token may only touch its own customer. */
-function checkSelf(p: Principal, customerId: string): void {
-  if (p.kind === 'customer' && p.customerId !== customerId) throw new ApiError('forbidden');
+/**
+ * A customer token may only touch its own customer. Another customer of its environment is
+ * forbidden; an id from another tenant or environment is resource_not_found, as for every caller.
+ */
+async function checkSelf(deps: CustomerDeps, env: string, p: Principal, customerId: string): Promise<void> {
+  if (p.kind !== 'customer' || p.customerId === customerId) return;
+  await view(deps, env, idTarget(customerId));
+  throw new ApiError('forbidden');
 }
 
 function idTarget(id: string): Target {
@@ -107,9 +112,16 @@ async function call(deps: CustomerDeps, env: string, target: Target, command: En
   return unwrap(await deps.engine.execute({ env, target, command, nowMs: Date.now() }));
 }
 
+/**
+ * The customer, only if it belongs to `env`. The engine runs a by-id call on whichever actor is in
+ * memory under that id, whatever its environment, so every by-id use starts here (tenant isolation).
+ */
 async function view(deps: CustomerDeps, env: string, target: Target): Promise<CustomerView> {
   const reply = await call(deps, env, target, { kind: 'customer.view' });
   if (reply.kind !== 'customer') throw new ApiError('internal_error');
+  if (reply.customer.environmentId !== env) {
+    throw new ApiError('resource_not_found', { message: 'No customer with this id.', param: 'id' });
+  }
   return reply.customer;
 }
 
@@ -200,7 +212,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       handler: async (ctx: RequestContext) => {
         const env = envOf(ctx.principal);
         const id = ctx.params.id ?? '';
-        checkSelf(ctx.principal, id);
+        await checkSelf(deps, env, ctx.principal, id);
         const c = await view(deps, env, idTarget(id));
         return { status: 200, body: customerWire(c), headers: etagHeader(c.version) };
       },
@@ -216,8 +228,10 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const env = envOf(ctx.principal);
         const expected = expectedVersion(ctx.headers, ctx.body.expected_version) ?? null;
+        const target = idTarget(ctx.params.id ?? '');
+        await view(deps, env, target); // another tenant's or environment's id: 404 before any write
         await deps.checkAttributes(env, ctx.body.attributes);
-        const reply = await call(deps, env, idTarget(ctx.params.id ?? ''), {
+        const reply = await call(deps, env, target, {
           kind: 'customer.update',
           attributes: ctx.body.attributes,
           expectedVersion: expected,
@@ -255,7 +269,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       handler: async (ctx: RequestContext) => {
         const env = envOf(ctx.principal);
         const id = ctx.params.id ?? '';
-        checkSelf(ctx.principal, id);
+        await checkSelf(deps, env, ctx.principal, id);
         return { status: 200, body: stateWire(await view(deps, env, idTarget(id))) };
       },
     }),
@@ -269,7 +283,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       handler: async (ctx: RequestContext) => {
         const env = envOf(ctx.principal);
         const id = ctx.params.id ?? '';
-        checkSelf(ctx.principal, id);
+        await checkSelf(deps, env, ctx.principal, id);
         await view(deps, env, idTarget(id));
         return { status: 200, body: { data: [] } };
       },

@@ -1,0 +1,327 @@
+// Tenant-isolation matrix over real HTTP: every route that takes an id x every credential kind of
+// another tenant (and of the same tenant's other environment) x the first tenant's ids. A caller
+// that may use the route gets 404 resource_not_found; one that may not gets the same refusal as for
+// an id that exists nowhere (no existence oracle). Lists and external-id lookups never show foreign
+// data, and nothing the other tenant tried changed the first tenant's resources.
+import t, { type Test } from 'tap';
+import { type Client, idem, signUp, startForTest, type Tenant } from '../helpers/service.js';
+
+type Kind = 'secret' | 'publishable' | 'pat' | 'session' | 'customer';
+
+interface Cred {
+  name: string;
+  kind: Kind;
+  /** Scopes the credential holds in the environment it acts in. */
+  scopes: ReadonlySet<string>;
+  client: Client;
+}
+
+interface Ids {
+  customer: string;
+  /** A customer created through an event (never through POST /v1/customers). */
+  eventCustomer: string;
+  externalId: string;
+  event: string;
+  key: string;
+}
+
+interface RouteCase {
+  name: string;
+  method: 'GET' | 'POST' | 'PATCH' | 'DELETE';
+  /** The OpenAPI path this row covers. */
+  openapi: string;
+  allow: readonly Kind[];
+  scope: string | null;
+  path: (ids: Ids) => string;
+  body?: (ids: Ids, n: number) => unknown;
+  idempotent?: boolean;
+}
+
+const allScopes = [
+  'events:write',
+  'events:read',
+  'customers:read',
+  'customers:write',
+  'ledger:read',
+  'ledger:write',
+  'programs:read',
+  'programs:write',
+  'notifications:read',
+  'notifications:write',
+  'webhooks:read',
+  'webhooks:write',
+  'audit:read',
+  'config:read',
+  'config:write',
+  'customer_sessions:write',
+];
+const customerTokenScopes = ['customers:read', 'ledger:read', 'programs:read', 'notifications:read', 'notifications:write'];
+const management = ['secret', 'pat', 'session'] as const;
+const withCustomer = ['secret', 'pat', 'session', 'customer'] as const;
+
+/** Destructive rows (DELETE) come last so a leak cannot hide behind an earlier deletion. */
+const routes: RouteCase[] = [
+  { name: 'GET customer', method: 'GET', openapi: '/v1/customers/{id}', allow: withCustomer, scope: 'customers:read', path: (i) => `/v1/customers/${i.customer}` },
+  { name: 'GET event-made customer', method: 'GET', openapi: '/v1/customers/{id}', allow: withCustomer, scope: 'customers:read', path: (i) => `/v1/customers/${i.eventCustomer}` },
+  { name: 'GET state', method: 'GET', openapi: '/v1/customers/{id}/state', allow: withCustomer, scope: 'customers:read', path: (i) => `/v1/customers/${i.customer}/state` },
+  { name: 'GET balances', method: 'GET', openapi: '/v1/customers/{id}/balances', allow: withCustomer, scope: 'ledger:read', path: (i) => `/v1/customers/${i.customer}/balances` },
+  { name: 'GET export', method: 'GET', openapi: '/v1/customers/{id}/export', allow: management, scope: 'customers:read', path: (i) => `/v1/customers/${i.eventCustomer}/export` },
+  {
+    name: 'PATCH customer',
+    method: 'PATCH',
+    openapi: '/v1/customers/{id}',
+    allow: management,
+    scope: 'customers:write',
+    path: (i) => `/v1/customers/${i.customer}`,
+    body: () => ({ attributes: { tier: 'hijacked' } }),
+  },
+  {
+    name: 'POST aliases',
+    method: 'POST',
+    openapi: '/v1/customers/{id}/aliases',
+    allow: management,
+    scope: 'customers:write',
+    path: (i) => `/v1/customers/${i.customer}/aliases`,
+    body: (_i, n) => ({ alias: `stolen-${n}` }),
+    idempotent: true,
+  },
+  {
+    name: 'POST aliases (merge A external id)',
+    method: 'POST',
+    openapi: '/v1/customers/{id}/aliases',
+    allow: management,
+    scope: 'customers:write',
+    path: (i) => `/v1/customers/${i.customer}/aliases`,
+    body: (i) => ({ alias: i.externalId }),
+    idempotent: true,
+  },
+  { name: 'POST client_token', method: 'POST', openapi: '/v1/customers/{id}/client_token', allow: management, scope: 'customer_sessions:write', path: (i) => `/v1/customers/${i.customer}/client_token`, body: () => ({}) },
+  {
+    name: 'POST customer_sessions (id)',
+    method: 'POST',
+    openapi: '/v1/customer_sessions',
+    allow: ['secret'],
+    scope: 'customer_sessions:write',
+    path: () => '/v1/customer_sessions',
+    body: (i) => ({ grant_type: 'secret_key', customer_id: i.customer }),
+    idempotent: true,
+  },
+  {
+    name: 'POST customer_sessions (external id)',
+    method: 'POST',
+    openapi: '/v1/customer_sessions',
+    allow: ['secret'],
+    scope: 'customer_sessions:write',
+    path: () => '/v1/customer_sessions',
+    body: (i) => ({ grant_type: 'secret_key', customer_id: i.externalId }),
+    idempotent: true,
+  },
+  { name: 'GET event', method: 'GET', openapi: '/v1/events/{id}', allow: management, scope: 'events:read', path: (i) => `/v1/events/${i.event}` },
+  { name: 'POST api_keys revoke', method: 'POST', openapi: '/v1/api_keys/{id}/revoke', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/api_keys/${i.key}/revoke`, body: () => ({}) },
+  { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
+];
+
+/** Ids that exist nowhere: the control every refusal is compared with. */
+const nowhere: Ids = {
+  customer: 'cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  eventCustomer: 'cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZY',
+  externalId: 'nobody-anywhere',
+  event: 'evt_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  key: 'key_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+};
+
+const now = () => new Date(Date.now() - 1000).toISOString();
+
+t.test('tenant isolation', async (t) => {
+  const { anon } = await startForTest(t);
+  const a = await signUp(anon);
+  const b = await signUp(anon);
+
+  async function key(tenant: Tenant, env: string, body: Record<string, unknown>): Promise<{ id: string; token: string }> {
+    const admin = anon.with({ authorization: `Bearer ${tenant.pat}`, 'x-service-environment': env });
+    const r = await admin.post('/v1/api_keys', body, idem());
+    if (r.status !== 201) throw new Error(`key: ${r.status} ${JSON.stringify(r.body)}`);
+    return { id: r.body.id, token: r.body.token };
+  }
+  const bearer = (token: string, extra: Record<string, string> = {}) => anon.with({ authorization: `Bearer ${token}`, ...extra });
+  const secretScopes = new Set(allScopes.filter((s) => s !== 'customer_sessions:write'));
+
+  /** The credentials of one tenant acting in one environment. */
+  async function credentials(tenant: Tenant, env: string, label: string): Promise<{ creds: Cred[]; server: Client }> {
+    const secret = await key(tenant, env, { kind: 'secret', name: `${label} server` });
+    const minterScopes = ['customer_sessions:write', 'customers:read'];
+    const minter = await key(tenant, env, { kind: 'secret', name: `${label} minter`, scopes: minterScopes });
+    const publishable = await key(tenant, env, { kind: 'publishable', name: `${label} web`, allowed_events: ['app.opened'] });
+    const server = bearer(secret.token);
+    const own = await server.post('/v1/customers', { external_id: `${label}-own-customer` }, idem());
+    if (own.status !== 201) throw new Error(`customer: ${own.status} ${JSON.stringify(own.body)}`);
+    const minted = await bearer(minter.token).post(`/v1/customers/${own.body.id}/client_token`, {});
+    if (minted.status !== 200) throw new Error(`client_token: ${minted.status} ${JSON.stringify(minted.body)}`);
+    return {
+      server,
+      creds: [
+        { name: `${label} secret key`, kind: 'secret', scopes: secretScopes, client: server },
+        { name: `${label} secret key (minter)`, kind: 'secret', scopes: new Set(minterScopes), client: bearer(minter.token) },
+        { name: `${label} publishable key`, kind: 'publishable', scopes: new Set(['events:write']), client: bearer(publishable.token) },
+        { name: `${label} PAT`, kind: 'pat', scopes: new Set(allScopes), client: bearer(tenant.pat, { 'x-service-environment': env }) },
+        { name: `${label} customer token`, kind: 'customer', scopes: new Set(customerTokenScopes), client: bearer(minted.body.customer_token) },
+      ],
+    };
+  }
+
+  /** Tenant A's resources in one environment: customers (direct and via an event), an alias, an event, a key. */
+  async function resources(tenant: Tenant, env: string, label: string): Promise<Ids> {
+    const { id: keyId, token } = await key(tenant, env, { kind: 'secret', name: `${label} resources` });
+    const server = bearer(token);
+    const externalId = `${label}-customer-1`;
+    const c = await server.post('/v1/customers', { external_id: externalId, attributes: { tier: 'gold', email: `${label}@a.example` } }, idem());
+    t.equal(c.status, 201, `${label}: customer created`);
+    const al = await server.post(`/v1/customers/${c.body.id}/aliases`, { alias: `${label}-alias-1` }, idem());
+    t.equal(al.status, 201, `${label}: alias added`);
+    const ev = await server.post('/v1/events', { id: `${label}-e-1`, name: 'app.opened', customer_id: `${label}-event-customer`, occurred_at: now() });
+    t.equal(ev.status, 202, `${label}: event accepted`);
+    const ec = await server.get(`/v1/customers?external_id=${label}-event-customer`);
+    t.equal(ec.body.data.length, 1, `${label}: event created its customer`);
+    return { customer: c.body.id, eventCustomer: ec.body.data[0].id, externalId, event: ev.body.id, key: keyId };
+  }
+
+  const aTest = await resources(a, a.testEnv, 'a-test');
+  const aLive = await resources(a, a.liveEnv, 'a-live');
+  const bTest = await credentials(b, b.testEnv, 'B test');
+  const bLive = await credentials(b, b.liveEnv, 'B live');
+  const aLiveCreds = await credentials(a, a.liveEnv, 'A live');
+  const aTestCreds = await credentials(a, a.testEnv, 'A test');
+  // B's credentials naming A's environment: keys are bound (the header is ignored); a PAT is refused.
+  const bSecretToken = (bTest.creds[0]!.client.headers.authorization ?? '').slice('Bearer '.length);
+  const crossHeader: Cred[] = [
+    { name: 'B secret key + A env header', kind: 'secret', scopes: secretScopes, client: bearer(bSecretToken, { 'x-service-environment': a.testEnv }) },
+  ];
+
+  // Every route of the service that takes an id (path or body) must be a row of the matrix.
+  await t.test('the matrix covers every id-taking route in /v1/openapi.json', async (t) => {
+    const doc = (await anon.get('/v1/openapi.json')).body as { paths: Record<string, Record<string, unknown>> };
+    const covered = new Set(routes.map((r) => `${r.method} ${r.openapi}`));
+    for (const [path, ops] of Object.entries(doc.paths)) {
+      if (!path.includes('{')) continue;
+      for (const method of Object.keys(ops)) {
+        t.ok(covered.has(`${method.toUpperCase()} ${path}`), `${method.toUpperCase()} ${path} is in the matrix`);
+      }
+    }
+  });
+
+  const summary: string[] = [];
+  let n = 0;
+
+  /**
+   * One assertion per cell. Callable (kind allowed, scope held): 404 resource_not_found. Not callable:
+   * the same answer as for ids that exist nowhere, and a refusal. Never the victim's data.
+   */
+  async function matrix(t: Test, label: string, creds: Cred[], ids: Ids, secrets: string[]) {
+    const rows: string[] = [];
+    for (const r of routes) {
+      const cells: string[] = [];
+      for (const c of creds) {
+        const send = async (target: Ids) => {
+          const headers = r.idempotent ? idem() : {};
+          const body = r.body?.(target, ++n);
+          const res = await c.client.request(r.method, r.path(target), body, headers);
+          return res;
+        };
+        const res = await send(ids);
+        const control = await send(nowhere);
+        const text = JSON.stringify(res.body ?? '');
+        const leaked = secrets.filter((s) => text.includes(s));
+        const callable = r.allow.includes(c.kind) && (r.scope === null || c.scopes.has(r.scope));
+        const got = { status: res.status, code: res.body?.error?.code ?? null, leaked };
+        const want = callable
+          ? { status: 404, code: 'resource_not_found', leaked: [] }
+          : { status: control.status, code: control.body?.error?.code ?? null, leaked: [] };
+        const ok = callable ? t.same(got, want, `${label}: ${r.name} as ${c.name} -> 404 resource_not_found`)
+          : t.same(got, want, `${label}: ${r.name} as ${c.name} (not callable) -> same refusal as an unknown id (${want.status} ${want.code})`);
+        if (!callable) t.ok(res.status === 401 || res.status === 403, `${label}: ${r.name} as ${c.name} is refused, not answered`);
+        cells.push(`${ok ? '' : '!'}${res.status}${callable ? '' : '*'}`);
+      }
+      rows.push(`${r.name.padEnd(36)} ${cells.map((s) => s.padStart(5)).join(' ')}`);
+    }
+    summary.push(`${label}\n${''.padEnd(36)} ${creds.map((c) => c.name.replace(/^[AB] (test|live) /, '').slice(0, 5).padStart(5)).join(' ')}\n${rows.join('\n')}`);
+  }
+
+  const aSecrets = (ids: Ids) => [ids.customer, ids.eventCustomer, ids.externalId, ids.event, 'gold', '@a.example'];
+
+  await t.test("B's test credentials x A's test ids", (t) => matrix(t, "B test -> A test", [...bTest.creds, ...crossHeader], aTest, aSecrets(aTest)));
+  await t.test("B's test credentials x A's live ids", (t) => matrix(t, "B test -> A live", bTest.creds, aLive, aSecrets(aLive)));
+  await t.test("B's live credentials x A's test ids", (t) => matrix(t, "B live -> A test", bLive.creds, aTest, aSecrets(aTest)));
+  await t.test("A's live credentials x A's test ids", (t) => matrix(t, "A live -> A test", aLiveCreds.creds, aTest, aSecrets(aTest)));
+  await t.test("A's test credentials x A's live ids", (t) => matrix(t, "A test -> A live", aTestCreds.creds, aLive, aSecrets(aLive)));
+
+  await t.test("a PAT naming another tenant's environment is 404 resource_not_found", async (t) => {
+    const bPatInA = bearer(b.pat, { 'x-service-environment': a.testEnv });
+    for (const [method, path] of [
+      ['GET', `/v1/customers/${aTest.customer}`],
+      ['GET', '/v1/customers'],
+      ['GET', `/v1/events/${aTest.event}`],
+      ['GET', '/v1/api_keys'],
+      ['POST', `/v1/api_keys/${aTest.key}/revoke`],
+    ] as const) {
+      const r = await bPatInA.request(method, path, method === 'POST' ? {} : undefined);
+      t.same({ status: r.status, code: r.body?.error?.code }, { status: 404, code: 'resource_not_found' }, `${method} ${path}`);
+    }
+    const create = await bPatInA.post('/v1/api_keys', { kind: 'secret', name: 'intruder' }, idem());
+    t.same({ status: create.status, code: create.body?.error?.code }, { status: 404, code: 'resource_not_found' }, 'POST /v1/api_keys');
+  });
+
+  await t.test("lookups by A's external ids and aliases return an empty page to B", async (t) => {
+    const readers = bTest.creds.filter((c) => c.kind === 'secret' || c.kind === 'pat');
+    for (const c of [...readers, ...aLiveCreds.creds.filter((c) => c.kind === 'secret' || c.kind === 'pat')]) {
+      for (const ext of [aTest.externalId, 'a-test-event-customer', 'a-test-alias-1']) {
+        const r = await c.client.get(`/v1/customers?external_id=${encodeURIComponent(ext)}`);
+        t.same(r.body, { data: [], next_cursor: null, has_more: false }, `${c.name}: ?external_id=${ext} is an empty page`);
+      }
+    }
+  });
+
+  await t.test("B's lists never contain A's ids", async (t) => {
+    const aIds = [aTest.customer, aTest.eventCustomer, aTest.key, aLive.customer, aLive.eventCustomer, aLive.key, a.orgId];
+    const pages: Array<[string, Client, string]> = [
+      ['customers (secret key)', bTest.server, '/v1/customers?limit=200'],
+      ['customers (PAT)', bTest.creds[3]!.client, '/v1/customers?limit=200'],
+      ['api_keys (PAT)', bTest.creds[3]!.client, '/v1/api_keys?limit=200'],
+      ['organizations (PAT)', bearer(b.pat), '/v1/organizations?limit=200'],
+    ];
+    for (const [name, client, path] of pages) {
+      const r = await client.get(path);
+      t.equal(r.status, 200, `${name}: 200`);
+      const text = JSON.stringify(r.body);
+      t.same(aIds.filter((id) => text.includes(id)), [], `${name}: no id of A`);
+      t.ok(r.body.data.length > 0, `${name}: lists B's own`);
+    }
+  });
+
+  await t.test("the same external id in two tenants is two customers; B's event never reaches A's customer", async (t) => {
+    const r = await bTest.server.post('/v1/events', { id: 'a-test-e-1', name: 'app.opened', customer_id: aTest.externalId, occurred_at: now() });
+    t.equal(r.status, 202, "B may send an event for an external id that A also uses");
+    t.not(r.body.id, aTest.event, 'B gets its own service event id');
+    t.not(r.body.duplicate, true, "A's event id is not B's duplicate");
+    const mine = await bTest.server.get(`/v1/customers?external_id=${aTest.externalId}`);
+    t.equal(mine.body.data.length, 1);
+    t.not(mine.body.data[0].id, aTest.customer, 'a different customer');
+  });
+
+  await t.test("nothing B tried changed A's resources", async (t) => {
+    const aServer = aTestCreds.server;
+    const c = await aServer.get(`/v1/customers/${aTest.customer}`);
+    t.equal(c.status, 200, "A's customer still exists");
+    t.match(c.body, { id: aTest.customer, external_id: aTest.externalId, version: 1, attributes: { tier: 'gold' }, deleted_at: null });
+    const st = await aServer.get(`/v1/customers/${aTest.customer}/state`);
+    t.same(st.body.aliases.map((x: { alias: string }) => x.alias), ['a-test-alias-1'], 'aliases unchanged');
+    const ex = await aServer.get(`/v1/customers/${aTest.eventCustomer}/export`);
+    t.equal(ex.body.events.length, 1, "A's export holds only A's event");
+    const keys = await anon.with({ authorization: `Bearer ${a.pat}`, 'x-service-environment': a.testEnv }).get('/v1/api_keys?limit=200');
+    const k = keys.body.data.find((x: { id: string }) => x.id === aTest.key);
+    t.equal(k?.revoked_at, null, "A's key is not revoked");
+    const live = await aLiveCreds.server.get(`/v1/customers/${aLive.customer}`);
+    t.match(live.body, { id: aLive.customer, version: 1, deleted_at: null }, "A's live customer unchanged");
+  });
+
+  t.comment(`isolation matrix (status per cell; * = kind or scope may not call the route, compared with an unknown id; ! = failed)\n${summary.join('\n\n')}`);
+});
