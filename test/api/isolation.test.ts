@@ -270,6 +270,18 @@ t.test('tenant isolation', async (t) => {
     t.same({ status: create.status, code: create.body?.error?.code }, { status: 404, code: 'resource_not_found' }, 'POST /v1/api_keys');
   });
 
+  await t.test("a replayed refusal for A's id is the stored 404, unchanged", async (t) => {
+    const minter = bTest.creds[1]!.client;
+    const key = idem();
+    const body = { grant_type: 'secret_key', customer_id: aTest.customer };
+    const first = await minter.post('/v1/customer_sessions', body, key);
+    const again = await minter.post('/v1/customer_sessions', body, key);
+    t.equal(first.status, 404);
+    t.equal(again.status, 404);
+    t.equal(again.headers.get('idempotent-replayed'), 'true', 'answered from the stored result');
+    t.same(again.body, first.body, 'the replay is the stored error body, with no customer_token added');
+  });
+
   await t.test("lookups by A's external ids and aliases return an empty page to B", async (t) => {
     const readers = bTest.creds.filter((c) => c.kind === 'secret' || c.kind === 'pat');
     for (const c of [...readers, ...aLiveCreds.creds.filter((c) => c.kind === 'secret' || c.kind === 'pat')]) {

@@ -379,7 +379,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['customer_sessions:write'], allow: ['secret'] },
       body: sessionBody,
       idempotent: true,
-      replayTransform: (body) => ({ ...(body as Record<string, unknown>), customer_token: null }),
+      // Only a stored success carries a token; a stored 4xx error replays unchanged.
+      replayTransform: (body) => ('error' in (body as object) ? body : { ...(body as Record<string, unknown>), customer_token: null }),
       responses: { 201: { description: '{customer_token} (null on an idempotent replay)' } },
       handler: async (ctx: RequestContext<z.infer<typeof sessionBody>>) => {
         const env = envOf(ctx.principal);

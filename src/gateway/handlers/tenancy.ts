@@ -97,12 +97,20 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
       auth: { kind: 'none' },
       body: signupBody,
       idempotent: true,
+      // The idempotency scope of an open route is shared ('anon'): whoever replays the key and body
+      // must not receive the PAT again (as customer-session mints answer customer_token: null, rule 4).
+      // Stored 4xx answers replay unchanged.
+      replayTransform: (body) => {
+        const b = body as Record<string, unknown>;
+        if (b.token === null || typeof b.token !== 'object') return b;
+        return { ...b, token: { ...(b.token as Record<string, unknown>), token: null } };
+      },
       responses: {
         201: {
-          description: 'Account created; token.token is an opat_ personal access token, shown once',
+          description: 'Account created; token.token is an opat_ personal access token, shown once (null on an idempotent replay)',
           schema: tenantSchema.extend({
             user: userSchema,
-            token: z.object({ id: z.string(), token: z.string(), scopes: z.array(z.string()) }),
+            token: z.object({ id: z.string(), token: z.string().nullable(), scopes: z.array(z.string()) }),
           }),
         },
       },
@@ -157,10 +165,12 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
       body: apiKeyBody,
       idempotent: true,
+      // The token is shown once: an idempotent replay answers token: null (stored errors unchanged).
+      replayTransform: (body) => ('token' in (body as object) ? { ...(body as Record<string, unknown>), token: null } : body),
       responses: {
         201: {
-          description: 'Key created; token (osk_/opk_) is returned only here',
-          schema: apiKeySchema.extend({ token: z.string() }),
+          description: 'Key created; token (osk_/opk_) is returned only here (null on an idempotent replay)',
+          schema: apiKeySchema.extend({ token: z.string().nullable() }),
         },
       },
       handler: async (ctx) => ({ status: 201, body: await tenancy.createApiKey(ctx.principal, ctx.body) }),
