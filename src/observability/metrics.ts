@@ -44,8 +44,7 @@ export const mailboxDepth = new Histogram({
 
 export const projectorLagRecords = new Gauge({
   name: 'projector_lag_records',
-  help: 'Journal records not yet projected into the read tables, per partition.',
-  labelNames: ['partition'] as const,
+  help: 'Journal records acknowledged on this node and not yet projected into the read tables.',
   registers: [registry],
 });
 

@@ -12,6 +12,8 @@ import type { Projection } from '../persistence/sql/read-model.js';
 
 export interface ReadModelWriter {
   apply(partition: number, offset: Offset, projections: Projection[]): Promise<void>;
+  /** Many partitions in one transaction. */
+  applyMany(batches: Array<{ partition: number; offset: Offset; projections: Projection[] }>): Promise<void>;
   projectedOffset(partition: number): Promise<Offset>;
 }
 
@@ -113,43 +115,57 @@ export class Projector {
   }
 
   private async runCycle(): Promise<void> {
+    // Lanes fed in memory: one transaction for all of them.
+    const batches: Array<{ partition: number; offset: Offset; projections: Projection[] }> = [];
+    const taken: Array<{ lane: Lane; entries: Lane['entries'] }> = [];
     for (const [partition, lane] of this.lanes) {
-      if (lane.catchUp) {
-        const entries = await this.journal.read(partition, lane.projected, catchUpEntries);
-        if (entries.length === 0) {
-          lane.catchUp = false;
-          continue;
-        }
-        const last = entries[entries.length - 1]!.offset;
-        const projections: Projection[] = [];
-        for (const e of entries) toProjections(decodeEntry(e.payload), projections);
-        await this.readModel.apply(partition, last, projections);
-        lane.projected = last;
-        continue;
-      }
-      if (lane.entries.length === 0) continue;
+      if (lane.catchUp || lane.entries.length === 0) continue;
       // Take the queue (entries acked meanwhile go to a fresh array); put it back if the write fails.
-      const taken = lane.entries;
+      const entries = lane.entries;
       lane.entries = [];
       lane.queuedRecords = 0;
-      const last = taken[taken.length - 1]!.offset;
       const projections: Projection[] = [];
-      for (const e of taken) {
+      for (const e of entries) {
         if (compareOffsets(e.offset, lane.projected) <= 0) continue;
         toProjections(e.records, projections);
       }
+      batches.push({ partition, offset: entries[entries.length - 1]!.offset, projections });
+      taken.push({ lane, entries });
+    }
+    if (batches.length > 0) {
       try {
-        await this.readModel.apply(partition, last, projections);
+        await this.readModel.applyMany(batches);
       } catch (err) {
-        if (!lane.catchUp) {
-          lane.entries = taken.concat(lane.entries);
+        for (const { lane, entries } of taken) {
+          if (lane.catchUp) continue;
+          lane.entries = entries.concat(lane.entries);
           lane.queuedRecords = lane.entries.reduce((n, e) => n + e.records.length, 0);
         }
         throw err;
       }
-      lane.projected = last;
-      projectorLagRecords.labels(String(partition)).set(lane.queuedRecords);
+      for (let i = 0; i < taken.length; i++) {
+        const { lane } = taken[i]!;
+        const offset = batches[i]!.offset;
+        if (compareOffsets(offset, lane.projected) > 0) lane.projected = offset;
+      }
     }
+    // Lanes that fell behind catch up from the journal, a page at a time.
+    for (const [partition, lane] of this.lanes) {
+      if (!lane.catchUp) continue;
+      const entries = await this.journal.read(partition, lane.projected, catchUpEntries);
+      if (entries.length === 0) {
+        lane.catchUp = false;
+        continue;
+      }
+      const last = entries[entries.length - 1]!.offset;
+      const projections: Projection[] = [];
+      for (const e of entries) toProjections(decodeEntry(e.payload), projections);
+      await this.readModel.apply(partition, last, projections);
+      lane.projected = last;
+    }
+    let lag = 0;
+    for (const lane of this.lanes.values()) lag += lane.queuedRecords;
+    projectorLagRecords.set(lag);
   }
 }
 

@@ -184,6 +184,48 @@ export class PgReadModel {
     });
   }
 
+  /**
+   * apply() for many partitions in ONE transaction (the projector's normal path: a handful of
+   * statements per cycle however many partitions moved). Batches whose offset is not after the
+   * partition's projected offset are skipped. Projections are written grouped by kind; the
+   * result does not depend on the order across kinds (an erase wins over upserts, aliases and
+   * event properties of an erased customer are never written), so grouping is safe.
+   */
+  async applyMany(batches: Array<{ partition: number; offset: Offset; projections: Projection[] }>): Promise<void> {
+    if (batches.length === 0) return;
+    const partitions = batches.map((b) => b.partition);
+    await this.sql.begin(async (tx) => {
+      await tx`
+        insert into projection_offsets (partition, "offset")
+        select p, ${offsetZero} from unnest(${partitions}::int[]) as p
+        on conflict do nothing`;
+      const rows = await tx`
+        select partition, "offset" from projection_offsets
+        where partition = any(${partitions}::int[]) order by partition for update`;
+      const current = new Map(rows.map((r) => [r.partition as number, r.offset as string]));
+      const byKind: Record<Projection['kind'], Projection[]> = {
+        'customer.upsert': [],
+        'customer.erase': [],
+        'alias.upsert': [],
+        'event.insert': [],
+      };
+      const moved: Array<{ partition: number; offset: Offset }> = [];
+      for (const b of batches) {
+        if (compareOffsets(b.offset, current.get(b.partition) ?? offsetZero) <= 0) continue;
+        for (const pr of b.projections) byKind[pr.kind].push(pr);
+        moved.push({ partition: b.partition, offset: b.offset });
+      }
+      if (moved.length === 0) return;
+      for (const kind of ['customer.upsert', 'customer.erase', 'alias.upsert', 'event.insert'] as const) {
+        if (byKind[kind].length > 0) await this.applyRun(tx, byKind[kind]);
+      }
+      await tx`
+        update projection_offsets o set "offset" = u.o
+        from unnest(${moved.map((m) => m.partition)}::int[], ${moved.map((m) => m.offset)}::text[]) as u(p, o)
+        where o.partition = u.p`;
+    });
+  }
+
   private async applyRun(tx: Tx, run: Projection[]): Promise<void> {
     switch (run[0]!.kind) {
       case 'customer.upsert':
