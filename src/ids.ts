@@ -78,3 +78,14 @@ export function partitionOf(environmentId: string, key: string, partitions: numb
   }
   return (h >>> 0) % partitions;
 }
+
+/** A uniformly random integer in [0, 2^53), from the crypto pool. */
+export function random53(): number {
+  if (poolAt + 7 > pool.length) {
+    randomFillSync(pool);
+    poolAt = 0;
+  }
+  let v = pool[poolAt++]! & 0x1f;
+  for (let i = 0; i < 6; i++) v = v * 256 + pool[poolAt++]!;
+  return v;
+}

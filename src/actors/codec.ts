@@ -4,6 +4,7 @@
 // wire: snapshots turn Maps into arrays explicitly.
 import { Packr } from 'msgpackr';
 import type { CustomerState, Fact } from '../domain/customer.js';
+import { SeenEvents } from '../domain/seen-events.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
@@ -42,13 +43,13 @@ type SnapshotV1 = [
   aliases: CustomerState['aliases'],
   mergedInto: string | null,
   mergedFrom: string[],
-  /** Flattened [clientEventId, id, fp, ...] */
-  events: Array<string | number>,
+  /** SeenEvents records: little-endian float64, 4 per event. */
+  events: Uint8Array,
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
-  const events: Array<string | number> = [];
-  for (const [clientEventId, seen] of s.events) events.push(clientEventId, seen.id, seen.fp);
+  const packed = s.events.toArray();
+  const events = new Uint8Array(packed.buffer, packed.byteOffset, packed.byteLength);
   const v1: SnapshotV1 = [
     snapshotFormat,
     s.id,
@@ -70,11 +71,9 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
 export function decodeSnapshot(payload: Uint8Array): CustomerState {
   const v = packr.unpack(payload) as SnapshotV1;
   if (v[0] !== 1) throw new Error(`snapshot format ${v[0]} is not supported`);
-  const events = new Map<string, { id: string; fp: number }>();
-  const flat = v[12];
-  for (let i = 0; i + 2 < flat.length; i += 3) {
-    events.set(flat[i] as string, { id: flat[i + 1] as string, fp: flat[i + 2] as number });
-  }
+  // Copy into an aligned buffer: the decoded bytes may start at any offset.
+  const bytes = v[12];
+  const events = new SeenEvents(new Float64Array(new Uint8Array(bytes).buffer));
   return {
     id: v[1],
     environmentId: v[2],

@@ -5,7 +5,8 @@
 // ahead of the journal, so the partition is poisoned and rebuilt from snapshots + journal.
 // Never reply before the ack; never await between load and apply.
 import type { ErrorCode } from '../errors/codes.js';
-import { encodePartition, newCustomerId, newId } from '../ids.js';
+import { encodePartition, newCustomerId, newId, random53 } from '../ids.js';
+import { eventId } from '../domain/seen-events.js';
 import { limits } from '../limits.js';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotStore } from '../persistence/ports.js';
@@ -246,7 +247,8 @@ export class Partition {
     const { target } = call;
     if (target.by === 'id') {
       const actor = this.actors.get(target.id);
-      if (actor) return this.run(call, actor, resolve);
+      // Ids are global, actors are not shared: another environment's customer does not exist here.
+      if (actor) return actor.state.environmentId === call.env ? this.run(call, actor, resolve) : this.reply(notFound, null, resolve);
       return this.enqueueLoad(`i\u0000${call.env}\u0000${target.id}`, call, resolve);
     }
     const customerId = this.keys.get(call.env)?.get(target.key);
@@ -330,7 +332,8 @@ export class Partition {
         if (byId || call.target.by === 'id') {
           const id = call.target.by === 'id' ? call.target.id : (this.keys.get(call.env)?.get(call.target.key) ?? '');
           const actor = this.actors.get(id);
-          if (actor) this.run(call, actor, w.resolve);
+          if (actor && actor.state.environmentId === call.env) this.run(call, actor, w.resolve);
+          else if (actor) this.reply(notFound, null, w.resolve);
           else this.runAbsent(call, w.resolve);
           continue;
         }
@@ -354,6 +357,7 @@ export class Partition {
       environmentId: call.env,
       newId: (prefix) => newId(prefix, call.nowMs),
       newCustomerId: () => newCustomerId(partition, call.nowMs),
+      newEventId: () => eventId(call.nowMs, random53()),
     };
   }
 

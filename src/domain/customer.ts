@@ -5,19 +5,15 @@
 // the journal (evolve only) rebuilds exactly the same state. A throw in here is a bug.
 import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
+import { SeenEvents } from './seen-events.js';
 
 export interface Ctx {
   nowMs: number;
   environmentId: string;
   newId(prefix: string): string;
   newCustomerId(): string;
-}
-
-export interface SeenEvent {
-  /** Service id (evt_...). */
-  id: string;
-  /** 53-bit hash of the event's canonical content: same id + same fp = duplicate. */
-  fp: number;
+  /** A service event id (evt_...) for an event received now. */
+  newEventId(): string;
 }
 
 export interface AliasState {
@@ -40,8 +36,8 @@ export interface CustomerState {
   /** Set when this customer was merged into another: commands are redirected there. */
   mergedInto: string | null;
   mergedFrom: string[];
-  /** client event id -> seen event. Permanent: it is the deduplication record. */
-  events: Map<string, SeenEvent>;
+  /** Every client event id recorded, with its content fingerprint and service id. Permanent: it is the deduplication record. */
+  events: SeenEvents;
 }
 
 export type Command =
@@ -227,7 +223,7 @@ function createdFact(externalId: string, attributes: Record<string, unknown>, ct
 function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact & { kind: 'event.recorded' } {
   return {
     kind: 'event.recorded',
-    id: ctx.newId('evt'),
+    id: ctx.newEventId(),
     clientEventId: cmd.clientEventId,
     name: cmd.name,
     occurredAtMs: cmd.occurredAtMs,
@@ -266,7 +262,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       aliases: [],
       mergedInto: null,
       mergedFrom: [],
-      events: new Map(),
+      events: new SeenEvents(),
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -285,7 +281,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       state.version = fact.version;
       return state;
     case 'event.recorded':
-      state.events.set(fact.clientEventId, { id: fact.id, fp: fact.fp });
+      state.events.add(fact.clientEventId, fact.fp, fact.id);
       return state;
     case 'alias.added':
       state.aliases.push({ alias: fact.alias, kind: fact.aliasKind, createdAtMs: fact.atMs });

@@ -355,7 +355,12 @@ export function createGateway(opts: GatewayOptions): Gateway {
     }
     try {
       if (isStorable(out.status, out.code)) {
-        await idempotency.complete(scope, key, out.status, out.text ?? '', limits.idempotencyRetentionMs);
+        // Secrets shown once (tokens) must not rest in the store: keep what a replay would show.
+        let text = out.text ?? '';
+        if (route.replayTransform !== undefined && out.status < 300 && text.length > 0) {
+          text = JSON.stringify(route.replayTransform(JSON.parse(text)));
+        }
+        await idempotency.complete(scope, key, out.status, text, limits.idempotencyRetentionMs);
       } else {
         await idempotency.release(scope, key);
       }

@@ -1,6 +1,7 @@
 // Given/when/then tests of the pure customer mechanic.
 import t from 'tap';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact } from '../../src/domain/customer.js';
+import { eventId } from '../../src/domain/seen-events.js';
 
 function ctxAt(nowMs: number): Ctx {
   let n = 0;
@@ -9,6 +10,7 @@ function ctxAt(nowMs: number): Ctx {
     environmentId: 'env_1',
     newId: (prefix) => `${prefix}_${++n}`,
     newCustomerId: () => `cust_000${String(++n).padStart(26, '0')}`,
+    newEventId: () => eventId(nowMs, ++n),
   };
 }
 

@@ -120,3 +120,16 @@ t.test('an alias that is another customer’s external id merges that customer',
   t.match(conflict, { ok: false, code: 'alias_conflict' });
   await n.placement.stop();
 });
+
+t.test('a customer id from another environment does not exist here', async (t) => {
+  const n = await node(shared());
+  const created = ok(await n.engine.execute(ev('iso-1', 'i1')));
+  const id = created.kind === 'event' ? created.customerId : '';
+  const view = (env: string) => n.engine.execute({ env, target: { by: 'id', id }, command: { kind: 'customer.view' }, nowMs: 5 });
+  t.match(await view('env_1'), { ok: true });
+  t.match(await view('env_other'), { ok: false, code: 'resource_not_found' });
+  const del = await n.engine.execute({ env: 'env_other', target: { by: 'id', id }, command: { kind: 'customer.delete' }, nowMs: 6 });
+  t.match(del, { ok: false, code: 'resource_not_found' });
+  t.match(await view('env_1'), { ok: true }, 'still there');
+  await n.placement.stop();
+});

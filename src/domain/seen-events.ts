@@ -1,0 +1,98 @@
+// Every event id a customer ever recorded (permanent deduplication), packed as 4 float64 per event
+// in one growable Float64Array: [hash53(client event id), content fingerprint, service-id time,
+// service-id random]. Snapshots copy the bytes as they are, so a customer with thousands of events
+// costs a memcpy, not thousands of objects. A lookup scans small sets and indexes large ones.
+// Pure data structure: no clock, no randomness. Two ids with the same 53-bit hash would be taken
+// for the same id (probability ~n^2 / 2^54 per customer; documented in the README).
+import { hash53 } from '../util/canonical-json.js';
+
+const stride = 4;
+const indexFrom = 16;
+const alphabet = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
+const decode = new Int8Array(128).fill(-1);
+for (let i = 0; i < alphabet.length; i++) decode[alphabet.charCodeAt(i)] = i;
+
+/** Service event ids: `evt_` + 10 chars of milliseconds + 11 chars of a 53-bit random number. */
+export function eventId(timeMs: number, rand53: number): string {
+  let s = 'evt_';
+  for (let i = 9; i >= 0; i--) s += alphabet[Math.floor(timeMs / 32 ** i) % 32];
+  for (let i = 10; i >= 0; i--) s += alphabet[Math.floor(rand53 / 32 ** i) % 32];
+  return s;
+}
+
+/** Inverse of eventId; null when the string is not such an id. */
+export function parseEventId(id: string): { timeMs: number; rand53: number } | null {
+  if (id.length !== 25 || !id.startsWith('evt_')) return null;
+  let t = 0;
+  let r = 0;
+  for (let i = 4; i < 25; i++) {
+    const c = id.charCodeAt(i);
+    const d = c < 128 ? decode[c]! : -1;
+    if (d < 0) return null;
+    if (i < 14) t = t * 32 + d;
+    else r = r * 32 + d;
+  }
+  return { timeMs: t, rand53: r };
+}
+
+export class SeenEvents {
+  private data: Float64Array;
+  private count = 0;
+  private index: Map<number, number> | null = null;
+
+  constructor(data?: Float64Array) {
+    this.data = data ?? new Float64Array(stride * 2);
+    if (data) {
+      this.count = data.length / stride;
+      if (this.count > indexFrom) this.buildIndex();
+    }
+  }
+
+  get size(): number {
+    return this.count;
+  }
+
+  /** The recorded event for a client event id: its fingerprint and service id. */
+  get(clientEventId: string): { fp: number; id: string } | undefined {
+    const i = this.find(hash53(clientEventId));
+    if (i < 0) return undefined;
+    const o = i * stride;
+    return { fp: this.data[o + 1]!, id: eventId(this.data[o + 2]!, this.data[o + 3]!) };
+  }
+
+  add(clientEventId: string, fp: number, serviceId: string): void {
+    const parsed = parseEventId(serviceId);
+    if (parsed === null) return;
+    const key = hash53(clientEventId);
+    if (this.find(key) >= 0) return;
+    if ((this.count + 1) * stride > this.data.length) {
+      const grown = new Float64Array(Math.max(stride * 4, this.data.length * 2));
+      grown.set(this.data.subarray(0, this.count * stride));
+      this.data = grown;
+    }
+    const o = this.count * stride;
+    this.data[o] = key;
+    this.data[o + 1] = fp;
+    this.data[o + 2] = parsed.timeMs;
+    this.data[o + 3] = parsed.rand53;
+    if (this.index) this.index.set(key, this.count);
+    this.count++;
+    if (this.index === null && this.count > indexFrom) this.buildIndex();
+  }
+
+  /** The packed records (a copy), for snapshots. */
+  toArray(): Float64Array {
+    return this.data.slice(0, this.count * stride);
+  }
+
+  private find(key: number): number {
+    if (this.index) return this.index.get(key) ?? -1;
+    for (let i = 0; i < this.count; i++) if (this.data[i * stride] === key) return i;
+    return -1;
+  }
+
+  private buildIndex(): void {
+    this.index = new Map();
+    for (let i = 0; i < this.count; i++) this.index.set(this.data[i * stride]!, i);
+  }
+}
