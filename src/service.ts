@@ -142,7 +142,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
     snapshotEveryMs: config.SNAPSHOT_EVERY_MS,
     activeActorsMax: config.ACTIVE_ACTORS_MAX,
   });
-  const engine = new Engine(config.PARTITIONS, placement, forwardClient);
+  const engine = new Engine(config.PARTITIONS, placement, forwardClient, storage.journal);
   placement.attach(engine);
 
   // Peers forward to us as soon as we hold leases, so the shard server listens first.

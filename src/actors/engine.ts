@@ -5,7 +5,7 @@
 import { ApiError } from '../errors/api-error.js';
 import { customerIdPartition, partitionOf } from '../ids.js';
 import { limits } from '../limits.js';
-import type { Offset } from '../persistence/ports.js';
+import type { Journal, Offset } from '../persistence/ports.js';
 import { packMessage, unpackMessage, type JournalRecord } from './codec.js';
 import type { Call, CallResult, Partition, Target } from './partition.js';
 
@@ -39,6 +39,7 @@ export class Engine {
     readonly partitions: number,
     private readonly placement: Placement,
     private readonly forwarder: Forwarder | null,
+    private readonly journal: Journal,
   ) {}
 
   partitionOfTarget(env: string, target: Target): number {
@@ -109,10 +110,29 @@ export class Engine {
     }
   }
 
+  /** Group commit across partitions: one journal call for every partition with records. */
   private readonly flushAll = (): void => {
     this.flushScheduled = false;
-    for (const p of this.pendingFlush) p.flush();
+    const parts: Partition[] = [];
+    const items: Array<{ partition: number; epoch: number; payload: Uint8Array }> = [];
+    for (const p of this.pendingFlush) {
+      const item = p.beginFlush();
+      if (item !== null) {
+        parts.push(p);
+        items.push(item);
+      }
+    }
     this.pendingFlush.clear();
+    if (items.length === 0) return;
+    this.journal.appendMany(items).then(
+      (results) => {
+        for (let i = 0; i < parts.length; i++) parts[i]!.endFlush(results[i]!);
+      },
+      (err: unknown) => {
+        const e = err instanceof Error ? err : new Error(String(err));
+        for (const p of parts) p.endFlush(e);
+      },
+    );
   };
 }
 

@@ -115,6 +115,8 @@ export class Partition {
   lastAcked: Offset = offsetZero;
   checkpoint: Offset = offsetZero;
   private inFlightRecords = 0;
+  private flying: Batch | null = null;
+  private flightStarted = 0;
   private readonly idChars: string;
 
   constructor(
@@ -485,21 +487,26 @@ export class Partition {
 
   // ---- group commit -------------------------------------------------------------------------
 
-  flush(): void {
-    if (this.inFlight) return;
+  /**
+   * Takes the open batch for one journal write: the engine appends the returned payloads of all
+   * partitions in one call (group commit across partitions) and reports back with endFlush.
+   * Returns null when there is nothing to write or this partition's previous write is in flight.
+   */
+  beginFlush(): { partition: number; epoch: number; payload: Uint8Array } | null {
+    if (this.inFlight) return null;
     const batch = this.batch;
     if (this.closed) {
       // Never written, so never applied: the callers retry against the new owner.
       this.batch = { records: [], waiters: [], capture: null };
       for (const w of batch.waiters) w.resolve(closedResult);
-      return;
+      return null;
     }
     if (batch.records.length === 0) {
       if (batch.waiters.length > 0) {
         this.batch = { records: [], waiters: [], capture: null };
         settle(batch.waiters);
       }
-      return;
+      return null;
     }
     this.batch = { records: [], waiters: [], capture: null };
     if (this.captureWanted && !this.saving) {
@@ -509,33 +516,38 @@ export class Partition {
     }
     this.inFlight = true;
     this.inFlightRecords = batch.records.length;
-    const started = performance.now();
-    const payload = encodeEntry(batch.records);
-    this.deps.journal.append(this.id, this.epoch, payload).then(
-      (offset) => {
-        this.inFlight = false;
-        this.lastAcked = offset;
-        this.inFlightRecords = 0;
-        this.deps.onFlushed(batch.records.length, (performance.now() - started) / 1000);
-        settle(batch.waiters);
-        this.deps.onAcked(this.id, offset, batch.records);
-        if (batch.capture) void this.save(offset, batch.capture);
-        if (this.batch.records.length > 0 || this.batch.waiters.length > 0) this.flush();
-      },
-      (err: unknown) => {
-        this.inFlight = false;
-        this.inFlightRecords = 0;
-        const failed: CallResult =
-          (err as Error)?.name === 'FencedError'
-            ? closedResult
-            : { ok: false, code: 'internal_error', message: 'The journal did not acknowledge the write; retry.' };
-        for (const w of batch.waiters) w.resolve(failed);
-        for (const w of this.batch.waiters) w.resolve(failed);
-        this.batch = { records: [], waiters: [], capture: null };
-        if ((err as Error)?.name === 'FencedError') this.deps.onFenced(this);
-        else this.deps.onPoisoned(this, err);
-      },
-    );
+    this.flying = batch;
+    this.flightStarted = performance.now();
+    return { partition: this.id, epoch: this.epoch, payload: encodeEntry(batch.records) };
+  }
+
+  /** The outcome of the write begun by beginFlush: its offset, or the error. */
+  endFlush(result: Offset | Error): void {
+    const batch = this.flying;
+    if (batch === null) return;
+    this.flying = null;
+    this.inFlight = false;
+    this.inFlightRecords = 0;
+    if (typeof result === 'string') {
+      this.lastAcked = result;
+      this.deps.onFlushed(batch.records.length, (performance.now() - this.flightStarted) / 1000);
+      settle(batch.waiters);
+      this.deps.onAcked(this.id, result, batch.records);
+      if (batch.capture) void this.save(result, batch.capture);
+      if (this.batch.records.length > 0 || this.batch.waiters.length > 0) this.deps.scheduleFlush(this);
+      return;
+    }
+    // Fenced: another node owns the partition now. Anything else: the outcome is unknown, so
+    // memory may be ahead of the journal; the partition is rebuilt from durable state.
+    const fenced = result.name === 'FencedError';
+    const failed: CallResult = fenced
+      ? closedResult
+      : { ok: false, code: 'internal_error', message: 'The journal did not acknowledge the write; retry.' };
+    for (const w of batch.waiters) w.resolve(failed);
+    for (const w of this.batch.waiters) w.resolve(failed);
+    this.batch = { records: [], waiters: [], capture: null };
+    if (fenced) this.deps.onFenced(this);
+    else this.deps.onPoisoned(this, result);
   }
 
   // ---- snapshots and passivation --------------------------------------------------------------

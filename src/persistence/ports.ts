@@ -44,6 +44,13 @@ export interface Journal {
    * Calls for one partition resolve in call order.
    */
   append(partition: number, epoch: number, payload: Uint8Array): Promise<Offset>;
+  /**
+   * Group commit across partitions: one entry per item (distinct partitions), each with append's
+   * guarantees, in as few round trips as the adapter can. Resolves per item with the offset or a
+   * FencedError (that partition got nothing); rejects as a whole only if the outcome of every item
+   * is unknown (connection lost), in which case the caller must treat each as failed-and-unknown.
+   */
+  appendMany(items: ReadonlyArray<{ partition: number; epoch: number; payload: Uint8Array }>): Promise<Array<Offset | FencedError>>;
   /** Entries with offset strictly greater than `after`, oldest first, at most `count`. */
   read(partition: number, after: Offset, count: number): Promise<JournalEntry[]>;
   /** Removes entries with offset <= `upTo` (may keep some: trimming is allowed to be lazy). */

@@ -210,6 +210,28 @@ function journalContract(name: string, make: Factory): void {
       t.ok(await journal.append(6, epoch6, bytes('p6')));
     });
 
+    t.test('appendMany: one entry per partition; a fenced partition gets nothing, the others do', async (t) => {
+      const { journal, leases } = await make(t);
+      const e7 = await own(leases, 7);
+      const e8 = await own(leases, 8);
+      const e9 = await own(leases, 9);
+      const results = await journal.appendMany([
+        { partition: 7, epoch: e7, payload: bytes('m7') },
+        { partition: 8, epoch: e8 + 1, payload: bytes('m8-stale') },
+        { partition: 9, epoch: e9, payload: bytes('m9') },
+      ]);
+      t.equal(results.length, 3);
+      t.equal(typeof results[0], 'string');
+      t.ok(results[1] instanceof FencedError, 'the wrong epoch is fenced');
+      t.equal(typeof results[2], 'string');
+      t.same((await journal.read(7, offsetZero, 10)).map((e) => [e.offset, text(e.payload)]), [[results[0], 'm7']]);
+      t.same(await journal.read(8, offsetZero, 10), [], 'nothing appended under a stale epoch');
+      t.same((await journal.read(9, offsetZero, 10)).map((e) => text(e.payload)), ['m9']);
+      const next = await journal.appendMany([{ partition: 7, epoch: e7, payload: bytes('m7b') }]);
+      t.ok(compareOffsets(next[0] as string, results[0] as string) > 0, 'offsets keep increasing');
+      t.same(await journal.appendMany([]), []);
+    });
+
     t.test('concurrent appends on 50 partitions resolve in call order and are all readable', async (t) => {
       const { journal, leases } = await make(t);
       const partitions = 50;

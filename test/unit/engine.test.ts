@@ -32,7 +32,7 @@ async function node(shared: { journal: Journal; snapshots: MemorySnapshotStore; 
     snapshotEveryMs: 60_000,
     activeActorsMax: 1000,
   });
-  const engine = new Engine(P, placement, null);
+  const engine = new Engine(P, placement, null, shared.journal);
   placement.attach(engine);
   await placement.start();
   return { engine, placement, acked };

@@ -4,6 +4,7 @@
 // and, with fsync on, power loss; a torn tail is cut off at the first bad frame on open.
 // Limits: ONE process owns the directory (fencing is the in-process currentEpoch, e.g. MemoryLeases),
 // the index of every live entry is kept in memory. Never resolve an append before its fdatasync.
+import { appendEach } from '../append-each.js';
 import { open as openFile, type FileHandle, mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
@@ -236,6 +237,10 @@ export class FileJournal implements Journal {
    * Durable once resolved. The payload is written from the caller's memory without a copy, so the
    * caller must not change it until the promise settles.
    */
+  appendMany(items: ReadonlyArray<{ partition: number; epoch: number; payload: Uint8Array }>): Promise<Array<Offset | FencedError>> {
+    return appendEach((p, e, b) => this.append(p, e, b), items);
+  }
+
   append(partition: number, epoch: number, payload: Uint8Array): Promise<Offset> {
     if (this.closed) return Promise.reject(new Error('journal is closed'));
     if (this.failed) return Promise.reject(this.failed);

@@ -2,6 +2,7 @@
 // file journal (append is refused unless epoch === currentEpoch(partition) at the call).
 // Invariants: seqs strictly increase per partition and are never reused, also after trim; stored
 // payloads are private copies. Never durable: a process exit loses everything.
+import { appendEach } from '../append-each.js';
 import { FencedError, type Journal, type JournalEntry, type Offset, offsetZero } from '../ports.js';
 import { firstAfter, seqAfter, seqOffset } from '../file/seq-offset.js';
 
@@ -24,6 +25,10 @@ export class MemoryJournal implements Journal {
     let l = this.logs.get(partition);
     if (!l) this.logs.set(partition, (l = new PartitionLog()));
     return l;
+  }
+
+  appendMany(items: ReadonlyArray<{ partition: number; epoch: number; payload: Uint8Array }>): Promise<Array<Offset | FencedError>> {
+    return appendEach((p, e, b) => this.append(p, e, b), items);
   }
 
   async append(partition: number, epoch: number, payload: Uint8Array): Promise<Offset> {

@@ -58,6 +58,24 @@ export class RedisJournal implements Journal {
     }
   }
 
+  /** One script call for every item: the cross-partition group commit of a tick. */
+  async appendMany(
+    items: ReadonlyArray<{ partition: number; epoch: number; payload: Uint8Array }>,
+  ): Promise<Array<Offset | FencedError>> {
+    if (items.length === 0) return [];
+    const keys: string[] = new Array(items.length * 2);
+    const args: Array<number | Buffer> = new Array(items.length * 2);
+    for (let i = 0; i < items.length; i++) {
+      const it = items[i]!;
+      keys[2 * i] = this.streamKeys[it.partition] ??= this.keys.partitionStream(it.partition);
+      keys[2 * i + 1] = this.leaseKeys[it.partition] ??= this.keys.partitionLease(it.partition);
+      args[2 * i] = it.epoch;
+      args[2 * i + 1] = asBuffer(it.payload);
+    }
+    const ids = await this.redis.loyaltyJournalAppendMany(keys.length, ...keys, ...args);
+    return ids.map((id, i) => (id === '' ? new FencedError(items[i]!.partition, items[i]!.epoch) : id));
+  }
+
   async read(partition: number, after: Offset, count: number): Promise<JournalEntry[]> {
     if (count <= 0) return [];
     const start = after === offsetZero ? '-' : `(${after}`;

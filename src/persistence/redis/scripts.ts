@@ -1,6 +1,7 @@
 // The Lua scripts of the Redis adapters, loaded once from lua/*.lua and registered on a client
 // with ioredis defineCommand (EVALSHA, falling back to EVAL once per connection).
-// Invariant: a script's number of keys is the `-<n>` suffix of its file name. The .lua files are
+// Invariant: a script's number of keys is the `-<n>` suffix of its file name (`-n`: variable, the
+// caller passes the key count first). The .lua files are
 // read from src/ also when running from dist/ (tsc does not copy them); never inline Lua here.
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -15,6 +16,7 @@ const luaDir = (() => {
 /** Command name on the client -> script file. Names carry a prefix so they cannot clash. */
 const files = {
   loyaltyJournalAppend: 'append-2.lua',
+  loyaltyJournalAppendMany: 'append-many-n.lua',
   loyaltyLeaseAcquire: 'acquire-2.lua',
   loyaltyLeaseRenew: 'renew-1.lua',
   loyaltyLeaseRelease: 'release-1.lua',
@@ -24,14 +26,17 @@ const files = {
 } as const;
 
 const sources = Object.entries(files).map(([name, file]) => {
-  const match = /-(\d+)\.lua$/.exec(file);
-  if (!match) throw new Error(`lua script ${file}: name must end in -<numberOfKeys>.lua`);
-  return { name, numberOfKeys: Number(match[1]), lua: readFileSync(join(luaDir, file), 'utf8') };
+  const match = /-(\d+|n)\.lua$/.exec(file);
+  if (!match) throw new Error(`lua script ${file}: name must end in -<numberOfKeys>.lua or -n.lua`);
+  const numberOfKeys = match[1] === 'n' ? undefined : Number(match[1]);
+  return { name, numberOfKeys, lua: readFileSync(join(luaDir, file), 'utf8') };
 });
 
 /** The typed script commands; argument order is KEYS then ARGV, as in each file's header. */
 export interface ScriptCommands {
   loyaltyJournalAppend(stream: string, lease: string, epoch: number, payload: Buffer): Promise<string>;
+  /** numKeys, then stream/lease pairs, then epoch/payload pairs. */
+  loyaltyJournalAppendMany(numKeys: number, ...keysThenArgs: Array<string | number | Buffer>): Promise<string[]>;
   loyaltyLeaseAcquire(lease: string, epochKey: string, nodeId: string, ttlMs: number): Promise<number | null>;
   loyaltyLeaseRenew(lease: string, holder: string, ttlMs: number): Promise<number>;
   loyaltyLeaseRelease(lease: string, holder: string): Promise<number>;
@@ -45,7 +50,8 @@ export type ScriptedRedis = Redis & ScriptCommands;
 /** Registers every script on the client (idempotent: a client shared by adapters gets them once). */
 export function withScripts(redis: Redis): ScriptedRedis {
   for (const s of sources) {
-    if (!(s.name in redis)) redis.defineCommand(s.name, { numberOfKeys: s.numberOfKeys, lua: s.lua });
+    if (s.name in redis) continue;
+    redis.defineCommand(s.name, s.numberOfKeys === undefined ? { lua: s.lua } : { numberOfKeys: s.numberOfKeys, lua: s.lua });
   }
   return redis as ScriptedRedis;
 }
