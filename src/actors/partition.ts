@@ -10,6 +10,7 @@ import { eventId } from '../domain/seen-events.js';
 import { limits } from '../limits.js';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotStore } from '../persistence/ports.js';
+import { mailboxDepth } from '../observability/metrics.js';
 import { decodeEntry, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
 import { type CustomerView, toView } from './views.js';
 
@@ -475,7 +476,10 @@ export class Partition {
       resolve(result);
       return;
     }
-    if (actor) actor.pending++;
+    if (actor) {
+      actor.pending++;
+      mailboxDepth.observe(actor.pending);
+    }
     this.batch.waiters.push({ resolve, result, actor });
     this.deps.scheduleFlush(this);
   }
