@@ -12,6 +12,7 @@ import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, 
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotStore } from '../persistence/ports.js';
 import { mailboxDepth } from '../observability/metrics.js';
 import { decodeEntry, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
+import { KeyFilter } from './key-filter.js';
 import { type CustomerView, toView } from './views.js';
 
 export type Target = { by: 'id'; id: string } | { by: 'key'; key: string };
@@ -116,6 +117,9 @@ export class Partition {
   lastAcked: Offset = offsetZero;
   checkpoint: Offset = offsetZero;
   private inFlightRecords = 0;
+  /** Keys this partition ever bound; "absent" lets a new customer skip the database lookup. */
+  private readonly keyFilter: KeyFilter;
+  private filterReady = false;
   private flying: Batch | null = null;
   private flightStarted = 0;
   private readonly idChars: string;
@@ -124,8 +128,21 @@ export class Partition {
     readonly id: number,
     readonly epoch: number,
     private readonly deps: PartitionDeps,
+    partitions = 256,
   ) {
     this.idChars = encodePartition(id);
+    // About 8 MiB of filter bits in total, split over the partitions (2^18 bits each for 256).
+    this.keyFilter = new KeyFilter(Math.min(22, Math.max(16, 26 - Math.ceil(Math.log2(Math.max(1, partitions))))));
+  }
+
+  /**
+   * Fills the never-seen filter with the stored keys, in the background after recovery (until it
+   * is ready, every unknown key costs a lookup). Keys bound meanwhile are already in it.
+   */
+  async loadKeyFilter(): Promise<void> {
+    const rows = await this.deps.snapshots.partitionKeys(this.id);
+    for (const r of rows) this.keyFilter.add(r.environmentId, r.key);
+    this.filterReady = true;
   }
 
   get activeActors(): number {
@@ -228,6 +245,7 @@ export class Partition {
   }
 
   private bindKey(env: string, key: string, customerId: string): void {
+    this.keyFilter.add(env, key);
     let m = this.keys.get(env);
     if (!m) this.keys.set(env, (m = new Map()));
     m.set(key, customerId);
@@ -261,7 +279,12 @@ export class Partition {
       if (!this.owns(customerId)) return this.reply({ ok: 'redirect', customerId }, null, resolve);
       return this.enqueueLoad(`i\u0000${call.env}\u0000${customerId}`, { ...call, target: { by: 'id', id: customerId } }, resolve, call);
     }
-    return this.enqueueLoad(`k\u0000${call.env}\u0000${target.key}`, call, resolve);
+    const loadKey = `k\u0000${call.env}\u0000${target.key}`;
+    // Never seen here and nothing queued for it: a new customer, no lookup needed.
+    if (this.filterReady && !this.keyFilter.mayContain(call.env, target.key) && !this.loads.has(loadKey)) {
+      return this.runAbsent(call, resolve);
+    }
+    return this.enqueueLoad(loadKey, call, resolve);
   }
 
   private owns(customerId: string): boolean {

@@ -164,7 +164,10 @@ export class ClusterPlacement implements Placement {
 
   private recover(p: number, epoch: number): Promise<void> {
     const run = (async () => {
-      const partition = new Partition(p, epoch, {
+      const partition = new Partition(
+        p,
+        epoch,
+        {
         journal: this.opts.journal,
         snapshots: this.opts.snapshots,
         onAcked: (id, offset, records) => this.opts.projector.onAcked(id, offset, records),
@@ -184,7 +187,9 @@ export class ClusterPlacement implements Placement {
           const upTo = compareOffsets(projected, checkpoint) < 0 ? projected : checkpoint;
           if (upTo !== '0') void this.opts.journal.trim(part.id, upTo).catch(() => {});
         },
-      });
+        },
+        this.opts.partitions,
+      );
       for (let attempt = 0; ; attempt++) {
         try {
           const projected = await this.opts.projector.projectedOffset(p);
@@ -197,6 +202,9 @@ export class ClusterPlacement implements Placement {
         }
       }
       this.owned.set(p, partition);
+      partition.loadKeyFilter().catch((err: unknown) => {
+        this.opts.logger.warn({ err, partition: p }, 'key filter not loaded; unknown keys are looked up');
+      });
     })();
     this.recoveringNow.set(p, run.catch(() => {}));
     return run

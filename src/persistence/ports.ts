@@ -137,6 +137,8 @@ export interface SnapshotStore {
   /** Key rows for the given keys of one environment; missing ones are absent. */
   lookupKeys(environmentId: string, keys: string[]): Promise<KeyRow[]>;
   checkpoint(partition: number): Promise<Offset>;
+  /** Every routing key stored for the partition (to build its never-seen filter). */
+  partitionKeys(partition: number): Promise<Array<{ environmentId: string; key: string }>>;
 }
 
 /** Stored result of a creating POST (spec part 1, idempotency rules 1-4). */

@@ -133,3 +133,25 @@ t.test('a customer id from another environment does not exist here', async (t) =
   t.match(await view('env_1'), { ok: true }, 'still there');
   await n.placement.stop();
 });
+
+t.test('once the key filter is loaded, a new customer costs no key lookup', async (t) => {
+  const s = shared();
+  let lookups = 0;
+  const original = s.snapshots.lookupKeys.bind(s.snapshots);
+  s.snapshots.lookupKeys = (env, keys) => {
+    lookups++;
+    return original(env, keys);
+  };
+  const n = await node(s);
+  await new Promise((r) => setTimeout(r, 20)); // filters load in the background after recovery
+  for (let i = 0; i < 50; i++) ok(await n.engine.execute(ev(`new-${i}`, `nk${i}`)));
+  t.equal(lookups, 0, 'no lookups for never-seen keys');
+  // A known key that was passivated is still found (the filter says maybe: lookup).
+  await n.placement.stop();
+  const m = await node(s, 'n2');
+  await new Promise((r) => setTimeout(r, 20));
+  const again = ok(await m.engine.execute(ev('new-7', 'nk7')));
+  t.match(again, { duplicate: true }, 'the stored customer was found, not recreated');
+  t.ok(lookups > 0);
+  await m.placement.stop();
+});

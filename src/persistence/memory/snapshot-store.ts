@@ -49,6 +49,11 @@ export class MemorySnapshotStore implements SnapshotStore {
     return out;
   }
 
+  async partitionKeys(partition: number): Promise<Array<{ environmentId: string; key: string }>> {
+    await Promise.resolve();
+    return [...this.keyRows.values()].filter((k) => k.partition === partition).map((k) => ({ environmentId: k.environmentId, key: k.key }));
+  }
+
   async checkpoint(partition: number): Promise<Offset> {
     await Promise.resolve();
     return this.checkpoints.get(partition) ?? offsetZero;

@@ -115,6 +115,11 @@ export class PgSnapshotStore implements SnapshotStore {
     }));
   }
 
+  async partitionKeys(partition: number): Promise<Array<{ environmentId: string; key: string }>> {
+    const rows = await this.sql`select environment_id, key from customer_keys where partition = ${partition}`;
+    return rows.map((r) => ({ environmentId: r.environment_id as string, key: r.key as string }));
+  }
+
   async checkpoint(partition: number): Promise<Offset> {
     const [row] = await this.sql`select checkpoint from partition_checkpoints where partition = ${partition}`;
     return row ? (row.checkpoint as string) : offsetZero;
