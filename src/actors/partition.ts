@@ -9,7 +9,7 @@ import { encodePartition, newCustomerId, newId, random53 } from '../ids.js';
 import { eventId } from '../domain/seen-events.js';
 import { limits } from '../limits.js';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
-import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotStore } from '../persistence/ports.js';
+import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { mailboxDepth } from '../observability/metrics.js';
 import { decodeEntry, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
 import { KeyFilter } from './key-filter.js';
@@ -88,6 +88,8 @@ export interface PartitionDeps {
   /** Asks the engine to call flush() soon (coalesced across partitions). */
   scheduleFlush(p: Partition): void;
   onPoisoned(p: Partition, err: unknown): void;
+  /** Saves a snapshot (the snapshotter coalesces partitions' saves into one transaction). */
+  saveSnapshot(save: SnapshotSave): Promise<void>;
   /** A snapshot checkpoint was saved: the journal may be trimmed up to it (and the projector). */
   onCheckpoint(p: Partition, checkpoint: Offset): void;
   onFenced(p: Partition): void;
@@ -612,7 +614,7 @@ export class Partition {
   private async save(offset: Offset, cap: Capture): Promise<void> {
     this.saving = true;
     try {
-      await this.deps.snapshots.save(this.id, offset, cap.rows, cap.keys, cap.keysRemoved);
+      await this.deps.saveSnapshot({ partition: this.id, checkpoint: offset, rows: cap.rows, keys: cap.keys, keysRemoved: cap.keysRemoved });
       for (const [actor, seq] of cap.actors) if (actor.savedSeq < seq) actor.savedSeq = seq;
       this.checkpoint = offset;
       this.deps.onCheckpoint(this, offset);

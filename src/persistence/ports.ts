@@ -119,6 +119,14 @@ export interface KeyRow {
   partition: number;
 }
 
+export interface SnapshotSave {
+  partition: number;
+  checkpoint: Offset;
+  rows: SnapshotRow[];
+  keys: KeyRow[];
+  keysRemoved: Array<{ environmentId: string; key: string }>;
+}
+
 export interface SnapshotStore {
   /**
    * In ONE transaction: upserts the snapshots and key rows (deleting the keys in `keysRemoved`),
@@ -132,6 +140,11 @@ export interface SnapshotStore {
     keys: KeyRow[],
     keysRemoved: Array<{ environmentId: string; key: string }>,
   ): Promise<void>;
+  /**
+   * save() for several partitions in ONE transaction (the snapshotter coalesces a cycle's saves).
+   * Same guarantees per item; all or nothing as a whole.
+   */
+  saveMany(items: ReadonlyArray<SnapshotSave>): Promise<void>;
   /** Snapshots by customer id; missing ones are simply absent from the result. */
   load(environmentId: string, customerIds: string[]): Promise<SnapshotRow[]>;
   /** Key rows for the given keys of one environment; missing ones are absent. */

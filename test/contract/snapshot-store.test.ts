@@ -123,6 +123,27 @@ for (const kind of sqlKinds) {
       t.equal(await store.checkpoint(8), '50-0');
     });
 
+    t.test('saveMany: several partitions in one transaction, forward-only checkpoints each, keys listed per partition', async (t) => {
+      await store.saveMany([
+        { partition: 20, checkpoint: '300-0', rows: [snap('m1', 20, bytes(1))], keys: [key('km1', 'm1', 20)], keysRemoved: [] },
+        { partition: 21, checkpoint: '301-0', rows: [snap('m2', 21, bytes(2))], keys: [key('km2', 'm2', 21)], keysRemoved: [] },
+        { partition: 20, checkpoint: '299-0', rows: [], keys: [], keysRemoved: [] },
+      ]);
+      t.equal(await store.checkpoint(20), '300-0', 'the greatest checkpoint of a partition wins');
+      t.equal(await store.checkpoint(21), '301-0');
+      t.same(plain(await store.load('env_a', ['m1', 'm2'])).map((r) => r.customerId), ['m1', 'm2']);
+      t.same(await store.partitionKeys(21), [{ environmentId: 'env_a', key: 'km2' }]);
+      await store.saveMany([{ partition: 21, checkpoint: '200-0', rows: [], keys: [], keysRemoved: [] }]);
+      t.equal(await store.checkpoint(21), '301-0', 'never backwards');
+      const failing = store.saveMany([
+        { partition: 22, checkpoint: '400-0', rows: [snap('m3', 22, bytes(3))], keys: [], keysRemoved: [] },
+        { partition: 23, checkpoint: '401-0', rows: [snap('bad\u0000id', 23, bytes(4))], keys: [], keysRemoved: [] },
+      ]);
+      await t.rejects(failing);
+      t.equal(await store.checkpoint(22), '0', 'all or nothing');
+      t.same(await store.load('env_a', ['m3']), []);
+    });
+
     t.test('thousands of rows in one save, across statement chunks', async (t) => {
       const n = 12_001;
       const rows = Array.from({ length: n }, (_, i) => snap(`bulk-${i}`, 9, bytes(i % 256, (i >> 8) % 256)));

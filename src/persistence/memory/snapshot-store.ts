@@ -1,7 +1,7 @@
 // In-memory twin of SnapshotStore for unit tests and simulations. Same guarantees as the
 // PostgreSQL adapter (checked by the same contract suite): save is all-or-nothing, checkpoints
 // only move forward, missing rows are simply absent. Holds copies, never caller references.
-import { compareOffsets, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotStore } from '../ports.js';
+import { compareOffsets, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../ports.js';
 
 export class MemorySnapshotStore implements SnapshotStore {
   private readonly rows = new Map<string, SnapshotRow>();
@@ -27,6 +27,15 @@ export class MemorySnapshotStore implements SnapshotStore {
     for (const k of keys) this.keyRows.set(`${k.environmentId}\u0000${k.key}`, { ...k });
     const current = this.checkpoints.get(partition) ?? offsetZero;
     if (compareOffsets(checkpoint, current) > 0) this.checkpoints.set(partition, checkpoint);
+  }
+
+  async saveMany(items: ReadonlyArray<SnapshotSave>): Promise<void> {
+    await Promise.resolve();
+    if (this.failNextSave) {
+      this.failNextSave = false;
+      throw new Error('simulated snapshot save failure');
+    }
+    for (const it of items) await this.save(it.partition, it.checkpoint, it.rows, it.keys, it.keysRemoved);
   }
 
   async load(environmentId: string, customerIds: string[]): Promise<SnapshotRow[]> {

@@ -3,7 +3,9 @@
 // Rows travel as a few array parameters expanded by unnest(): one statement per table whatever
 // the row count, and one prepared statement per query shape (never one per row count).
 // Never a round trip per row; never moves a checkpoint backwards.
-import { type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotStore } from '../ports.js';
+import {
+  compareOffsets, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave,
+  type SnapshotStore } from '../ports.js';
 import type { Sql } from './db.js';
 import { offsetKeySql } from './offsets.js';
 
@@ -37,15 +39,33 @@ function toBytes(b: unknown): Uint8Array {
 export class PgSnapshotStore implements SnapshotStore {
   constructor(private readonly sql: Sql) {}
 
-  async save(
+  save(
     partition: number,
     checkpoint: Offset,
     rows: SnapshotRow[],
     keys: KeyRow[],
     keysRemoved: Array<{ environmentId: string; key: string }>,
   ): Promise<void> {
-    const snaps = lastPerKey(rows, (r) => pairKey(r.environmentId, r.customerId));
-    const keyRows = lastPerKey(keys, (k) => pairKey(k.environmentId, k.key));
+    return this.saveMany([{ partition, checkpoint, rows, keys, keysRemoved }]);
+  }
+
+  async saveMany(items: ReadonlyArray<SnapshotSave>): Promise<void> {
+    if (items.length === 0) return;
+    const snaps = lastPerKey(
+      items.flatMap((it) => it.rows),
+      (r) => pairKey(r.environmentId, r.customerId),
+    );
+    const keyRows = lastPerKey(
+      items.flatMap((it) => it.keys),
+      (k) => pairKey(k.environmentId, k.key),
+    );
+    const keysRemoved = items.flatMap((it) => it.keysRemoved);
+    // One checkpoint per partition: the greatest offered (forward-only is also checked in SQL).
+    const checkpoints = new Map<number, Offset>();
+    for (const it of items) {
+      const seen = checkpoints.get(it.partition);
+      if (seen === undefined || compareOffsets(it.checkpoint, seen) > 0) checkpoints.set(it.partition, it.checkpoint);
+    }
     await this.sql.begin(async (tx) => {
       // Deletes first: when a merge moves a key from one customer to another in the same save,
       // the old owner lists it in keysRemoved and the new owner in keys; the new owner must win.
@@ -81,10 +101,11 @@ export class PgSnapshotStore implements SnapshotStore {
           set customer_id = excluded.customer_id, partition = excluded.partition`;
       }
       await tx.unsafe(
-        `insert into partition_checkpoints as c (partition, checkpoint, updated_at) values ($1, $2, now())
+        `insert into partition_checkpoints as c (partition, checkpoint, updated_at)
+         select u.p, u.o, now() from unnest($1::int[], $2::text[]) as u(p, o)
          on conflict (partition) do update set checkpoint = excluded.checkpoint, updated_at = excluded.updated_at
          where ${offsetKeySql('excluded.checkpoint')} > ${offsetKeySql('c.checkpoint')}`,
-        [partition, checkpoint],
+        [[...checkpoints.keys()], [...checkpoints.values()]],
       );
     });
   }
