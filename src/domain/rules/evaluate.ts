@@ -1,0 +1,335 @@
+// Evaluates a compiled plan against one event and the customer's loaded state. Hot path: no I/O,
+// no clock, no closures or JSON per call, paths walked from pre-split segments (own properties
+// only). Checks run in one fixed order and the first failure is the skip reason:
+//   trigger -> trust -> counter readiness -> limits -> segments -> conditions -> action amounts.
+// traceRule runs EVERY check (no short circuit) for simulate; its verdict equals evaluatePlan's.
+import { type PlanLeaf, type PlanNode, type PlanPath, type ResolvedAction, type RulePlan, NodeKind } from './compile.js';
+import { applyOp, Op } from './ops.js';
+import { PathSource } from './paths.js';
+import { trustRank } from './trust.js';
+
+export interface EvalEvent {
+  name: string;
+  properties: Record<string, unknown>;
+  /** A trust level (trust.ts); an unknown one ranks below all. */
+  trust: string;
+}
+
+export interface EvalCustomer {
+  attributes: Record<string, unknown>;
+  counters: Record<string, number | undefined>;
+  /** Which counters are ready (backfilled): a set of names or a predicate kept by the actor. */
+  countersReady: ReadonlySet<string> | ((name: string) => boolean);
+  segments: readonly string[];
+  /** Program key -> level key. */
+  tiers: Record<string, string>;
+  externalId: string | null;
+}
+
+export interface EvalInput {
+  event: EvalEvent;
+  customer: EvalCustomer;
+  /** How many times this rule already fired for (limit id, scope key) for this customer. */
+  limitCounts: (limitId: string, scopeKey: string) => number;
+}
+
+/** In check order: the first failing check names the reason. */
+export const skipReasons = [
+  'trigger_mismatch',
+  'trust_below_minimum',
+  'counter_not_ready',
+  'limit_reached',
+  'segment_not_matched',
+  'conditions_not_met',
+  'amount_invalid',
+] as const;
+export type SkipReason = (typeof skipReasons)[number];
+
+export interface LimitKey {
+  limitId: string;
+  scopeKey: string;
+}
+
+export type RuleOutcome =
+  | {
+      fired: true;
+      /** Read-only: for static actions this is the plan's own array. */
+      actions: readonly ResolvedAction[];
+      /** One per limit: the engine adds 1 to each count when it applies the actions. */
+      limitKeys: LimitKey[];
+    }
+  | {
+      fired: false;
+      reason: SkipReason;
+      detail: string;
+      /** What failed: the counter name, limit id, segment name or definition position (at). */
+      param: string | null;
+    };
+
+const triggerMismatch: RuleOutcome = Object.freeze({
+  fired: false,
+  reason: 'trigger_mismatch',
+  detail: 'The event name is not the rule trigger.',
+  param: 'trigger.event',
+});
+const noLimitKeys: LimitKey[] = [];
+
+function walk(v: unknown, seg: readonly string[]): unknown {
+  for (let i = 0; i < seg.length; i++) {
+    if (v === null || typeof v !== 'object') return undefined;
+    const s = seg[i]!;
+    if (!Object.hasOwn(v, s)) return undefined;
+    v = (v as Record<string, unknown>)[s];
+  }
+  return v;
+}
+
+/** The value a path reads; undefined when absent. */
+export function resolvePath(p: PlanPath, input: EvalInput): unknown {
+  switch (p.src) {
+    case PathSource.eventName:
+      return input.event.name;
+    case PathSource.eventProperty:
+      return walk(input.event.properties, p.seg);
+    case PathSource.attribute:
+      return walk(input.customer.attributes, p.seg);
+    case PathSource.counter:
+      return walk(input.customer.counters, p.seg);
+    case PathSource.segments:
+      return input.customer.segments;
+    case PathSource.tier:
+      return walk(input.customer.tiers, p.seg);
+    case PathSource.externalId:
+      return input.customer.externalId ?? undefined;
+    case PathSource.customer:
+      return 'customer';
+    default:
+      return undefined;
+  }
+}
+
+function isReady(ready: EvalCustomer['countersReady'], name: string): boolean {
+  return typeof ready === 'function' ? ready(name) : ready.has(name);
+}
+
+function escapeScope(s: string): string {
+  return s.indexOf('|') < 0 && s.indexOf('\\') < 0 ? s : s.replace(/\\/g, '\\\\').replace(/\|/g, '\\|');
+}
+
+/**
+ * The scope key of a limit for this event: one part per scope path joined with '|'. `customer`
+ * is the literal 'customer' (counts are kept per customer); a string is 's:<escaped>', a number
+ * 'n:<n>', a boolean 'b:<b>'; an absent or non-scalar value is '-' (all such events share it).
+ */
+export function scopeKey(scope: readonly PlanPath[], input: EvalInput): string {
+  let key = '';
+  for (let i = 0; i < scope.length; i++) {
+    const p = scope[i]!;
+    let part: string;
+    if (p.src === PathSource.customer) part = 'customer';
+    else {
+      const v = resolvePath(p, input);
+      if (typeof v === 'string') part = 's:' + escapeScope(v);
+      else if (typeof v === 'number') part = 'n:' + v;
+      else if (typeof v === 'boolean') part = v ? 'b:true' : 'b:false';
+      else part = '-';
+    }
+    key = i === 0 ? part : key + '|' + part;
+  }
+  return key;
+}
+
+function testLeaf(leaf: PlanLeaf, input: EvalInput): boolean {
+  return applyOp(leaf.op, resolvePath(leaf, input), leaf.v, leaf.set);
+}
+
+function evalNode(n: PlanNode, input: EvalInput): boolean {
+  switch (n.k) {
+    case NodeKind.leaf:
+      return testLeaf(n, input);
+    case NodeKind.all:
+      for (let i = 0; i < n.c.length; i++) if (!evalNode(n.c[i]!, input)) return false;
+      return true;
+    case NodeKind.any:
+      for (let i = 0; i < n.c.length; i++) if (evalNode(n.c[i]!, input)) return true;
+      return false;
+    case NodeKind.not:
+      return !evalNode(n.c, input);
+  }
+}
+
+function describeLeaf(l: PlanLeaf): string {
+  return `${l.path} ${l.opName}${l.op === Op.exists ? (l.v === false ? ' false' : '') : ` ${stringifyShort(l.v)}`}`;
+}
+
+/** Only on skip paths (never per successful evaluation). */
+function stringifyShort(v: unknown): string {
+  const s = JSON.stringify(v) ?? 'null';
+  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+}
+
+function skip(reason: SkipReason, detail: string, param: string | null): RuleOutcome {
+  return { fired: false, reason, detail, param };
+}
+
+/** Amount for a points.award_from; NaN when not a positive safe integer. */
+function resolveAmount(value: unknown, multiplier: number): number {
+  if (typeof value !== 'number' || !Number.isFinite(value)) return Number.NaN;
+  const x = value * multiplier;
+  // Round down, forgiving float noise (19.99 x 100 = 1998.9999999999998 must give 1999).
+  const amount = Math.floor(x + Math.abs(x) * 1e-12);
+  return Number.isSafeInteger(amount) && amount > 0 ? amount : Number.NaN;
+}
+
+/** Decides whether the rule fires for this event, and with which actions. Never throws. */
+export function evaluatePlan(plan: RulePlan, input: EvalInput): RuleOutcome {
+  if (input.event.name !== plan.event) return triggerMismatch;
+  if (plan.trustRank >= 0 && trustRank(input.event.trust) < plan.trustRank) {
+    return skip('trust_below_minimum', `Event trust '${input.event.trust}' is below the minimum '${plan.trustMinimum}'.`, 'trust.minimum');
+  }
+  const counters = plan.counters;
+  for (let i = 0; i < counters.length; i++) {
+    const name = counters[i]!;
+    if (!isReady(input.customer.countersReady, name)) return skip('counter_not_ready', `Counter '${name}' is not ready.`, name);
+  }
+  let limitKeys = noLimitKeys;
+  if (plan.limits.length > 0) {
+    limitKeys = [];
+    for (let i = 0; i < plan.limits.length; i++) {
+      const l = plan.limits[i]!;
+      const key = scopeKey(l.scope, input);
+      const count = input.limitCounts(l.id, key);
+      if (count >= l.max) return skip('limit_reached', `Limit '${l.id}' reached: fired ${count} of ${l.max} for scope '${key}'.`, l.id);
+      limitKeys.push({ limitId: l.id, scopeKey: key });
+    }
+  }
+  for (let i = 0; i < plan.segments.length; i++) {
+    const s = plan.segments[i]!;
+    if (!testLeaf(s, input)) return skip('segment_not_matched', `The customer is not in segment '${String(s.v)}'.`, String(s.v));
+  }
+  const root = plan.conditions;
+  if (root !== null) {
+    if (root.k === NodeKind.all) {
+      for (let i = 0; i < root.c.length; i++) {
+        const c = root.c[i]!;
+        if (!evalNode(c, input)) {
+          const what = c.k === NodeKind.leaf ? `${c.at} (${describeLeaf(c)})` : c.at;
+          return skip('conditions_not_met', `Condition ${what} is not met.`, c.at);
+        }
+      }
+    } else if (!evalNode(root, input)) {
+      const what = root.k === NodeKind.leaf ? `${root.at} (${describeLeaf(root)})` : root.at;
+      return skip('conditions_not_met', `Condition ${what} is not met.`, root.at);
+    }
+  }
+  if (plan.staticActions) return { fired: true, actions: plan.actions as ResolvedAction[], limitKeys };
+  const actions: ResolvedAction[] = [];
+  for (let i = 0; i < plan.actions.length; i++) {
+    const a = plan.actions[i]!;
+    if (a.type !== 'points.award_from') {
+      actions.push(a);
+      continue;
+    }
+    const value = resolvePath(a.from, input);
+    const amount = resolveAmount(value, a.multiplier);
+    if (Number.isNaN(amount)) {
+      return skip(
+        'amount_invalid',
+        `${a.from.path} = ${stringifyShort(value)} x ${a.multiplier} is not a positive integer amount.`,
+        a.at,
+      );
+    }
+    actions.push({ type: 'points.award', currency: a.currency, amount });
+  }
+  return { fired: true, actions, limitKeys };
+}
+
+export type TraceCheck = 'trigger' | 'trust' | 'counter' | 'limit' | 'segment' | 'condition' | 'group' | 'amount';
+
+/** One check of a trace. JSON-safe: an absent actual value is null with found: false. */
+export interface TraceStep {
+  check: TraceCheck;
+  /** Position in the definition (conditions.all[1].any[0], actions[0].amount_from, limits[0]...). */
+  at: string;
+  path: string | null;
+  op: string | null;
+  expected: unknown;
+  actual: unknown;
+  found: boolean;
+  pass: boolean;
+  /** Limit steps only: which limit, and the scope key this event counts against. */
+  limitId?: string;
+  scopeKey?: string;
+}
+
+export interface RuleTrace {
+  outcome: RuleOutcome;
+  steps: TraceStep[];
+}
+
+function step(check: TraceCheck, at: string, path: string | null, op: string | null, expected: unknown, actual: unknown, pass: boolean): TraceStep {
+  return { check, at, path, op, expected, actual: actual === undefined ? null : actual, found: actual !== undefined, pass };
+}
+
+function traceNode(n: PlanNode, input: EvalInput, out: TraceStep[]): boolean {
+  if (n.k === NodeKind.leaf) {
+    const actual = resolvePath(n, input);
+    const pass = applyOp(n.op, actual, n.v, n.set);
+    out.push(step('condition', n.at, n.path, n.opName, n.v, actual, pass));
+    return pass;
+  }
+  let pass: boolean;
+  let op: string;
+  if (n.k === NodeKind.not) {
+    op = 'not';
+    pass = !traceNode(n.c, input, out);
+  } else {
+    // Every member is traced (no short circuit), so the answer shows all reasons at once.
+    op = n.k === NodeKind.all ? 'all' : 'any';
+    let all = true;
+    let any = false;
+    for (const c of n.c) {
+      const r = traceNode(c, input, out);
+      all &&= r;
+      any ||= r;
+    }
+    pass = n.k === NodeKind.all ? all : any;
+  }
+  out.push(step('group', n.at, null, op, null, pass, pass));
+  return pass;
+}
+
+/**
+ * Every check in evaluation order (groups after their members), with expected and actual values,
+ * and the same outcome evaluatePlan gives. For POST /rules/{id}/simulate; allocates freely.
+ */
+export function traceRule(plan: RulePlan, input: EvalInput): RuleTrace {
+  const steps: TraceStep[] = [];
+  steps.push(step('trigger', 'trigger.event', 'event.name', 'eq', plan.event, input.event.name, input.event.name === plan.event));
+  const trustPass = plan.trustRank < 0 || trustRank(input.event.trust) >= plan.trustRank;
+  steps.push(step('trust', 'trust.minimum', null, 'gte', plan.trustMinimum, input.event.trust, trustPass));
+  for (const name of plan.counters) {
+    const ready = isReady(input.customer.countersReady, name);
+    steps.push(step('counter', `customer.counters.${name}`, `customer.counters.${name}`, 'ready', 'ready', ready ? 'ready' : 'not_ready', ready));
+  }
+  plan.limits.forEach((l, i) => {
+    const key = scopeKey(l.scope, input);
+    const count = input.limitCounts(l.id, key);
+    const s = step('limit', `limits[${i}]`, null, 'lt', l.max, count, count < l.max);
+    s.limitId = l.id;
+    s.scopeKey = key;
+    steps.push(s);
+  });
+  for (const s of plan.segments) {
+    const actual = resolvePath(s, input);
+    steps.push(step('segment', s.at, s.path, s.opName, s.v, actual, applyOp(s.op, actual, s.v, s.set)));
+  }
+  if (plan.conditions !== null) traceNode(plan.conditions, input, steps);
+  for (const a of plan.actions) {
+    if (a.type !== 'points.award_from') continue;
+    const value = resolvePath(a.from, input);
+    const amount = resolveAmount(value, a.multiplier);
+    steps.push(step('amount', a.at, a.from.path, `x${a.multiplier}`, 'a positive integer', value, !Number.isNaN(amount)));
+  }
+  return { outcome: evaluatePlan(plan, input), steps };
+}

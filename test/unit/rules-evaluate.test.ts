@@ -1,0 +1,369 @@
+// Rule evaluation: every op (type mismatches are false, never a throw), all/any/not nesting, each
+// skip reason and the order in which they are checked, limits and scope keys, amount_from, and
+// the simulate trace (every check with expected and actual values, in evaluation order).
+import t from 'tap';
+import { compileRule, type RuleMeta, type RulePlan } from '../../src/domain/rules/compile.js';
+import { type EvalInput, evaluatePlan, type RuleOutcome, scopeKey, traceRule } from '../../src/domain/rules/evaluate.js';
+import { validateRule } from '../../src/domain/rules/schema.js';
+import { simulateRule } from '../../src/domain/rules/simulate.js';
+
+const meta: RuleMeta = { ruleId: 'rule_1', versionNumber: 1, priority: 0 };
+
+function plan(over: Record<string, unknown>, m: RuleMeta = meta): RulePlan {
+  const v = validateRule({
+    schema: 'service.rule/v2',
+    trigger: { kind: 'customer_event', event: 'order.completed' },
+    actions: [{ type: 'points.award', currency: 'points', amount: 10 }],
+    ...over,
+  });
+  if (!v.ok) throw new Error(JSON.stringify(v.problems));
+  return compileRule(v.definition, m);
+}
+
+interface Given {
+  name?: string;
+  properties?: Record<string, unknown>;
+  trust?: string;
+  attributes?: Record<string, unknown>;
+  counters?: Record<string, number>;
+  ready?: string[];
+  segments?: string[];
+  tiers?: Record<string, string>;
+  externalId?: string | null;
+  limitCounts?: Record<string, number>;
+}
+
+function input(g: Given = {}): EvalInput {
+  const counts = g.limitCounts ?? {};
+  return {
+    event: { name: g.name ?? 'order.completed', properties: g.properties ?? {}, trust: g.trust ?? 'merchant_asserted' },
+    customer: {
+      attributes: g.attributes ?? {},
+      counters: g.counters ?? {},
+      countersReady: new Set(g.ready ?? Object.keys(g.counters ?? {})),
+      segments: g.segments ?? [],
+      tiers: g.tiers ?? {},
+      externalId: g.externalId === undefined ? 'u1' : g.externalId,
+    },
+    limitCounts: (id, key) => counts[`${id}@${key}`] ?? 0,
+  };
+}
+
+const leafPlan = (path: string, op: string, value?: unknown) => plan({ conditions: value === undefined ? { path, op } : { path, op, value } });
+
+t.test('every op, including absent values and type mismatches', async (t) => {
+  // [path, op, value, event properties, expected fired]
+  const p = 'event.properties.x';
+  const table: [string, string, unknown, Record<string, unknown>, boolean][] = [
+    [p, 'eq', 5, { x: 5 }, true],
+    [p, 'eq', 5, { x: '5' }, false],
+    [p, 'eq', 'a', { x: 'a' }, true],
+    [p, 'eq', true, { x: true }, true],
+    [p, 'eq', null, { x: null }, true],
+    [p, 'eq', null, {}, false],
+    [p, 'eq', 5, {}, false],
+    [p, 'eq', 5, { x: [5] }, false],
+    [p, 'ne', 5, { x: 6 }, true],
+    [p, 'ne', 5, { x: 5 }, false],
+    [p, 'ne', 5, {}, true],
+    [p, 'ne', 5, { x: '5' }, true],
+    [p, 'gt', 5, { x: 6 }, true],
+    [p, 'gt', 5, { x: 5 }, false],
+    [p, 'gt', 5, { x: '6' }, false],
+    [p, 'gt', 5, { x: null }, false],
+    [p, 'gt', 5, {}, false],
+    [p, 'gte', 5, { x: 5 }, true],
+    [p, 'gte', 5, { x: 4.99 }, false],
+    [p, 'lt', 5, { x: 4 }, true],
+    [p, 'lt', 5, { x: 5 }, false],
+    [p, 'lt', 5, { x: true }, false],
+    [p, 'lte', 5, { x: 5 }, true],
+    [p, 'lte', 5, { x: 6 }, false],
+    [p, 'lte', 5, { x: [] }, false],
+    [p, 'in', ['a', 'b', 3, true], { x: 'b' }, true],
+    [p, 'in', ['a', 'b', 3, true], { x: 3 }, true],
+    [p, 'in', ['a', 'b', 3, true], { x: true }, true],
+    [p, 'in', ['a', 'b', 3, true], { x: false }, false],
+    [p, 'in', ['a', 'b', 3, true], { x: '3' }, false],
+    [p, 'in', ['a', 'b', 3, true], {}, false],
+    [p, 'in', ['a', 'b', 3, true], { x: ['a'] }, false],
+    [p, 'not_in', ['a', 'b'], { x: 'c' }, true],
+    [p, 'not_in', ['a', 'b'], { x: 'a' }, false],
+    [p, 'not_in', ['a', 'b'], {}, true],
+    [p, 'exists', undefined, { x: 0 }, true],
+    [p, 'exists', undefined, { x: false }, true],
+    [p, 'exists', undefined, { x: null }, false],
+    [p, 'exists', undefined, {}, false],
+    [p, 'exists', true, { x: 'a' }, true],
+    [p, 'exists', false, {}, true],
+    [p, 'exists', false, { x: 1 }, false],
+    [p, 'contains', 'ell', { x: 'hello' }, true],
+    [p, 'contains', 'xyz', { x: 'hello' }, false],
+    [p, 'contains', 'a', { x: ['b', 'a'] }, true],
+    [p, 'contains', 2, { x: [1, 2] }, true],
+    [p, 'contains', 2, { x: ['2'] }, false],
+    [p, 'contains', 1, { x: 'a1' }, false],
+    [p, 'contains', 'a', { x: { a: 1 } }, false],
+    [p, 'contains', 'a', {}, false],
+    ['event.properties.a.b', 'eq', 1, { a: { b: 1 } }, true],
+    ['event.properties.a.b', 'eq', 1, { a: 'str' }, false],
+    ['event.properties.items.0', 'eq', 'sku', { items: ['sku'] }, true],
+    ['event.properties.constructor', 'exists', undefined, {}, false],
+    ['event.properties.toString', 'exists', undefined, { x: 1 }, false],
+  ];
+  for (const [path, op, value, properties, fired] of table) {
+    const r = evaluatePlan(leafPlan(path, op, value), input({ properties }));
+    t.equal(r.fired, fired, `${path} ${op} ${JSON.stringify(value)} on ${JSON.stringify(properties)}`);
+  }
+});
+
+t.test('every path source resolves', async (t) => {
+  const given: Given = {
+    attributes: { country: 'FR', profile: { age: 30 } },
+    counters: { orders_30d: 4 },
+    segments: ['vip', 'eu'],
+    tiers: { main: 'gold' },
+    externalId: 'user-42',
+  };
+  const table: [string, string, unknown, boolean][] = [
+    ['event.name', 'eq', 'order.completed', true],
+    ['event.name', 'contains', 'order', true],
+    ['customer.attributes.country', 'eq', 'FR', true],
+    ['customer.attributes.profile.age', 'gte', 18, true],
+    ['customer.attributes.missing', 'exists', false, true],
+    ['customer.counters.orders_30d', 'gt', 3, true],
+    ['customer.counters.orders_30d', 'in', [1, 2], false],
+    ['customer.tiers.main', 'eq', 'gold', true],
+    ['customer.tiers.other', 'exists', undefined, false],
+    ['customer.external_id', 'contains', '42', true],
+    ['customer.external_id', 'eq', 'user-1', false],
+  ];
+  for (const [path, op, value, fired] of table) {
+    const p = plan({ conditions: { any: [value === undefined ? { path, op } : { path, op, value }] } });
+    t.equal(evaluatePlan(p, input(given)).fired, fired, `${path} ${op} ${JSON.stringify(value)}`);
+  }
+  const noExt = plan({ conditions: { any: [{ path: 'customer.external_id', op: 'exists' }] } });
+  t.equal(evaluatePlan(noExt, input({ externalId: null })).fired, false, 'a deleted customer has no external id');
+});
+
+t.test('all / any / not nest', async (t) => {
+  const x = (v: number) => ({ path: 'event.properties.x', op: 'eq', value: v });
+  const table: [string, unknown, boolean][] = [
+    ['all true', { all: [x(1), { path: 'event.properties.y', op: 'eq', value: 2 }] }, true],
+    ['all one false', { all: [x(1), x(2)] }, false],
+    ['any one true', { any: [x(2), x(1)] }, true],
+    ['any none', { any: [x(2), x(3)] }, false],
+    ['not true', { not: x(2) }, true],
+    ['not false', { not: x(1) }, false],
+    ['not not', { not: { not: x(1) } }, true],
+    ['all of any and not', { all: [{ any: [x(9), x(1)] }, { not: { all: [x(1), x(2)] } }] }, true],
+    ['any of alls', { any: [{ all: [x(1), x(9)] }, { all: [x(1), { not: x(8) }] }] }, true],
+    ['not of any', { not: { any: [x(1), x(2)] } }, false],
+  ];
+  for (const [name, conditions, fired] of table) {
+    t.equal(evaluatePlan(plan({ conditions }), input({ properties: { x: 1, y: 2 } })).fired, fired, name);
+  }
+});
+
+t.test('each skip reason, with its detail', async (t) => {
+  const p = plan({
+    trust: { minimum: 'merchant_asserted' },
+    limits: [{ id: 'daily', scope: ['customer'], max: 2 }],
+    conditions: { all: [{ path: 'customer.segments', op: 'contains', value: 'vip' }, { path: 'customer.counters.orders', op: 'gte', value: 3 }] },
+  });
+  const ok: Given = { segments: ['vip'], counters: { orders: 3 } };
+  const table: [string, Given, Partial<RuleOutcome>][] = [
+    ['fires', ok, { fired: true }],
+    ['trigger', { ...ok, name: 'order.cancelled' }, { fired: false, reason: 'trigger_mismatch', param: 'trigger.event' }],
+    ['trust', { ...ok, trust: 'client_reported' }, { fired: false, reason: 'trust_below_minimum', param: 'trust.minimum' }],
+    ['unknown trust', { ...ok, trust: 'whatever' }, { fired: false, reason: 'trust_below_minimum' }],
+    ['higher trust passes', { ...ok, trust: 'service_verified' }, { fired: true }],
+    ['counter', { ...ok, ready: [] }, { fired: false, reason: 'counter_not_ready', param: 'orders' }],
+    ['limit', { ...ok, limitCounts: { 'daily@customer': 2 } }, { fired: false, reason: 'limit_reached', param: 'daily' }],
+    ['limit below max', { ...ok, limitCounts: { 'daily@customer': 1 } }, { fired: true }],
+    ['segment', { ...ok, segments: ['eu'] }, { fired: false, reason: 'segment_not_matched', param: 'vip' }],
+    ['conditions', { ...ok, counters: { orders: 2 } }, { fired: false, reason: 'conditions_not_met', param: 'conditions.all[1]' }],
+  ];
+  for (const [name, g, expected] of table) t.match(evaluatePlan(p, input(g)), expected, name);
+  t.match(evaluatePlan(p, input({ ...ok, limitCounts: { 'daily@customer': 2 } })), {
+    detail: "Limit 'daily' reached: fired 2 of 2 for scope 'customer'.",
+  });
+  t.match(evaluatePlan(p, input({ ...ok, counters: { orders: 2 } })), { detail: 'Condition conditions.all[1] (customer.counters.orders gte 3) is not met.' });
+  t.match(evaluatePlan(p, input({ ...ok, trust: 'client_reported' })), {
+    detail: "Event trust 'client_reported' is below the minimum 'merchant_asserted'.",
+  });
+});
+
+t.test('skip reasons are checked in order: trigger, trust, counters, limits, segments, conditions, amount', async (t) => {
+  const p = plan({
+    trust: { minimum: 'merchant_asserted' },
+    limits: [{ id: 'once', scope: ['customer'], max: 1 }],
+    conditions: { all: [{ path: 'customer.segments', op: 'contains', value: 'vip' }, { path: 'customer.counters.n', op: 'gt', value: 5 }] },
+    actions: [{ type: 'points.award', currency: 'points', amount_from: 'event.properties.total' }],
+  });
+  // Start with every check failing; fix them one at a time: the reason moves down the order.
+  const g: Given = {
+    name: 'other.event',
+    trust: 'client_reported',
+    counters: { n: 1 },
+    ready: [],
+    limitCounts: { 'once@customer': 1 },
+    segments: [],
+    properties: { total: 'lots' },
+  };
+  const steps: [string, Partial<Given>][] = [
+    ['trigger_mismatch', {}],
+    ['trust_below_minimum', { name: 'order.completed' }],
+    ['counter_not_ready', { trust: 'merchant_asserted' }],
+    ['limit_reached', { ready: ['n'] }],
+    ['segment_not_matched', { limitCounts: {} }],
+    ['conditions_not_met', { segments: ['vip'] }],
+    ['amount_invalid', { counters: { n: 6 } }],
+  ];
+  for (const [reason, fix] of steps) {
+    Object.assign(g, fix);
+    t.match(evaluatePlan(p, input(g)), { fired: false, reason }, reason);
+  }
+  Object.assign(g, { properties: { total: 12.5 } });
+  t.same(evaluatePlan(p, input(g)), {
+    fired: true,
+    actions: [{ type: 'points.award', currency: 'points', amount: 12 }],
+    limitKeys: [{ limitId: 'once', scopeKey: 'customer' }],
+  });
+  t.same(
+    traceRule(p, input(g)).steps.map((s) => s.check),
+    ['trigger', 'trust', 'counter', 'limit', 'segment', 'condition', 'group', 'amount'],
+    'the trace lists the checks in the same order',
+  );
+});
+
+t.test('limits: scope keys from paths, one key per limit, max per key', async (t) => {
+  const p = plan({
+    limits: [
+      { id: 'per_level', scope: ['customer', 'event.properties.level'], max: 1 },
+      { id: 'per_day', scope: ['event.properties.day'], max: 3 },
+    ],
+  });
+  const table: [Record<string, unknown>, string, string][] = [
+    [{ level: 3, day: '2024-01-01' }, 'customer|n:3', 's:2024-01-01'],
+    [{ level: 'boss', day: true }, 'customer|s:boss', 'b:true'],
+    [{ level: 'a|b\\c' }, 'customer|s:a\\|b\\\\c', '-'],
+    [{ level: { nested: 1 }, day: null }, 'customer|-', '-'],
+  ];
+  for (const [properties, k1, k2] of table) {
+    const r = evaluatePlan(p, input({ properties }));
+    t.same(r, { fired: true, actions: p.actions, limitKeys: [{ limitId: 'per_level', scopeKey: k1 }, { limitId: 'per_day', scopeKey: k2 }] }, k1);
+    t.equal(scopeKey(p.limits[0]!.scope, input({ properties })), k1);
+  }
+  t.not(scopeKey(p.limits[0]!.scope, input({ properties: { level: 'a|b' } })), scopeKey(p.limits[0]!.scope, input({ properties: { level: 'a\\|b' } })), 'escaping keeps keys distinct');
+  // The level-3 key is used up; level 4 still fires. The second limit is checked even when the first passes.
+  const used = { 'per_level@customer|n:3': 1 };
+  t.match(evaluatePlan(p, input({ properties: { level: 3 }, limitCounts: used })), { fired: false, reason: 'limit_reached', param: 'per_level' });
+  t.match(evaluatePlan(p, input({ properties: { level: 4 }, limitCounts: used })), { fired: true });
+  t.match(evaluatePlan(p, input({ properties: { level: 4, day: 'd' }, limitCounts: { 'per_day@s:d': 3 } })), {
+    fired: false,
+    reason: 'limit_reached',
+    param: 'per_day',
+  });
+  t.same(evaluatePlan(plan({}), input()), { fired: true, actions: plan({}).actions, limitKeys: [] }, 'no limits, no keys');
+});
+
+t.test('amount_from: floor(value x multiplier), forgiving float noise; non-positive or non-numeric skips', async (t) => {
+  const table: [unknown, number, number | null][] = [
+    [19.99, 100, 1999],
+    [10, 1, 10],
+    [10, 0.5, 5],
+    [3, 0.5, 1],
+    [0.4, 1, null],
+    [0, 1, null],
+    [-5, 1, null],
+    ['10', 1, null],
+    [undefined, 1, null],
+    [2 ** 53, 2, null],
+  ];
+  for (const [total, multiplier, amount] of table) {
+    const p = plan({ actions: [{ type: 'points.award', currency: 'points', amount_from: 'event.properties.total', multiplier }, { type: 'tier.evaluate' }] });
+    const r = evaluatePlan(p, input({ properties: total === undefined ? {} : { total } }));
+    if (amount === null) t.match(r, { fired: false, reason: 'amount_invalid', param: 'actions[0].amount_from' }, `${total} x ${multiplier}`);
+    else
+      t.same(
+        r,
+        { fired: true, actions: [{ type: 'points.award', currency: 'points', amount }, { type: 'tier.evaluate', program: null }], limitKeys: [] },
+        `${total} x ${multiplier}`,
+      );
+  }
+  const fromCounter = plan({ actions: [{ type: 'points.award', currency: 'points', amount_from: 'customer.counters.streak', multiplier: 10 }] });
+  t.same(fromCounter.counters, ['streak']);
+  t.match(evaluatePlan(fromCounter, input({ counters: { streak: 2 }, ready: [] })), { reason: 'counter_not_ready' });
+  t.match(evaluatePlan(fromCounter, input({ counters: { streak: 2 } })), { actions: [{ amount: 20 }] });
+});
+
+t.test('countersReady may be a predicate; static actions are returned without copying', async (t) => {
+  const p = plan({ conditions: { path: 'customer.counters.n', op: 'exists' } });
+  const i = input({ counters: { n: 1 } });
+  const asked: string[] = [];
+  i.customer.countersReady = (name) => {
+    asked.push(name);
+    return true;
+  };
+  const r = evaluatePlan(p, i);
+  t.same(asked, ['n']);
+  t.ok(r.fired && r.actions === p.actions, 'the plan array itself');
+});
+
+t.test('the trace: every check, expected and actual values, in evaluation order, same outcome', async (t) => {
+  const p = plan({
+    trust: { minimum: 'merchant_asserted' },
+    limits: [{ id: 'once', scope: ['customer'], max: 1 }],
+    conditions: {
+      all: [
+        { path: 'customer.segments', op: 'contains', value: 'vip' },
+        { path: 'event.properties.total', op: 'gte', value: 50 },
+        { any: [{ path: 'customer.tiers.main', op: 'in', value: ['gold', 'silver'] }, { not: { path: 'event.properties.coupon', op: 'exists' } }] },
+      ],
+    },
+  }, { ...meta, audienceSegment: 'eu' });
+  const i = input({ trust: 'client_reported', segments: ['vip'], properties: { total: 20, coupon: 'X' }, tiers: { main: 'bronze' } });
+  const trace = traceRule(p, i);
+  t.same(trace.outcome, evaluatePlan(p, i), 'same verdict as evaluatePlan');
+  t.match(trace.outcome, { fired: false, reason: 'trust_below_minimum' });
+  const row = (s: (typeof trace.steps)[number]) => [s.check, s.at, s.path, s.op, s.expected, s.actual, s.found, s.pass];
+  t.same(trace.steps.map(row), [
+    ['trigger', 'trigger.event', 'event.name', 'eq', 'order.completed', 'order.completed', true, true],
+    ['trust', 'trust.minimum', null, 'gte', 'merchant_asserted', 'client_reported', true, false],
+    ['limit', 'limits[0]', null, 'lt', 1, 0, true, true],
+    ['segment', 'campaign.audience', 'customer.segments', 'contains', 'eu', ['vip'], true, false],
+    ['segment', 'conditions.all[0]', 'customer.segments', 'contains', 'vip', ['vip'], true, true],
+    ['condition', 'conditions.all[1]', 'event.properties.total', 'gte', 50, 20, true, false],
+    ['condition', 'conditions.all[2].any[0]', 'customer.tiers.main', 'in', ['gold', 'silver'], 'bronze', true, false],
+    ['condition', 'conditions.all[2].any[1].not', 'event.properties.coupon', 'exists', true, 'X', true, true],
+    ['group', 'conditions.all[2].any[1]', null, 'not', null, false, true, false],
+    ['group', 'conditions.all[2]', null, 'any', null, false, true, false],
+    ['group', 'conditions', null, 'all', null, false, true, false],
+  ]);
+  t.match(trace.steps[2], { limitId: 'once', scopeKey: 'customer' });
+  const missing = traceRule(plan({ conditions: { path: 'event.properties.nope', op: 'eq', value: 1 } }), input());
+  t.match(missing.steps.at(-1), { check: 'condition', actual: null, found: false, pass: false });
+  t.same(JSON.parse(JSON.stringify(trace)), trace, 'JSON-safe');
+});
+
+t.test('simulateRule: a dry run with the actions it would apply, from plain-data input', async (t) => {
+  const p = plan({
+    limits: [{ id: 'once', scope: ['customer'], max: 1 }],
+    conditions: { path: 'customer.counters.orders', op: 'gte', value: 1 },
+  });
+  const snapshot = {
+    event: { name: 'order.completed', properties: {}, trust: 'merchant_asserted' },
+    customer: { attributes: {}, counters: { orders: 2 }, readyCounters: ['orders'], segments: [], tiers: {}, externalId: 'u1' },
+    limitCounts: [] as { limitId: string; scopeKey: string; count: number }[],
+  };
+  const fired = simulateRule(p, snapshot);
+  t.same(fired.plan, [{ type: 'points.award', currency: 'points', amount: 10 }]);
+  t.match(fired, { simulated: true, trace: { outcome: { fired: true } } });
+  const limited = simulateRule(p, { ...snapshot, limitCounts: [{ limitId: 'once', scopeKey: 'customer', count: 1 }] });
+  t.same(limited.plan, []);
+  t.match(limited.trace.outcome, { fired: false, reason: 'limit_reached' });
+  const notReady = simulateRule(p, { ...snapshot, customer: { ...snapshot.customer, readyCounters: [] } });
+  t.match(notReady.trace.outcome, { fired: false, reason: 'counter_not_ready', param: 'orders' });
+  t.match(notReady.trace.steps.find((s) => s.check === 'counter'), { actual: 'not_ready', pass: false });
+});
