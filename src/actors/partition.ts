@@ -112,6 +112,7 @@ export class Partition {
   private batch: Batch = { records: [], waiters: [], capture: null };
   private inFlight = false;
   private saving = false;
+  private savingNow: Promise<void> | null = null;
   private captureWanted = false;
   private loads = new Map<string, LoadWaiter[]>();
   private loadScheduled = false;
@@ -611,7 +612,19 @@ export class Partition {
     return cap;
   }
 
-  private async save(offset: Offset, cap: Capture): Promise<void> {
+  /** Resolves when the snapshot save in progress (if any) has finished. */
+  saved(): Promise<void> {
+    return this.savingNow ?? Promise.resolve();
+  }
+
+  private save(offset: Offset, cap: Capture): Promise<void> {
+    this.savingNow = this.runSave(offset, cap).finally(() => {
+      this.savingNow = null;
+    });
+    return this.savingNow;
+  }
+
+  private async runSave(offset: Offset, cap: Capture): Promise<void> {
     this.saving = true;
     try {
       await this.deps.saveSnapshot({ partition: this.id, checkpoint: offset, rows: cap.rows, keys: cap.keys, keysRemoved: cap.keysRemoved });
