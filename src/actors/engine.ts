@@ -50,7 +50,14 @@ export class Engine {
   }
 
   /** Runs a call wherever its customer lives; follows redirects. Never rejects for domain errors. */
-  async execute(call: Call): Promise<CallResult> {
+  execute(call: Call): Promise<CallResult> {
+    // Fast path: a local partition, no redirect (one promise, no async frames).
+    const local = this.placement.local(this.partitionOfTarget(call.env, call.target));
+    if (local === undefined) return this.executeRouted(call);
+    return local.submit(call).then((r) => (r.ok === 'redirect' ? this.executeRouted(call) : r));
+  }
+
+  private async executeRouted(call: Call): Promise<CallResult> {
     let current = call;
     for (let hop = 0; hop <= redirectsMax; hop++) {
       const result = await this.route(current);

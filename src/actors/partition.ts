@@ -282,12 +282,14 @@ export class Partition {
       if (!this.owns(customerId)) return this.reply({ ok: 'redirect', customerId }, null, resolve);
       return this.enqueueLoad(`i\u0000${call.env}\u0000${customerId}`, { ...call, target: { by: 'id', id: customerId } }, resolve, call);
     }
-    const loadKey = `k\u0000${call.env}\u0000${target.key}`;
     // Never seen here and nothing queued for it: a new customer, no lookup needed.
-    if (this.filterReady && !this.keyFilter.mayContain(call.env, target.key) && !this.loads.has(loadKey)) {
-      return this.runAbsent(call, resolve);
+    if (this.filterReady && !this.keyFilter.mayContain(call.env, target.key)) {
+      if (this.loads.size === 0) return this.runAbsent(call, resolve);
+      const loadKey = `k\u0000${call.env}\u0000${target.key}`;
+      if (!this.loads.has(loadKey)) return this.runAbsent(call, resolve);
+      return this.enqueueLoad(loadKey, call, resolve);
     }
-    return this.enqueueLoad(loadKey, call, resolve);
+    return this.enqueueLoad(`k\u0000${call.env}\u0000${target.key}`, call, resolve);
   }
 
   private owns(customerId: string): boolean {
