@@ -4,7 +4,6 @@
 // and stored only as its sha256; every multi-row change is one transaction; keys are managed only by
 // an admin or owner acting through a management credential. Never trusts a body field for identity.
 import { IANAZone } from 'luxon';
-import type postgres from 'postgres';
 import type { Config } from '../config.js';
 import { ApiError } from '../errors/api-error.js';
 import type { Page, PageRequest } from '../gateway/pagination.js';
@@ -12,7 +11,7 @@ import { toPage } from '../gateway/pagination.js';
 import { newId } from '../ids.js';
 import { limits } from '../limits.js';
 import type { Bus } from '../persistence/ports.js';
-import type { Sql } from '../persistence/sql/db.js';
+import type { Sql, Tx } from '../persistence/sql/db.js';
 import { CustomerTokens, type MintCustomerToken } from './customer-tokens.js';
 import { type OidcOptions, OidcVerifier, oidcOptionsFromConfig } from './oidc.js';
 import { defaultSecretKeyScopes, isScope, publishableKeyScopes, roleRank } from './roles.js';
@@ -116,7 +115,6 @@ export interface CreateApiKeyInput {
 }
 
 type Row = Record<string, unknown>;
-type Tx = postgres.TransactionSql<Record<string, unknown>>;
 
 const iso = (v: unknown): string => (v instanceof Date ? v : new Date(String(v))).toISOString();
 const isoOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : iso(v));

@@ -63,3 +63,6 @@ export async function migrate(sql: Sql, schema: string): Promise<string[]> {
 export async function dropSchema(sql: Sql, schema: string): Promise<void> {
   await sql.unsafe(`drop schema if exists "${schema}" cascade`);
 }
+
+/** A transaction handle (sql.begin callback argument). */
+export type Tx = postgres.TransactionSql<Record<string, unknown>>;
