@@ -34,8 +34,8 @@ export const limits = {
   syncEvaluationWaitMs: 2000,
   /** Recent event results kept in full per customer; older ids keep a 64-bit fingerprint only. */
   recentEventResultsPerCustomer: 64,
-  /** Group commit: flush when this many records wait, or at the next tick. */
-  journalFlushRecordsMax: 4096,
+  /** Records applied but not yet durable per partition before new commands are shed (429). */
+  partitionBacklogRecordsMax: 16_384,
   partitionsDefault: 256,
   leaseTtlMs: 5000,
   leaseRenewEveryMs: 1000,

@@ -27,6 +27,14 @@ export interface Placement {
 /** A forwarded call that reached a node which no longer owns the partition. */
 type WireResult = CallResult | { ok: 'moved' };
 
+/** The journal is not keeping up with this partition: shed load instead of growing memory. */
+const overloadedResult: CallResult = {
+  ok: false,
+  code: 'rate_limited',
+  message: 'The partition is overloaded; retry.',
+  retryAfterSeconds: 1,
+};
+
 const movedRetryMs = 50;
 const routeAttemptsMax = 60;
 const redirectsMax = 4;
@@ -54,6 +62,7 @@ export class Engine {
     // Fast path: a local partition, no redirect (one promise, no async frames).
     const local = this.placement.local(this.partitionOfTarget(call.env, call.target));
     if (local === undefined) return this.executeRouted(call);
+    if (local.backlog > limits.partitionBacklogRecordsMax) return Promise.resolve(overloadedResult);
     return local.submit(call).then((r) => (r.ok === 'redirect' ? this.executeRouted(call) : r));
   }
 
@@ -71,7 +80,7 @@ export class Engine {
     const p = this.partitionOfTarget(call.env, call.target);
     for (let attempt = 0; attempt < routeAttemptsMax; attempt++) {
       const local = this.placement.local(p);
-      if (local) return local.submit(call);
+      if (local) return local.backlog > limits.partitionBacklogRecordsMax ? overloadedResult : local.submit(call);
       const recovering = this.placement.recovering(p);
       if (recovering) {
         await recovering;
@@ -143,10 +152,6 @@ export class Engine {
   };
 }
 
-/** Sheds load when a partition's journal backlog is too deep (429 rate_limited with Retry-After). */
-export function overloaded(p: Partition): boolean {
-  return p.backlog > limits.journalFlushRecordsMax * 4;
-}
 
 export type AckListener = (partition: number, offset: Offset, records: JournalRecord[]) => void;
 

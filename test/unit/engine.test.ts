@@ -155,3 +155,24 @@ t.test('once the key filter is loaded, a new customer costs no key lookup', asyn
   t.ok(lookups > 0);
   await m.placement.stop();
 });
+
+t.test('a partition whose journal stops answering sheds new commands with rate_limited', async (t) => {
+  const s = shared();
+  let hold = true;
+  const waiting: Array<() => void> = [];
+  const real = s.journal.appendMany.bind(s.journal);
+  s.journal.appendMany = (items) =>
+    hold ? new Promise((resolve) => waiting.push(() => void real(items).then(resolve))) : real(items);
+  const n = await node(s);
+  const calls: Array<Promise<CallResult>> = [];
+  for (let i = 0; i < 70_000; i++) calls.push(n.engine.execute(ev(`shed-${i}`, `s${i}`)));
+  const early = await Promise.race([Promise.all(calls.slice(-100)), new Promise((r) => setTimeout(r, 500, 'pending'))]);
+  t.not(early, 'pending', 'the latest commands were answered at once');
+  t.match((early as CallResult[])[0], { ok: false, code: 'rate_limited', retryAfterSeconds: 1 });
+  hold = false;
+  for (const w of waiting) w();
+  const results = await Promise.all(calls);
+  const accepted = results.filter((r) => r.ok === true).length;
+  t.ok(accepted > 0 && accepted < 70_000, `${accepted} accepted, the rest shed`);
+  await n.placement.stop();
+});
