@@ -120,6 +120,7 @@ export class Partition {
   lastAcked: Offset = offsetZero;
   checkpoint: Offset = offsetZero;
   private inFlightRecords = 0;
+  private readonly decideCtx: DecideCtx;
   /** Keys this partition ever bound; "absent" lets a new customer skip the database lookup. */
   private readonly keyFilter: KeyFilter;
   private filterReady = false;
@@ -134,6 +135,7 @@ export class Partition {
     partitions = 256,
   ) {
     this.idChars = encodePartition(id);
+    this.decideCtx = new DecideCtx(id);
     // About 8 MiB of filter bits in total, split over the partitions (2^18 bits each for 256).
     this.keyFilter = new KeyFilter(Math.min(22, Math.max(16, 26 - Math.ceil(Math.log2(Math.max(1, partitions))))));
   }
@@ -381,15 +383,11 @@ export class Partition {
     }
   }
 
+  /** The decision context, reused: decide is synchronous, so one instance per partition serves every call. */
   private ctx(call: Call): Ctx {
-    const partition = this.id;
-    return {
-      nowMs: call.nowMs,
-      environmentId: call.env,
-      newId: (prefix) => newId(prefix, call.nowMs),
-      newCustomerId: () => newCustomerId(partition, call.nowMs),
-      newEventId: () => eventId(call.nowMs, random53()),
-    };
+    this.decideCtx.nowMs = call.nowMs;
+    this.decideCtx.environmentId = call.env;
+    return this.decideCtx;
   }
 
   /** The target does not exist: only creating commands and key claims proceed. */
@@ -681,5 +679,25 @@ function settle(waiters: Waiter[]): void {
   for (const w of waiters) {
     if (w.actor) w.actor.pending--;
     w.resolve(w.result);
+  }
+}
+
+/** Ids and time for decide: fresh ids are recorded in the facts, so replay never calls these. */
+class DecideCtx implements Ctx {
+  nowMs = 0;
+  environmentId = '';
+
+  constructor(private readonly partition: number) {}
+
+  newId(prefix: string): string {
+    return newId(prefix, this.nowMs);
+  }
+
+  newCustomerId(): string {
+    return newCustomerId(this.partition, this.nowMs);
+  }
+
+  newEventId(): string {
+    return eventId(this.nowMs, random53());
   }
 }
