@@ -50,13 +50,14 @@ t.test('events', async (t) => {
   });
 
   await t.test('a batch answers 207 in request order with per-item errors and no id on failures', async (t) => {
+    const b1 = event('b-1', 'p-a');
     const r = await api.post('/v1/events', {
       events: [
-        event('b-1', 'p-a'),
+        b1,
         { ...event('b-2', 'p-b'), name: 'Not Valid' },
         event('b-3', 'p-c'),
         { ...event('b-4', 'p-d'), occurred_at: new Date(Date.now() + 3600_000).toISOString() },
-        event('b-1', 'p-a'),
+        b1,
       ],
     });
     t.equal(r.status, 207);

@@ -312,26 +312,30 @@ export class PgReadModel {
 
   private async insertEvents(tx: Tx, run: Array<Of<'event.insert'>>): Promise<void> {
     for (const part of chunks(run, rowsPerStatementMax)) {
-      // First write wins (event ids are deduplicated upstream); an erased customer's events
-      // arrive without properties.
+      // The rows travel as ONE JSON document (native JSON.stringify, properties embedded as
+      // objects) rather than nine escaped text arrays. First write wins (event ids are
+      // deduplicated upstream); an erased customer's events arrive without properties.
+      const doc = json(
+        part.map((p) => ({
+          e: p.environmentId,
+          i: p.id,
+          ce: p.clientEventId,
+          c: p.customerId,
+          n: p.name,
+          o: p.occurredAtMs,
+          r: p.receivedAtMs,
+          p: p.properties,
+          s: p.status,
+        })),
+      );
       await tx`
         insert into events (environment_id, id, client_event_id, customer_id, name, occurred_at, received_at, properties, status)
         select u.e, u.i, u.ce, u.c, u.n, to_timestamp(u.o / 1000), to_timestamp(u.r / 1000),
                case when exists (
                  select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
-               ) then null else u.p::jsonb end,
+               ) then null else u.p end,
                u.s
-        from unnest(
-          ${part.map((p) => text(p.environmentId))}::text[],
-          ${part.map((p) => text(p.id))}::text[],
-          ${part.map((p) => text(p.clientEventId))}::text[],
-          ${part.map((p) => text(p.customerId))}::text[],
-          ${part.map((p) => text(p.name))}::text[],
-          ${part.map((p) => p.occurredAtMs)}::float8[],
-          ${part.map((p) => p.receivedAtMs)}::float8[],
-          ${part.map((p) => json(p.properties))}::text[],
-          ${part.map((p) => text(p.status))}::text[]
-        ) as u(e, i, ce, c, n, o, r, p, s)
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text)
         on conflict (environment_id, id) do nothing`;
     }
   }
