@@ -3,25 +3,12 @@
 // {param, message}. Parsing is synchronous (safeParse) because it runs on the hot path; schemas
 // used at the wire must not carry async refinements. Never leaks the raw zod issue objects.
 import type { z } from 'zod';
+import { formatPath } from '../util/param-path.js';
 import { ApiError } from '../errors/api-error.js';
 
 export type IssueDetail = { param: string; message: string };
 
-const identifier = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 
-/** ['events', 3, 'occurred_at'] -> 'events[3].occurred_at'; odd keys are quoted: a["x.y"]. */
-export function formatPath(path: readonly PropertyKey[]): string {
-  let out = '';
-  for (const seg of path) {
-    if (typeof seg === 'number') out += `[${seg}]`;
-    else {
-      const key = typeof seg === 'symbol' ? String(seg.description ?? '') : seg;
-      if (identifier.test(key)) out += out.length === 0 ? key : `.${key}`;
-      else out += `[${JSON.stringify(key)}]`;
-    }
-  }
-  return out;
-}
 
 /** One zod issue -> one or more details (unknown keys get one detail each, naming the key). */
 function issueDetails(issue: z.core.$ZodIssue, root: string, out: IssueDetail[]): void {
@@ -69,3 +56,5 @@ export function validate<T>(schema: z.ZodType<T>, input: unknown, where: 'body' 
   if (result.success) return result.data;
   throw zodToApiError(result.error, { rootName: where });
 }
+
+export { formatPath };

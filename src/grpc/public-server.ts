@@ -4,6 +4,7 @@
 // Invariants: a batch answers one result per event in request order; a stream acknowledges every
 // message it read, events of one customer in arrival order; a failed call carries the API error
 // code in trailing metadata. Never decides anything an HTTP handler decides.
+import type { InvokeRequest, InvokeResponse } from '../gateway/server.js';
 import {
   Metadata,
   type sendUnaryData,
@@ -30,19 +31,8 @@ import {
 } from './gen/public/v1/events.js';
 import { MatchesService, type ReportRequest, type ReportResponse } from './gen/public/v1/matches.js';
 
-/** The gateway pipeline without HTTP (structurally the gateway's InvokeRequest/InvokeResponse). */
-export interface InvokeRequest {
-  method: string;
-  path: string;
-  query?: string;
-  headers: Record<string, string>;
-  body?: unknown;
-}
-export interface InvokeResponse {
-  status: number;
-  headers: Record<string, string>;
-  body: unknown;
-}
+/** The gateway pipeline without HTTP (gateway.invoke). */
+export type { InvokeRequest, InvokeResponse };
 export type Invoke = (req: InvokeRequest) => Promise<InvokeResponse>;
 
 export const publicGrpcLimits = {

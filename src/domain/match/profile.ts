@@ -3,6 +3,7 @@
 // profile (camelCase), and the profile mechanic: create, update (replaces each section it names,
 // keeps the others, bumps the revision) and archive. Invariants: minimum <= maximum everywhere;
 // metric keys unique and never reserved; hold metrics name metrics of the profile. Pure; never throws.
+import { formatPath as formatParam } from '../../util/param-path.js';
 import { z } from 'zod';
 import type { ErrorCode } from '../../errors/codes.js';
 
@@ -279,21 +280,7 @@ export type ProfileUpdate = Partial<ProfileSections>;
 // ---------------------------------------------------------------------------------------------
 // Validation
 
-const identifier = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 
-/** ['metrics', 2, 'key'] -> 'metrics[2].key' (the gateway's param form). */
-export function formatParam(p: readonly PropertyKey[]): string {
-  let out = '';
-  for (const seg of p) {
-    if (typeof seg === 'number') out += `[${seg}]`;
-    else {
-      const k = typeof seg === 'symbol' ? String(seg.description ?? '') : seg;
-      if (identifier.test(k)) out += out.length === 0 ? k : `.${k}`;
-      else out += `[${JSON.stringify(k)}]`;
-    }
-  }
-  return out;
-}
 
 export function issuesFromZod(issues: readonly z.core.$ZodIssue[], rootName = 'body'): IssueDetail[] {
   const out: IssueDetail[] = [];
@@ -503,3 +490,5 @@ export function evolveProfile(state: MatchProfile | null, fact: ProfileFact): Ma
         : { ...state, status: 'archived', revision: fact.revision, updatedAtMs: fact.atMs, archivedAtMs: fact.atMs };
   }
 }
+
+export { formatParam };

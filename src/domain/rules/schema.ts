@@ -3,6 +3,7 @@
 // {path: 'conditions.all[2].op', message} for a 422 rule_invalid. Pure and synchronous (zod
 // safeParse, no async refinements); never throws. Semantic checks (path prefixes, op vs value)
 // live in paths.ts / ops.ts so compile and validation agree by construction.
+import { formatPath as formatProblemPath } from '../../util/param-path.js';
 import { z } from 'zod';
 import { ruleBounds } from './bounds.js';
 import { type OpName, checkOpValue, opNames } from './ops.js';
@@ -243,21 +244,7 @@ function measure(c: unknown, depth: number, count: { leaves: number; deepest: nu
 /** Both versions, keyed on `schema`: the shape published in the OpenAPI document. */
 export const ruleDefinitionSchema = z.discriminatedUnion('schema', [ruleV1Schema, ruleV2Schema]);
 
-const identifier = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 
-/** ['conditions', 'all', 2, 'op'] -> 'conditions.all[2].op' (same form as the gateway's params). */
-export function formatProblemPath(p: readonly PropertyKey[]): string {
-  let out = '';
-  for (const seg of p) {
-    if (typeof seg === 'number') out += `[${seg}]`;
-    else {
-      const k = typeof seg === 'symbol' ? String(seg.description ?? '') : seg;
-      if (identifier.test(k)) out += out.length === 0 ? k : `.${k}`;
-      else out += `[${JSON.stringify(k)}]`;
-    }
-  }
-  return out;
-}
 
 function at(root: unknown, p: readonly PropertyKey[]): unknown {
   let v = root;
@@ -361,3 +348,4 @@ export function validateRule(definition: unknown): RuleValidation {
   return { ok: false, problems };
 }
 
+export { formatProblemPath };
