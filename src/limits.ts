@@ -44,7 +44,7 @@ export const limits = {
   revocationPropagationMs: 1000,
   snapshotEveryMs: 2000,
   /** Active actors kept in memory before the idle, clean ones are passivated. */
-  activeActorsMax: 200_000,
+  activeActorsMax: 100_000,
   actorIdleMs: 60_000,
   projectorBatchRecordsMax: 2000,
 } as const;

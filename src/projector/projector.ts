@@ -27,6 +27,8 @@ interface Lane {
 
 const cycleMs = 20;
 const laneRecordsMax = 50_000;
+/** Across all lanes: beyond it a lane drops its queue and catches up from the journal (bounded memory). */
+const totalRecordsMax = 100_000;
 const catchUpEntries = 500;
 
 export class Projector {
@@ -34,12 +36,23 @@ export class Projector {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private waiters: Array<() => void> = [];
+  /** Records queued in memory across all lanes. */
+  private queuedTotal = 0;
+  /** How many times a lane fell behind and switched to catching up from the journal. */
+  catchUps = 0;
+
+  private readonly laneMax: number;
+  private readonly totalMax: number;
 
   constructor(
     private readonly readModel: ReadModelWriter,
     private readonly journal: Journal,
     private readonly logger: Logger,
-  ) {}
+    bounds: { laneRecordsMax?: number; totalRecordsMax?: number } = {},
+  ) {
+    this.laneMax = bounds.laneRecordsMax ?? laneRecordsMax;
+    this.totalMax = bounds.totalRecordsMax ?? totalRecordsMax;
+  }
 
   start(): void {
     this.timer = setInterval(() => void this.cycle(), cycleMs);
@@ -55,6 +68,7 @@ export class Projector {
   async projectedOffset(partition: number): Promise<Offset> {
     const offset = await this.readModel.projectedOffset(partition);
     const lane = this.lane(partition);
+    this.queuedTotal -= lane.queuedRecords;
     lane.entries = [];
     lane.queuedRecords = 0;
     lane.catchUp = false;
@@ -70,14 +84,17 @@ export class Projector {
   onAcked(partition: number, offset: Offset, records: JournalRecord[]): void {
     const lane = this.lane(partition);
     if (lane.catchUp) return;
-    if (lane.queuedRecords + records.length > laneRecordsMax) {
+    if (lane.queuedRecords + records.length > this.laneMax || this.queuedTotal + records.length > this.totalMax) {
+      this.queuedTotal -= lane.queuedRecords;
       lane.entries = [];
       lane.queuedRecords = 0;
       lane.catchUp = true;
+      this.catchUps++;
       return;
     }
     lane.entries.push({ offset, records });
     lane.queuedRecords += records.length;
+    this.queuedTotal += records.length;
   }
 
   /** Resolves once everything acknowledged before the call is in the read tables. */
@@ -122,6 +139,7 @@ export class Projector {
       if (lane.catchUp || lane.entries.length === 0) continue;
       // Take the queue (entries acked meanwhile go to a fresh array); put it back if the write fails.
       const entries = lane.entries;
+      this.queuedTotal -= lane.queuedRecords;
       lane.entries = [];
       lane.queuedRecords = 0;
       const projections: Projection[] = [];
@@ -139,7 +157,9 @@ export class Projector {
         for (const { lane, entries } of taken) {
           if (lane.catchUp) continue;
           lane.entries = entries.concat(lane.entries);
+          this.queuedTotal -= lane.queuedRecords;
           lane.queuedRecords = lane.entries.reduce((n, e) => n + e.records.length, 0);
+          this.queuedTotal += lane.queuedRecords;
         }
         throw err;
       }
@@ -163,9 +183,7 @@ export class Projector {
       await this.readModel.apply(partition, last, projections);
       lane.projected = last;
     }
-    let lag = 0;
-    for (const lane of this.lanes.values()) lag += lane.queuedRecords;
-    projectorLagRecords.set(lag);
+    projectorLagRecords.set(this.queuedTotal);
   }
 }
 
