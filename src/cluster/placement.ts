@@ -230,6 +230,10 @@ export class ClusterPlacement implements Placement {
     this.owned.delete(p.id);
     p.close();
     await waitIdle([p], 2000);
+    // A snapshot save begun before the close (at the last flush) must land before the lease goes:
+    // landing after the next owner read the checkpoint, it overwrites that owner's newer rows and
+    // trims the journal under its recovery.
+    await Promise.race([p.saved(), new Promise((r) => setTimeout(r, 3000))]);
     await this.opts.leases.release(p.id, this.opts.node.nodeId, p.epoch).catch(() => {});
     this.opts.logger.info({ partition: p.id }, 'partition handed over');
   }
