@@ -89,7 +89,7 @@ export interface PartitionDeps {
   scheduleFlush(p: Partition): void;
   onPoisoned(p: Partition, err: unknown): void;
   /** Saves a snapshot (the snapshotter coalesces partitions' saves into one transaction). */
-  saveSnapshot(save: SnapshotSave): Promise<void>;
+  saveSnapshot(save: SnapshotSave): Promise<'saved' | 'fenced'>;
   /** A snapshot checkpoint was saved: the journal may be trimmed up to it (and the projector). */
   onCheckpoint(p: Partition, checkpoint: Offset): void;
   onFenced(p: Partition): void;
@@ -158,7 +158,8 @@ export class Partition {
 
   /** Rebuilds memory: replays the journal after the checkpoint; feeds the projector from `projectedFrom`. */
   async recover(projectedFrom: Offset): Promise<{ records: number }> {
-    this.checkpoint = await this.deps.snapshots.checkpoint(this.id);
+    // Claim first: from now on a snapshot save by the previous owner is refused.
+    this.checkpoint = await this.deps.snapshots.claim(this.id, this.epoch);
     let cursor = compareOffsets(projectedFrom, this.checkpoint) < 0 ? projectedFrom : this.checkpoint;
     this.lastAcked = cursor;
     let count = 0;
@@ -627,7 +628,19 @@ export class Partition {
   private async runSave(offset: Offset, cap: Capture): Promise<void> {
     this.saving = true;
     try {
-      await this.deps.saveSnapshot({ partition: this.id, checkpoint: offset, rows: cap.rows, keys: cap.keys, keysRemoved: cap.keysRemoved });
+      const outcome = await this.deps.saveSnapshot({
+        partition: this.id,
+        epoch: this.epoch,
+        checkpoint: offset,
+        rows: cap.rows,
+        keys: cap.keys,
+        keysRemoved: cap.keysRemoved,
+      });
+      if (outcome === 'fenced') {
+        // A new owner claimed the partition: nothing was written, and this partition must stop.
+        this.deps.onFenced(this);
+        return;
+      }
       for (const [actor, seq] of cap.actors) if (actor.savedSeq < seq) actor.savedSeq = seq;
       this.checkpoint = offset;
       this.deps.onCheckpoint(this, offset);

@@ -261,12 +261,12 @@ export class ClusterPlacement implements Placement {
  * (SnapshotStore.saveMany): a snapshot cycle of 256 partitions costs one commit, not 256.
  */
 class SnapshotWriter {
-  private queue: Array<{ save: SnapshotSave; resolve: () => void; reject: (err: unknown) => void }> = [];
+  private queue: Array<{ save: SnapshotSave; resolve: (outcome: 'saved' | 'fenced') => void; reject: (err: unknown) => void }> = [];
   private scheduled = false;
 
   constructor(private readonly store: SnapshotStore) {}
 
-  save(save: SnapshotSave): Promise<void> {
+  save(save: SnapshotSave): Promise<'saved' | 'fenced'> {
     return new Promise((resolve, reject) => {
       this.queue.push({ save, resolve, reject });
       if (!this.scheduled) {
@@ -282,9 +282,9 @@ class SnapshotWriter {
     this.queue = [];
     const started = performance.now();
     try {
-      await this.store.saveMany(batch.map((b) => b.save));
+      const outcome = await this.store.saveMany(batch.map((b) => b.save));
       snapshotSaveSeconds.observe((performance.now() - started) / 1000);
-      for (const b of batch) b.resolve();
+      for (let i = 0; i < batch.length; i++) batch[i]!.resolve(outcome[i] ?? 'fenced');
     } catch (err) {
       for (const b of batch) b.reject(err);
     }

@@ -121,6 +121,8 @@ export interface KeyRow {
 
 export interface SnapshotSave {
   partition: number;
+  /** The writer's lease epoch: refused when the partition was claimed under a greater one. */
+  epoch: number;
   checkpoint: Offset;
   rows: SnapshotRow[];
   keys: KeyRow[];
@@ -141,10 +143,16 @@ export interface SnapshotStore {
     keysRemoved: Array<{ environmentId: string; key: string }>,
   ): Promise<void>;
   /**
-   * save() for several partitions in ONE transaction (the snapshotter coalesces a cycle's saves).
-   * Same guarantees per item; all or nothing as a whole.
+   * save() for several partitions in ONE transaction (the snapshotter coalesces a cycle's saves),
+   * fenced: an item whose epoch is below the partition's claimed epoch writes nothing and is
+   * answered 'fenced'; the others are written together (all or nothing).
    */
-  saveMany(items: ReadonlyArray<SnapshotSave>): Promise<void>;
+  saveMany(items: ReadonlyArray<SnapshotSave>): Promise<Array<'saved' | 'fenced'>>;
+  /**
+   * A new owner's first step: raises the partition's claimed epoch to `epoch` (never lowers it),
+   * so saves under older epochs are refused from now on, and returns the checkpoint.
+   */
+  claim(partition: number, epoch: number): Promise<Offset>;
   /** Snapshots by customer id; missing ones are simply absent from the result. */
   load(environmentId: string, customerIds: string[]): Promise<SnapshotRow[]>;
   /** Key rows for the given keys of one environment; missing ones are absent. */

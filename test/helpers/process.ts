@@ -57,7 +57,7 @@ export async function waitReady(server: ServerProcess, timeoutMs: number): Promi
 }
 
 export async function kill9(server: ServerProcess): Promise<void> {
-  if (server.child.exitCode !== null) return;
+  if (server.child.exitCode !== null || server.child.signalCode !== null) return;
   const exited = new Promise((r) => server.child.once('exit', r));
   server.child.kill('SIGKILL');
   await exited;

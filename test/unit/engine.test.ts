@@ -176,3 +176,18 @@ t.test('a partition whose journal stops answering sheds new commands with rate_l
   t.ok(accepted > 0 && accepted < 70_000, `${accepted} accepted, the rest shed`);
   await n.placement.stop();
 });
+
+t.test('a snapshot save by a node whose partition was claimed by a newer owner writes nothing and stops it', async (t) => {
+  const s = shared();
+  const a = await node(s);
+  ok(await a.engine.execute(ev('fence-1', 'f1')));
+  const p = a.engine.partitionOfTarget('env_1', { by: 'key', key: 'fence-1' });
+  const part = a.placement.local(p)!;
+  const before = await s.snapshots.checkpoint(p);
+  await s.snapshots.claim(p, part.epoch + 1); // what a new owner's recovery does first
+  part.requestSnapshot();
+  await part.saved();
+  t.equal(await s.snapshots.checkpoint(p), before, 'the checkpoint did not move');
+  t.equal(a.placement.local(p), undefined, 'the old owner dropped the partition');
+  await a.placement.stop();
+});

@@ -7,6 +7,7 @@ export class MemorySnapshotStore implements SnapshotStore {
   private readonly rows = new Map<string, SnapshotRow>();
   private readonly keyRows = new Map<string, KeyRow>();
   private readonly checkpoints = new Map<number, Offset>();
+  private readonly epochs = new Map<number, number>();
   /** Test hook: make the next save fail (simulates a database error). */
   failNextSave = false;
 
@@ -22,6 +23,16 @@ export class MemorySnapshotStore implements SnapshotStore {
       this.failNextSave = false;
       throw new Error('simulated snapshot save failure');
     }
+    this.apply(partition, checkpoint, rows, keys, keysRemoved);
+  }
+
+  private apply(
+    partition: number,
+    checkpoint: Offset,
+    rows: SnapshotRow[],
+    keys: KeyRow[],
+    keysRemoved: Array<{ environmentId: string; key: string }>,
+  ): void {
     for (const r of rows) this.rows.set(`${r.environmentId}\u0000${r.customerId}`, { ...r, payload: r.payload.slice() });
     for (const k of keysRemoved) this.keyRows.delete(`${k.environmentId}\u0000${k.key}`);
     for (const k of keys) this.keyRows.set(`${k.environmentId}\u0000${k.key}`, { ...k });
@@ -29,13 +40,24 @@ export class MemorySnapshotStore implements SnapshotStore {
     if (compareOffsets(checkpoint, current) > 0) this.checkpoints.set(partition, checkpoint);
   }
 
-  async saveMany(items: ReadonlyArray<SnapshotSave>): Promise<void> {
+  async saveMany(items: ReadonlyArray<SnapshotSave>): Promise<Array<'saved' | 'fenced'>> {
     await Promise.resolve();
     if (this.failNextSave) {
       this.failNextSave = false;
       throw new Error('simulated snapshot save failure');
     }
-    for (const it of items) await this.save(it.partition, it.checkpoint, it.rows, it.keys, it.keysRemoved);
+    const outcome = items.map((it) => (it.epoch < (this.epochs.get(it.partition) ?? 0) ? 'fenced' : 'saved'));
+    for (let i = 0; i < items.length; i++) {
+      const it = items[i]!;
+      if (outcome[i] === 'saved') this.apply(it.partition, it.checkpoint, it.rows, it.keys, it.keysRemoved);
+    }
+    return outcome;
+  }
+
+  async claim(partition: number, epoch: number): Promise<Offset> {
+    await Promise.resolve();
+    if (epoch > (this.epochs.get(partition) ?? 0)) this.epochs.set(partition, epoch);
+    return this.checkpoints.get(partition) ?? offsetZero;
   }
 
   async load(environmentId: string, customerIds: string[]): Promise<SnapshotRow[]> {

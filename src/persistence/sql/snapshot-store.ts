@@ -6,7 +6,7 @@
 import {
   compareOffsets, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave,
   type SnapshotStore } from '../ports.js';
-import type { Sql } from './db.js';
+import type { Sql, Tx } from './db.js';
 import { offsetKeySql } from './offsets.js';
 
 /** Rows per statement: bounds the size of one array parameter (payloads travel as hex text). */
@@ -46,11 +46,41 @@ export class PgSnapshotStore implements SnapshotStore {
     keys: KeyRow[],
     keysRemoved: Array<{ environmentId: string; key: string }>,
   ): Promise<void> {
-    return this.saveMany([{ partition, checkpoint, rows, keys, keysRemoved }]);
+    // Unfenced (tests, administration): the greatest epoch passes any claim.
+    return this.saveMany([{ partition, epoch: Number.MAX_SAFE_INTEGER, checkpoint, rows, keys, keysRemoved }]).then(() => {});
   }
 
-  async saveMany(items: ReadonlyArray<SnapshotSave>): Promise<void> {
-    if (items.length === 0) return;
+  async claim(partition: number, epoch: number): Promise<Offset> {
+    const [row] = await this.sql`
+      insert into partition_checkpoints as c (partition, checkpoint, epoch) values (${partition}, ${offsetZero}, ${epoch})
+      on conflict (partition) do update set epoch = greatest(c.epoch, excluded.epoch)
+      returning checkpoint`;
+    return row!.checkpoint as string;
+  }
+
+  async saveMany(all: ReadonlyArray<SnapshotSave>): Promise<Array<'saved' | 'fenced'>> {
+    if (all.length === 0) return [];
+    return this.sql.begin(async (tx) => {
+      // Fencing first: lock the partitions' rows and drop items written under an older epoch.
+      const partitions = [...new Set(all.map((it) => it.partition))];
+      await tx`
+        insert into partition_checkpoints (partition, checkpoint)
+        select p, ${offsetZero} from unnest(${partitions}::int[]) as p
+        on conflict do nothing`;
+      const claimed = new Map(
+        (
+          await tx`select partition, epoch::float8 as epoch from partition_checkpoints
+                   where partition = any(${partitions}::int[]) order by partition for update`
+        ).map((r) => [r.partition as number, r.epoch as number]),
+      );
+      const outcome = all.map((it) => (it.epoch < (claimed.get(it.partition) ?? 0) ? 'fenced' : 'saved'));
+      const items = all.filter((_, i) => outcome[i] === 'saved');
+      if (items.length > 0) await this.write(tx, items);
+      return outcome;
+    });
+  }
+
+  private async write(tx: Tx, items: ReadonlyArray<SnapshotSave>): Promise<void> {
     const snaps = lastPerKey(
       items.flatMap((it) => it.rows),
       (r) => pairKey(r.environmentId, r.customerId),
@@ -66,7 +96,7 @@ export class PgSnapshotStore implements SnapshotStore {
       const seen = checkpoints.get(it.partition);
       if (seen === undefined || compareOffsets(it.checkpoint, seen) > 0) checkpoints.set(it.partition, it.checkpoint);
     }
-    await this.sql.begin(async (tx) => {
+    {
       // Deletes first: when a merge moves a key from one customer to another in the same save,
       // the old owner lists it in keysRemoved and the new owner in keys; the new owner must win.
       for (const part of chunks(keysRemoved, rowsPerStatementMax)) {
@@ -107,7 +137,7 @@ export class PgSnapshotStore implements SnapshotStore {
          where ${offsetKeySql('excluded.checkpoint')} > ${offsetKeySql('c.checkpoint')}`,
         [[...checkpoints.keys()], [...checkpoints.values()]],
       );
-    });
+    }
   }
 
   async load(environmentId: string, customerIds: string[]): Promise<SnapshotRow[]> {
