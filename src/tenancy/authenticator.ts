@@ -55,6 +55,8 @@ const envsPerCredentialMax = 256;
 /** Re-read revocations this far behind the database clock: covers transactions that commit late. */
 const pollOverlapMs = 5000;
 const tokenCharsMax = 4096;
+/** Tokens whose hash is remembered (see hashOf). */
+const hashMemoMax = 10_000;
 const envIdPattern = /^env_[A-Za-z0-9]{1,60}$/;
 
 interface Live {
@@ -135,6 +137,7 @@ export class Authenticator {
   private polling: Promise<void> | null = null;
   private since: Date | null = null;
   private stopped = true;
+  private readonly hashes = new Map<string, string>();
 
   constructor(
     private readonly sql: Sql,
@@ -171,7 +174,7 @@ export class Authenticator {
 
   readonly authenticate: Authenticate = (req, spec) => {
     const token = bearerToken(req.authorization);
-    const hash = hashToken(token);
+    const hash = this.hashOf(token);
     const nowMs = this.now();
     const entry = this.cache.get(hash);
     if (entry !== undefined && nowMs - entry.fetchedAtMs < this.entryTtl(entry)) {
@@ -179,6 +182,20 @@ export class Authenticator {
     }
     return this.load(hash, token, req.environment).then((e) => this.authorize(e, req, spec, this.now()));
   };
+
+  /**
+   * sha256 of a token, remembered for the tokens seen recently (a hot key is hashed once, not per
+   * request). Bounded: the memo is dropped whole when it grows past its cap.
+   */
+  private hashOf(token: string): string {
+    let hash = this.hashes.get(token);
+    if (hash === undefined) {
+      if (this.hashes.size >= hashMemoMax) this.hashes.clear();
+      hash = hashToken(token);
+      this.hashes.set(token, hash);
+    }
+    return hash;
+  }
 
   /** Marks a credential revoked in this node's cache (bus handler and poll; idempotent). */
   markRevoked(credentialId: string, tokenHash: string): void {
