@@ -5,8 +5,8 @@
 import { ApiError } from '../errors/api-error.js';
 import { customerIdPartition, partitionOf } from '../ids.js';
 import { limits } from '../limits.js';
-import type { Journal, Offset } from '../persistence/ports.js';
-import { packMessage, unpackMessage, type JournalRecord } from './codec.js';
+import type { Journal } from '../persistence/ports.js';
+import { packMessage, unpackMessage } from './codec.js';
 import type { Call, CallResult, Partition, Target } from './partition.js';
 
 export interface Forwarder {
@@ -153,7 +153,6 @@ export class Engine {
 }
 
 
-export type AckListener = (partition: number, offset: Offset, records: JournalRecord[]) => void;
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));

@@ -432,7 +432,7 @@ export class Partition {
     if (cmd.kind === 'customer.view') {
       if (state.mergedInto !== null) return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
       if (state.deletedAtMs !== null) return this.reply(notFound, null, resolve);
-      return this.reply({ ok: true, reply: { kind: 'customer', customer: toView(state, true) } }, actor, resolve);
+      return this.reply({ ok: true, reply: { kind: 'customer', customer: toView(state) } }, actor, resolve);
     }
     if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
     const d = decide(state, cmd, this.ctx(call));
@@ -486,7 +486,7 @@ export class Partition {
   private view(reply: Reply, actor: Actor): ReplyView {
     switch (reply.kind) {
       case 'customer':
-        return { kind: 'customer', customer: toView(actor.state, false) };
+        return { kind: 'customer', customer: toView(actor.state) };
       case 'event':
         return reply;
       case 'alias':

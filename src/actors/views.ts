@@ -17,7 +17,7 @@ export interface CustomerView {
   eventCount: number;
 }
 
-export function toView(s: CustomerState, _detailed: boolean): CustomerView {
+export function toView(s: CustomerState): CustomerView {
   return {
     id: s.id,
     environmentId: s.environmentId,

@@ -279,7 +279,6 @@ const port = await gateway.listen('127.0.0.1', 0);
 const base = `http://127.0.0.1:${port}`;
 t.ok(port > 0, 'listen resolves the bound port');
 
-// biome-ignore lint/suspicious/noExplicitAny: the tests read arbitrary JSON answers by path.
 type Json = any;
 
 interface Answer {

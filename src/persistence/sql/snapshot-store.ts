@@ -96,48 +96,46 @@ export class PgSnapshotStore implements SnapshotStore {
       const seen = checkpoints.get(it.partition);
       if (seen === undefined || compareOffsets(it.checkpoint, seen) > 0) checkpoints.set(it.partition, it.checkpoint);
     }
-    {
-      // Deletes first: when a merge moves a key from one customer to another in the same save,
-      // the old owner lists it in keysRemoved and the new owner in keys; the new owner must win.
-      for (const part of chunks(keysRemoved, rowsPerStatementMax)) {
-        await tx`
-          delete from customer_keys k
-          using unnest(${part.map((r) => r.environmentId)}::text[], ${part.map((r) => r.key)}::text[]) as u(e, k)
-          where k.environment_id = u.e and k.key = u.k`;
-      }
-      for (const part of chunks(snaps, rowsPerStatementMax)) {
-        await tx`
-          insert into actor_snapshots (environment_id, customer_id, partition, payload, updated_at)
-          select u.e, u.c, u.p, decode(u.h, 'hex'), now()
-          from unnest(
-            ${part.map((r) => r.environmentId)}::text[],
-            ${part.map((r) => r.customerId)}::text[],
-            ${part.map((r) => r.partition)}::int[],
-            ${part.map((r) => Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString('hex'))}::text[]
-          ) as u(e, c, p, h)
-          on conflict (environment_id, customer_id) do update
-          set partition = excluded.partition, payload = excluded.payload, updated_at = excluded.updated_at`;
-      }
-      for (const part of chunks(keyRows, rowsPerStatementMax)) {
-        await tx`
-          insert into customer_keys (environment_id, key, customer_id, partition)
-          select * from unnest(
-            ${part.map((k) => k.environmentId)}::text[],
-            ${part.map((k) => k.key)}::text[],
-            ${part.map((k) => k.customerId)}::text[],
-            ${part.map((k) => k.partition)}::int[]
-          )
-          on conflict (environment_id, key) do update
-          set customer_id = excluded.customer_id, partition = excluded.partition`;
-      }
-      await tx.unsafe(
-        `insert into partition_checkpoints as c (partition, checkpoint, updated_at)
-         select u.p, u.o, now() from unnest($1::int[], $2::text[]) as u(p, o)
-         on conflict (partition) do update set checkpoint = excluded.checkpoint, updated_at = excluded.updated_at
-         where ${offsetKeySql('excluded.checkpoint')} > ${offsetKeySql('c.checkpoint')}`,
-        [[...checkpoints.keys()], [...checkpoints.values()]],
-      );
+    // Deletes first: when a merge moves a key from one customer to another in the same save,
+    // the old owner lists it in keysRemoved and the new owner in keys; the new owner must win.
+    for (const part of chunks(keysRemoved, rowsPerStatementMax)) {
+      await tx`
+        delete from customer_keys k
+        using unnest(${part.map((r) => r.environmentId)}::text[], ${part.map((r) => r.key)}::text[]) as u(e, k)
+        where k.environment_id = u.e and k.key = u.k`;
     }
+    for (const part of chunks(snaps, rowsPerStatementMax)) {
+      await tx`
+        insert into actor_snapshots (environment_id, customer_id, partition, payload, updated_at)
+        select u.e, u.c, u.p, decode(u.h, 'hex'), now()
+        from unnest(
+          ${part.map((r) => r.environmentId)}::text[],
+          ${part.map((r) => r.customerId)}::text[],
+          ${part.map((r) => r.partition)}::int[],
+          ${part.map((r) => Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString('hex'))}::text[]
+        ) as u(e, c, p, h)
+        on conflict (environment_id, customer_id) do update
+        set partition = excluded.partition, payload = excluded.payload, updated_at = excluded.updated_at`;
+    }
+    for (const part of chunks(keyRows, rowsPerStatementMax)) {
+      await tx`
+        insert into customer_keys (environment_id, key, customer_id, partition)
+        select * from unnest(
+          ${part.map((k) => k.environmentId)}::text[],
+          ${part.map((k) => k.key)}::text[],
+          ${part.map((k) => k.customerId)}::text[],
+          ${part.map((k) => k.partition)}::int[]
+        )
+        on conflict (environment_id, key) do update
+        set customer_id = excluded.customer_id, partition = excluded.partition`;
+    }
+    await tx.unsafe(
+      `insert into partition_checkpoints as c (partition, checkpoint, updated_at)
+       select u.p, u.o, now() from unnest($1::int[], $2::text[]) as u(p, o)
+       on conflict (partition) do update set checkpoint = excluded.checkpoint, updated_at = excluded.updated_at
+       where ${offsetKeySql('excluded.checkpoint')} > ${offsetKeySql('c.checkpoint')}`,
+      [[...checkpoints.keys()], [...checkpoints.values()]],
+    );
   }
 
   async load(environmentId: string, customerIds: string[]): Promise<SnapshotRow[]> {
