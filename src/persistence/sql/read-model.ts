@@ -242,25 +242,30 @@ export class PgReadModel {
   private async upsertCustomers(tx: Tx, run: Array<Of<'customer.upsert'>>): Promise<void> {
     const rows = newestPerKey(run, (p) => pairKey(p.environmentId, p.id));
     for (const part of chunks(rows, rowsPerStatementMax)) {
-      // An erased customer stays erased: a late upsert must not bring its personal data back.
+      // One JSON document per statement (see insertEvents). An erased customer stays erased: a
+      // late upsert must not bring its personal data back.
+      const doc = json(
+        part.map((p) => ({
+          e: p.environmentId,
+          i: p.id,
+          x: p.externalId,
+          a: p.attributes,
+          v: p.version,
+          c: p.createdAtMs,
+          u: p.updatedAtMs,
+        })),
+      );
       await tx`
         insert into customers as c (environment_id, id, external_id, attributes, version, created_at, updated_at)
-        select u.e, u.i, u.x, u.a::jsonb, u.v, to_timestamp(u.c / 1000), to_timestamp(u.u / 1000)
-        from unnest(
-          ${part.map((p) => text(p.environmentId))}::text[],
-          ${part.map((p) => text(p.id))}::text[],
-          ${part.map((p) => (p.externalId === null ? null : text(p.externalId)))}::text[],
-          ${part.map((p) => json(p.attributes))}::text[],
-          ${part.map((p) => p.version)}::int[],
-          ${part.map((p) => p.createdAtMs)}::float8[],
-          ${part.map((p) => p.updatedAtMs)}::float8[]
-        ) as u(e, i, x, a, v, c, u)
+        select u.e, u.i, u.x, u.a, u.v, to_timestamp(u.c / 1000), to_timestamp(u.u / 1000)
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, x text, a jsonb, v int, c float8, u float8)
         on conflict (environment_id, id) do update
         set external_id = excluded.external_id, attributes = excluded.attributes,
             version = excluded.version, updated_at = excluded.updated_at
         where c.version < excluded.version and c.deleted_at is null`;
     }
   }
+
 
   private async eraseCustomers(tx: Tx, run: Array<Of<'customer.erase'>>): Promise<void> {
     const rows = newestPerKey(run, (p) => pairKey(p.environmentId, p.id));

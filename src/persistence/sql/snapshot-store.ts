@@ -104,28 +104,29 @@ export class PgSnapshotStore implements SnapshotStore {
         using unnest(${part.map((r) => r.environmentId)}::text[], ${part.map((r) => r.key)}::text[]) as u(e, k)
         where k.environment_id = u.e and k.key = u.k`;
     }
+    // Rows travel as one JSON document per statement (native JSON.stringify; payloads base64),
+    // not as escaped text arrays. A NUL in a key still fails the statement (jsonb refuses it).
     for (const part of chunks(snaps, rowsPerStatementMax)) {
+      const doc = JSON.stringify(
+        part.map((r) => ({
+          e: r.environmentId,
+          c: r.customerId,
+          p: r.partition,
+          b: Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString('base64'),
+        })),
+      );
       await tx`
         insert into actor_snapshots (environment_id, customer_id, partition, payload, updated_at)
-        select u.e, u.c, u.p, decode(u.h, 'hex'), now()
-        from unnest(
-          ${part.map((r) => r.environmentId)}::text[],
-          ${part.map((r) => r.customerId)}::text[],
-          ${part.map((r) => r.partition)}::int[],
-          ${part.map((r) => Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString('hex'))}::text[]
-        ) as u(e, c, p, h)
+        select u.e, u.c, u.p, decode(u.b, 'base64'), now()
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p int, b text)
         on conflict (environment_id, customer_id) do update
         set partition = excluded.partition, payload = excluded.payload, updated_at = excluded.updated_at`;
     }
     for (const part of chunks(keyRows, rowsPerStatementMax)) {
+      const doc = JSON.stringify(part.map((k) => ({ e: k.environmentId, k: k.key, c: k.customerId, p: k.partition })));
       await tx`
         insert into customer_keys (environment_id, key, customer_id, partition)
-        select * from unnest(
-          ${part.map((k) => k.environmentId)}::text[],
-          ${part.map((k) => k.key)}::text[],
-          ${part.map((k) => k.customerId)}::text[],
-          ${part.map((k) => k.partition)}::int[]
-        )
+        select u.e, u.k, u.c, u.p from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, k text, c text, p int)
         on conflict (environment_id, key) do update
         set customer_id = excluded.customer_id, partition = excluded.partition`;
     }
