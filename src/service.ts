@@ -9,6 +9,8 @@ import { Engine } from './actors/engine.js';
 import { ClusterPlacement } from './cluster/placement.js';
 import { type Config, storageMode } from './config.js';
 import { AttributeCatalog } from './catalog/attributes.js';
+import { CurrencyCatalog } from './catalog/currencies.js';
+import { ledgerRoutes } from './gateway/handlers/ledger.js';
 import { attributeRoutes } from './gateway/handlers/attributes.js';
 import { customerRoutes } from './gateway/handlers/customers.js';
 import { eventRoutes } from './gateway/handlers/events.js';
@@ -121,6 +123,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const pool = new WorkerPool(config.POOL_THREADS);
   const attributes = new AttributeCatalog(sql, storage.bus);
   await attributes.start();
+  const currencies = new CurrencyCatalog(sql, storage.bus);
+  await currencies.start();
   // Expired idempotency results are purged in batches; the index keeps this cheap.
   const purgeTimer = setInterval(() => {
     void idempotency.purgeExpired().catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
@@ -161,6 +165,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         nowMs: () => Date.now(),
       }),
       ...attributeRoutes({ attributes }),
+      ...ledgerRoutes({ engine, currencies, readModel, drainProjector: () => projector.drain() }),
       ...customerRoutes({
         engine,
         checkAttributes: (env, attrs) => attributes.check(env, attrs),

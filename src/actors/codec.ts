@@ -4,6 +4,7 @@
 // wire: snapshots turn Maps into arrays explicitly.
 import { Packr } from 'msgpackr';
 import type { CustomerState, Fact } from '../domain/customer.js';
+import { emptyLedger, type LedgerState } from '../domain/ledger.js';
 import { SeenEvents } from '../domain/seen-events.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
@@ -45,6 +46,8 @@ type SnapshotV1 = [
   mergedFrom: string[],
   /** SeenEvents records: little-endian float64, 4 per event. */
   events: Uint8Array,
+  /** Added with the ledger; absent in older snapshots (then empty). */
+  ledger?: LedgerState,
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -64,6 +67,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.mergedInto,
     s.mergedFrom,
     events,
+    s.ledger,
   ];
   return packr.pack(v1);
 }
@@ -87,6 +91,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     mergedInto: v[10],
     mergedFrom: v[11],
     events,
+    ledger: v[13] ?? emptyLedger(),
   };
 }
 

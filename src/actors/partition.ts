@@ -8,6 +8,7 @@ import type { ErrorCode } from '../errors/codes.js';
 import { encodePartition, newCustomerId, newId, random53 } from '../ids.js';
 import { eventId } from '../domain/seen-events.js';
 import { limits } from '../limits.js';
+import type { LedgerReply } from '../domain/ledger.js';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { mailboxDepth } from '../observability/metrics.js';
@@ -36,6 +37,7 @@ export type ReplyView =
   | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string }
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | { kind: 'claimed'; mergedFrom: string | null }
+  | { kind: 'ledger'; reply: LedgerReply }
   | { kind: 'done' };
 
 export type CallResult =
@@ -413,7 +415,7 @@ export class Partition {
         this.afterFact(actor, f);
       }
       this.batch.records.push([call.env, actor!.state.id, d.facts]);
-      return this.reply({ ok: true, reply: this.view(d.reply, actor!) }, actor, resolve);
+      return this.reply({ ok: true, reply: this.view(d.reply, actor!, call.nowMs) }, actor, resolve);
     }
     return this.reply(notFound, null, resolve);
   }
@@ -432,7 +434,7 @@ export class Partition {
     if (cmd.kind === 'customer.view') {
       if (state.mergedInto !== null) return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
       if (state.deletedAtMs !== null) return this.reply(notFound, null, resolve);
-      return this.reply({ ok: true, reply: { kind: 'customer', customer: toView(state) } }, actor, resolve);
+      return this.reply({ ok: true, reply: { kind: 'customer', customer: toView(state, call.nowMs) } }, actor, resolve);
     }
     if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
     const d = decide(state, cmd, this.ctx(call));
@@ -444,7 +446,7 @@ export class Partition {
       }
       this.batch.records.push([call.env, state.id, d.facts]);
     }
-    this.reply({ ok: true, reply: this.view(d.reply, actor) }, actor, resolve);
+    this.reply({ ok: true, reply: this.view(d.reply, actor, call.nowMs) }, actor, resolve);
   }
 
   /** Alias binding at the key's partition. `actor` is the key's current owner. */
@@ -483,10 +485,12 @@ export class Partition {
     );
   }
 
-  private view(reply: Reply, actor: Actor): ReplyView {
+  private view(reply: Reply, actor: Actor, nowMs: number): ReplyView {
     switch (reply.kind) {
+      case 'ledger':
+        return reply;
       case 'customer':
-        return { kind: 'customer', customer: toView(actor.state) };
+        return { kind: 'customer', customer: toView(actor.state, nowMs) };
       case 'event':
         return reply;
       case 'alias':

@@ -1,6 +1,7 @@
 // Read-only views of actor state that cross the engine boundary (to handlers, to other nodes).
 // Plain data only (msgpack-safe): no Maps, no references into live actor state.
 import type { CustomerState } from '../domain/customer.js';
+import { type Balance, balances } from '../domain/ledger.js';
 
 export interface CustomerView {
   id: string;
@@ -15,9 +16,11 @@ export interface CustomerView {
   mergedFrom: string[];
   /** Number of distinct events recorded (deduplicated). */
   eventCount: number;
+  /** Per currency, as of the view's time (due confirmations and expiries counted). */
+  balances: Balance[];
 }
 
-export function toView(s: CustomerState): CustomerView {
+export function toView(s: CustomerState, nowMs: number): CustomerView {
   return {
     id: s.id,
     environmentId: s.environmentId,
@@ -30,5 +33,6 @@ export function toView(s: CustomerState): CustomerView {
     aliases: s.aliases.map((a) => ({ ...a })),
     mergedFrom: [...s.mergedFrom],
     eventCount: s.events.size,
+    balances: balances(s.ledger, nowMs),
   };
 }

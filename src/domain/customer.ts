@@ -5,6 +5,7 @@
 // the journal (evolve only) rebuilds exactly the same state. A throw in here is a bug.
 import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
+import * as ledger from './ledger.js';
 import { SeenEvents } from './seen-events.js';
 
 export interface Ctx {
@@ -38,6 +39,8 @@ export interface CustomerState {
   mergedFrom: string[];
   /** Every client event id recorded, with its content fingerprint and service id. Permanent: it is the deduplication record. */
   events: SeenEvents;
+  /** Balances, lots and pending credits per currency. */
+  ledger: ledger.LedgerState;
 }
 
 export type Command =
@@ -56,7 +59,9 @@ export type Command =
       fp: number;
     }
   | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
-  | { kind: 'customer.merge_into'; targetId: string };
+  | { kind: 'customer.merge_into'; targetId: string }
+  /** A ledger command, with the configs of the currencies it names (loaded before the step). */
+  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[] };
 
 export type Fact =
   | {
@@ -81,7 +86,8 @@ export type Fact =
       fp: number;
     }
   | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
-  | { kind: 'customer.merged'; into: string; atMs: number };
+  | { kind: 'customer.merged'; into: string; atMs: number }
+  | ledger.LedgerFact;
 
 export interface EventReply {
   kind: 'event';
@@ -96,7 +102,8 @@ export type Reply =
   | EventReply
   | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
   | { kind: 'deleted' }
-  | { kind: 'merged' };
+  | { kind: 'merged' }
+  | { kind: 'ledger'; reply: ledger.LedgerReply };
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -206,6 +213,11 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     case 'customer.merge_into':
       if (cmd.targetId === state.id) return fail('alias_conflict', 'A customer cannot be merged into itself.', 'alias');
       return { ok: true, facts: [{ kind: 'customer.merged', into: cmd.targetId, atMs: ctx.nowMs }], reply: { kind: 'merged' } };
+    case 'ledger.run': {
+      const d = ledger.decide(state.ledger, cmd.command, cmd.currencies, ctx);
+      if (!d.ok) return d;
+      return { ok: true, facts: d.facts, reply: { kind: 'ledger', reply: d.reply } };
+    }
   }
 }
 
@@ -263,6 +275,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       mergedInto: null,
       mergedFrom: [],
       events: new SeenEvents(),
+      ledger: ledger.emptyLedger(),
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -290,6 +303,11 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'customer.merged':
       state.mergedInto = fact.into;
       state.updatedAtMs = fact.atMs;
+      return state;
+    case 'ledger.entry_recorded':
+    case 'ledger.pending_confirmed':
+    case 'ledger.pending_cancelled':
+      state.ledger = ledger.evolve(state.ledger, fact);
       return state;
   }
 }

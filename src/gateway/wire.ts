@@ -9,7 +9,9 @@ export function iso(ms: number | null): string | null {
   return ms === null ? null : new Date(ms).toISOString();
 }
 
-export function customerWire(c: CustomerView) {
+export function customerWire(
+  c: Pick<CustomerView, 'id' | 'externalId' | 'attributes' | 'version' | 'createdAtMs' | 'updatedAtMs' | 'deletedAtMs'>,
+) {
   return {
     id: c.id,
     external_id: c.externalId,
@@ -34,4 +36,38 @@ export function unwrap(result: CallResult): Extract<CallResult, { ok: true }>['r
     param: result.param,
     retryAfterSeconds: result.retryAfterSeconds,
   });
+}
+
+export function balanceWire(b: { currency: string; available: number; pending: number; lifetimeEarned: number }) {
+  return { currency: b.currency, available: b.available, pending: b.pending, lifetime_earned: b.lifetimeEarned };
+}
+
+export function ledgerEntryWire(e: {
+  id: string;
+  currency: string;
+  type: string;
+  status: string;
+  amount: number;
+  remaining: number;
+  expiresAtMs: number | null;
+  confirmAfterMs: number | null;
+  reason: string | null;
+  sourceType: string | null;
+  sourceId: string | null;
+  createdAtMs: number;
+}) {
+  return {
+    id: e.id,
+    currency: e.currency,
+    type: e.type,
+    status: e.status,
+    amount: e.amount,
+    remaining: e.remaining,
+    expires_at: iso(e.expiresAtMs),
+    confirm_after: iso(e.confirmAfterMs),
+    reason: e.reason,
+    source_type: e.sourceType,
+    source_id: e.sourceId,
+    created_at: iso(e.createdAtMs),
+  };
 }

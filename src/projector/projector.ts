@@ -6,6 +6,7 @@
 import type { Logger } from 'pino';
 import { decodeEntry, type JournalRecord } from '../actors/codec.js';
 import type { Fact } from '../domain/customer.js';
+import { entryRowChanges } from '../domain/ledger.js';
 import { projectorLagRecords } from '../observability/metrics.js';
 import { compareOffsets, type Journal, type Offset, offsetZero } from '../persistence/ports.js';
 import type { Projection } from '../persistence/sql/read-model.js';
@@ -238,6 +239,35 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
           out.push({ kind: 'alias.upsert', environmentId, alias: f.alias, customerId, aliasKind: f.aliasKind, createdAtMs: f.atMs });
           break;
         case 'customer.merged':
+          break;
+        case 'ledger.entry_recorded':
+        case 'ledger.pending_confirmed':
+        case 'ledger.pending_cancelled':
+          for (const change of entryRowChanges(f)) {
+            if (change.op === 'update') {
+              out.push({ kind: 'ledger.update', environmentId, id: change.id, remaining: change.remaining, status: change.status });
+            } else {
+              const e = change.entry;
+              out.push({
+                kind: 'ledger.insert',
+                environmentId,
+                customerId,
+                id: e.id,
+                currency: e.currency,
+                type: e.type,
+                status: e.status,
+                amount: e.amount,
+                remaining: e.remaining,
+                expiresAtMs: e.expiresAtMs,
+                confirmAfterMs: e.confirmAfterMs,
+                reason: e.reason,
+                sourceType: e.sourceType,
+                sourceId: e.sourceId,
+                reversesEntryId: e.reversesEntryId,
+                createdAtMs: e.createdAtMs,
+              });
+            }
+          }
           break;
       }
     }

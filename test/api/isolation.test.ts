@@ -65,6 +65,7 @@ const routes: RouteCase[] = [
   { name: 'GET event-made customer', method: 'GET', openapi: '/v1/customers/{id}', allow: withCustomer, scope: 'customers:read', path: (i) => `/v1/customers/${i.eventCustomer}` },
   { name: 'GET state', method: 'GET', openapi: '/v1/customers/{id}/state', allow: withCustomer, scope: 'customers:read', path: (i) => `/v1/customers/${i.customer}/state` },
   { name: 'GET balances', method: 'GET', openapi: '/v1/customers/{id}/balances', allow: withCustomer, scope: 'ledger:read', path: (i) => `/v1/customers/${i.customer}/balances` },
+  { name: 'GET ledger_entries', method: 'GET', openapi: '/v1/customers/{id}/ledger_entries', allow: management, scope: 'ledger:read', path: (i) => `/v1/customers/${i.customer}/ledger_entries` },
   { name: 'GET export', method: 'GET', openapi: '/v1/customers/{id}/export', allow: management, scope: 'customers:read', path: (i) => `/v1/customers/${i.eventCustomer}/export` },
   {
     name: 'PATCH customer',

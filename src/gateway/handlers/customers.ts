@@ -13,7 +13,7 @@ import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
-import { aliasWire, customerWire, iso, unwrap } from '../wire.js';
+import { aliasWire, balanceWire, customerWire, iso, ledgerEntryWire, unwrap } from '../wire.js';
 
 const attributesSchema = z
   .record(z.string().min(1).max(128), z.unknown())
@@ -60,6 +60,26 @@ export interface CustomerReadModel {
       createdAtMs: number;
       updatedAtMs: number;
       deletedAtMs: number | null;
+    }>
+  >;
+  listLedgerEntries(
+    environmentId: string,
+    customerId: string,
+    q: { limit: number; before: null },
+  ): Promise<
+    Array<{
+      id: string;
+      currency: string;
+      type: string;
+      status: string;
+      amount: number;
+      remaining: number;
+      expiresAtMs: number | null;
+      confirmAfterMs: number | null;
+      reason: string | null;
+      sourceType: string | null;
+      sourceId: string | null;
+      createdAtMs: number;
     }>
   >;
   listCustomerEvents(
@@ -128,7 +148,7 @@ async function view(deps: CustomerDeps, env: string, target: Target): Promise<Cu
 function stateWire(c: CustomerView) {
   return {
     customer: customerWire(c),
-    balances: [],
+    balances: c.balances.map(balanceWire),
     tiers: [],
     segments: [],
     counters: {},
@@ -176,7 +196,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         return {
           status: 200,
           body: toPage(rows, page.limit, (r) => [r.id], (r) =>
-            customerWire({ ...r, environmentId: env, aliases: [], mergedFrom: [], eventCount: 0 }),
+            customerWire(r),
           ),
         };
       },
@@ -284,8 +304,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = envOf(ctx.principal);
         const id = ctx.params.id ?? '';
         await checkSelf(deps, env, ctx.principal, id);
-        await view(deps, env, idTarget(id));
-        return { status: 200, body: { data: [] } };
+        const c = await view(deps, env, idTarget(id));
+        return { status: 200, body: { data: c.balances.map(balanceWire) } };
       },
     }),
     route({
@@ -299,7 +319,10 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = envOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
         await deps.drainProjector();
-        const events = await deps.readModel.listCustomerEvents(env, c.id, { limit: exportEventsMax + 1 });
+        const [events, entries] = await Promise.all([
+          deps.readModel.listCustomerEvents(env, c.id, { limit: exportEventsMax + 1 }),
+          deps.readModel.listLedgerEntries(env, c.id, { limit: exportEventsMax, before: null }),
+        ]);
         const shown = events.slice(0, exportEventsMax);
         return {
           status: 200,
@@ -316,7 +339,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
             })),
             // The export holds the newest events; older ones (if any) were received before this instant.
             events_since: events.length > exportEventsMax ? iso(shown[shown.length - 1]!.receivedAtMs) : null,
-            ledger_entries: [],
+            ledger_entries: entries.map(ledgerEntryWire),
             reward_issuances: [],
             tiers: [],
             challenge_progress: [],

@@ -9,7 +9,29 @@ import { compareOffsets, type Offset, offsetZero } from '../ports.js';
 import type { Sql } from './db.js';
 
 /** What the projector derives from journal facts. Plain data. */
+/** A ledger entry row as the projector writes it (from LedgerEntry facts). */
+export interface LedgerRow {
+  environmentId: string;
+  id: string;
+  customerId: string;
+  currency: string;
+  type: string;
+  status: string;
+  amount: number;
+  remaining: number;
+  expiresAtMs: number | null;
+  confirmAfterMs: number | null;
+  reason: string | null;
+  sourceType: string | null;
+  sourceId: string | null;
+  reversesEntryId: string | null;
+  createdAtMs: number;
+}
+
 export type Projection =
+  | ({ kind: 'ledger.insert' } & LedgerRow)
+  /** Sets an entry's remaining and, when given, its status (spends, expiry, confirmation). */
+  | { kind: 'ledger.update'; environmentId: string; id: string; remaining: number; status: string | null }
   | {
       kind: 'customer.upsert';
       environmentId: string;
@@ -208,6 +230,8 @@ export class PgReadModel {
         'customer.erase': [],
         'alias.upsert': [],
         'event.insert': [],
+        'ledger.insert': [],
+        'ledger.update': [],
       };
       const moved: Array<{ partition: number; offset: Offset }> = [];
       for (const b of batches) {
@@ -216,7 +240,8 @@ export class PgReadModel {
         moved.push({ partition: b.partition, offset: b.offset });
       }
       if (moved.length === 0) return;
-      for (const kind of ['customer.upsert', 'customer.erase', 'alias.upsert', 'event.insert'] as const) {
+      // Ledger updates after inserts: an entry and the debit that consumes it may share a batch.
+      for (const kind of ['customer.upsert', 'customer.erase', 'alias.upsert', 'event.insert', 'ledger.insert', 'ledger.update'] as const) {
         if (byKind[kind].length > 0) await this.applyRun(tx, byKind[kind]);
       }
       await tx`
@@ -236,6 +261,10 @@ export class PgReadModel {
         return this.upsertAliases(tx, run as Array<Of<'alias.upsert'>>);
       case 'event.insert':
         return this.insertEvents(tx, run as Array<Of<'event.insert'>>);
+      case 'ledger.insert':
+        return this.insertLedger(tx, run as Array<Of<'ledger.insert'>>);
+      case 'ledger.update':
+        return this.updateLedger(tx, run as Array<Of<'ledger.update'>>);
     }
   }
 
@@ -343,6 +372,85 @@ export class PgReadModel {
         from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text)
         on conflict (environment_id, id) do nothing`;
     }
+  }
+
+  private async insertLedger(tx: Tx, run: Array<Of<'ledger.insert'>>): Promise<void> {
+    for (const part of chunks(run, rowsPerStatementMax)) {
+      const doc = json(
+        part.map((p) => ({
+          e: p.environmentId,
+          i: p.id,
+          c: p.customerId,
+          cur: p.currency,
+          t: p.type,
+          s: p.status,
+          a: p.amount,
+          r: p.remaining,
+          x: p.expiresAtMs,
+          ca: p.confirmAfterMs,
+          re: p.reason,
+          st: p.sourceType,
+          si: p.sourceId,
+          rv: p.reversesEntryId,
+          at: p.createdAtMs,
+        })),
+      );
+      await tx`
+        insert into ledger_entries (environment_id, id, customer_id, currency, type, status, amount, remaining,
+          expires_at, confirm_after, reason, source_type, source_id, reverses_entry_id, created_at)
+        select u.e, u.i, u.c, u.cur, u.t, u.s, u.a, u.r, to_timestamp(u.x / 1000), to_timestamp(u.ca / 1000),
+               u.re, u.st, u.si, u.rv, to_timestamp(u.at / 1000)
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, c text, cur text, t text, s text, a bigint,
+          r bigint, x float8, ca float8, re text, st text, si text, rv text, at float8)
+        on conflict (environment_id, id) do nothing`;
+    }
+  }
+
+  /** In fact order: the last change of an entry in the batch wins. */
+  private async updateLedger(tx: Tx, run: Array<Of<'ledger.update'>>): Promise<void> {
+    const rows = lastPerKey(run, (p) => pairKey(p.environmentId, p.id));
+    for (const part of chunks(rows, rowsPerStatementMax)) {
+      const doc = json(part.map((p) => ({ e: p.environmentId, i: p.id, r: p.remaining, s: p.status })));
+      await tx`
+        update ledger_entries l set remaining = u.r, status = coalesce(u.s, l.status)
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, r bigint, s text)
+        where l.environment_id = u.e and l.id = u.i`;
+    }
+  }
+
+  /** A customer's ledger entries, newest first; limit+1 rows for paging (keyset on created_at, id). */
+  async listLedgerEntries(
+    environmentId: string,
+    customerId: string,
+    q: { limit: number; before: { createdAtMs: number; id: string } | null },
+  ): Promise<LedgerRow[]> {
+    const rows = await this.sql.unsafe(
+      `select environment_id, id, customer_id, currency, type, status, amount::float8 as amount, remaining::float8 as remaining,
+              ${ms('expires_at')} as expires_at_ms, ${ms('confirm_after')} as confirm_after_ms, reason, source_type, source_id,
+              reverses_entry_id, ${ms('created_at')} as created_at_ms
+       from ledger_entries
+       where environment_id = $1 and customer_id = $2
+         and ($3::float8 is null or (created_at, id) < (to_timestamp($3::float8 / 1000), $4::text))
+       order by created_at desc, id desc limit $5`,
+      [environmentId, customerId, q.before?.createdAtMs ?? null, q.before?.id ?? '', q.limit],
+    );
+    return rows.map((r) => ({
+      environmentId: r.environment_id as string,
+      id: r.id as string,
+      customerId: r.customer_id as string,
+      currency: r.currency as string,
+      type: r.type as string,
+      status: r.status as string,
+      amount: r.amount as number,
+      remaining: r.remaining as number,
+      expiresAtMs: (r.expires_at_ms as number | null) ?? null,
+      confirmAfterMs: (r.confirm_after_ms as number | null) ?? null,
+      reason: (r.reason as string | null) ?? null,
+      sourceType: (r.source_type as string | null) ?? null,
+      sourceId: (r.source_id as string | null) ?? null,
+      reversesEntryId: (r.reverses_entry_id as string | null) ?? null,
+      createdAtMs: r.created_at_ms as number,
+    }));
   }
 
   /** The offset of the newest batch applied for the partition, or '0'. */
