@@ -10,7 +10,9 @@ import { ClusterPlacement } from './cluster/placement.js';
 import { type Config, storageMode } from './config.js';
 import { AttributeCatalog } from './catalog/attributes.js';
 import { CurrencyCatalog } from './catalog/currencies.js';
+import { TierProgramCatalog } from './catalog/tier-programs.js';
 import { ledgerRoutes } from './gateway/handlers/ledger.js';
+import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
 import { attributeRoutes } from './gateway/handlers/attributes.js';
 import { customerRoutes } from './gateway/handlers/customers.js';
 import { eventRoutes } from './gateway/handlers/events.js';
@@ -125,6 +127,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await attributes.start();
   const currencies = new CurrencyCatalog(sql, storage.bus);
   await currencies.start();
+  const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
+  await tiers.start();
   // Expired idempotency results are purged in batches; the index keeps this cheap.
   const purgeTimer = setInterval(() => {
     void idempotency.purgeExpired().catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
@@ -166,6 +170,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
       }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, currencies, readModel, drainProjector: () => projector.drain() }),
+      ...tierProgramRoutes({ tiers, currencies }),
       ...customerRoutes({
         engine,
         checkAttributes: (env, attrs) => attributes.check(env, attrs),

@@ -1,0 +1,161 @@
+// Tier programs: POST /v1/tier_programs (idempotent), GET list and one (id or key, ETag = version),
+// PATCH with If-Match. Removing a held level without reassign_to, or changing the basis (or a rolling
+// basis's rolling_days) without reevaluate: true, is 409 resource_in_use. Customer tiers are not
+// tracked yet, so the holder counts behind the level guard are 0 until the actor integration lands.
+import { z } from 'zod';
+import type { CurrencyCatalog } from '../../catalog/currencies.js';
+import type { TierProgramCatalog, TierProgramRecord } from '../../catalog/tier-programs.js';
+import { tierBases } from '../../domain/tiers.js';
+import { ApiError } from '../../errors/api-error.js';
+import { limits } from '../../limits.js';
+import type { Principal } from '../../tenancy/types.js';
+import { etagHeader, expectedVersion } from '../etag.js';
+import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
+import { type AnyRoute, type AuthSpec, type RequestContext, route } from '../route.js';
+import { iso } from '../wire.js';
+
+// Shapes only: ranges, ordering and level keys are checked by validateTierProgram so that the
+// error names the wire path (levels[1].threshold) with the domain's message.
+const level = z.strictObject({ key: z.string(), title: z.string(), threshold: z.number() });
+const levels = z.array(level).max(1000);
+const basis = z.enum(tierBases as [string, ...string[]]);
+const downgradeCheck = z.strictObject({ every_days: z.number() }).nullable();
+
+const createBody = z.strictObject({
+  key: z
+    .string()
+    .min(1)
+    .max(64)
+    .regex(/^[a-z][a-z0-9_]*$/, 'Use snake_case, e.g. status.'),
+  name: z.string().min(1).max(limits.nameCharsMax),
+  currency: z.string().min(1).max(64),
+  basis,
+  rolling_days: z.number().nullable().optional(),
+  levels,
+  downgrade_check: downgradeCheck.optional(),
+});
+
+const patchBody = z.strictObject({
+  name: z.string().min(1).max(limits.nameCharsMax).optional(),
+  basis: basis.optional(),
+  rolling_days: z.number().nullable().optional(),
+  levels: levels.optional(),
+  downgrade_check: downgradeCheck.optional(),
+  reassign_to: z.string().min(1).max(64).nullable().optional(),
+  reevaluate: z.boolean().optional(),
+});
+
+export interface TierProgramDeps {
+  tiers: TierProgramCatalog;
+  /** Currency keys are checked by the catalog; kept here so the routes list names its inputs. */
+  currencies: CurrencyCatalog;
+}
+
+function envOf(p: Principal): string {
+  if (p.environment === null) throw new ApiError('environment_required');
+  return p.environment.id;
+}
+
+type Basis = TierProgramRecord['basis'];
+
+function checkOf(c: { every_days: number } | null | undefined): { everyDays: number } | null | undefined {
+  return c === undefined ? undefined : c === null ? null : { everyDays: c.every_days };
+}
+
+export function tierProgramWire(p: TierProgramRecord) {
+  return {
+    id: p.id,
+    key: p.key,
+    name: p.name,
+    currency: p.currency,
+    basis: p.basis,
+    rolling_days: p.rollingDays,
+    levels: p.levels.map((l) => ({ key: l.key, title: l.title, threshold: l.threshold })),
+    downgrade_check: p.downgradeCheck === null ? null : { every_days: p.downgradeCheck.everyDays },
+    version: p.version,
+    created_at: iso(p.createdAtMs),
+    updated_at: iso(p.updatedAtMs),
+  };
+}
+
+const readAuth: AuthSpec = { kind: 'credential', scopes: ['programs:read'], allow: ['secret', 'pat', 'session'] };
+const writeAuth: AuthSpec = { kind: 'credential', scopes: ['programs:write'], allow: ['secret', 'pat', 'session'] };
+
+export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
+  return [
+    route({
+      method: 'POST',
+      path: '/v1/tier_programs',
+      summary: 'Define a tier program (basis lifetime_earned, earned_rolling_days with rolling_days, or balance; levels ascend from 0)',
+      tag: 'Tiers',
+      auth: writeAuth,
+      body: createBody,
+      idempotent: true,
+      responses: { 201: { description: 'The tier program (ETag = version).' } },
+      handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
+        const b = ctx.body;
+        const p = await deps.tiers.create(envOf(ctx.principal), {
+          key: b.key,
+          name: b.name,
+          currency: b.currency,
+          basis: b.basis as Basis,
+          rollingDays: b.rolling_days ?? null,
+          levels: b.levels,
+          downgradeCheck: checkOf(b.downgrade_check) ?? null,
+        });
+        return { status: 201, body: tierProgramWire(p), headers: etagHeader(p.version) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/tier_programs',
+      summary: 'List tier programs',
+      tag: 'Tiers',
+      auth: readAuth,
+      query: pageQuerySchema,
+      responses: { 200: { description: 'A page of tier programs.' } },
+      handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
+        const page = pageRequest(ctx.query);
+        const rows = await deps.tiers.list(envOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
+        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], tierProgramWire) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/tier_programs/:id',
+      summary: 'Read a tier program by id or key',
+      tag: 'Tiers',
+      auth: readAuth,
+      responses: { 200: { description: 'The tier program (ETag = version).' } },
+      handler: async (ctx: RequestContext) => {
+        const p = await deps.tiers.get(envOf(ctx.principal), ctx.params.id ?? '');
+        return { status: 200, body: tierProgramWire(p), headers: etagHeader(p.version) };
+      },
+    }),
+    route({
+      method: 'PATCH',
+      path: '/v1/tier_programs/:id',
+      summary: 'Edit a tier program (If-Match); basis changes need reevaluate: true, removing a held level needs reassign_to',
+      tag: 'Tiers',
+      auth: writeAuth,
+      body: patchBody,
+      responses: { 200: { description: 'The tier program (ETag = version).' } },
+      handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
+        const b = ctx.body;
+        const p = await deps.tiers.update(
+          envOf(ctx.principal),
+          ctx.params.id ?? '',
+          {
+            name: b.name,
+            basis: b.basis as Basis | undefined,
+            rollingDays: b.rolling_days,
+            levels: b.levels,
+            downgradeCheck: checkOf(b.downgrade_check),
+          },
+          { expectedVersion: expectedVersion(ctx.headers), reassignTo: b.reassign_to ?? null, reevaluate: b.reevaluate === true },
+        );
+        return { status: 200, body: tierProgramWire(p), headers: etagHeader(p.version) };
+      },
+    }),
+  ];
+}
