@@ -3,6 +3,7 @@
 // that may use the route gets 404 resource_not_found; one that may not gets the same refusal as for
 // an id that exists nowhere (no existence oracle). Lists and external-id lookups never show foreign
 // data, and nothing the other tenant tried changed the first tenant's resources.
+import { allScopes } from '../../src/tenancy/types.js';
 import t, { type Test } from 'tap';
 import { type Client, idem, signUp, startForTest, type Tenant } from '../helpers/service.js';
 
@@ -37,24 +38,6 @@ interface RouteCase {
   idempotent?: boolean;
 }
 
-const allScopes = [
-  'events:write',
-  'events:read',
-  'customers:read',
-  'customers:write',
-  'ledger:read',
-  'ledger:write',
-  'programs:read',
-  'programs:write',
-  'notifications:read',
-  'notifications:write',
-  'webhooks:read',
-  'webhooks:write',
-  'audit:read',
-  'config:read',
-  'config:write',
-  'customer_sessions:write',
-];
 const customerTokenScopes = ['customers:read', 'ledger:read', 'programs:read', 'notifications:read', 'notifications:write'];
 const management = ['secret', 'pat', 'session'] as const;
 const withCustomer = ['secret', 'pat', 'session', 'customer'] as const;
