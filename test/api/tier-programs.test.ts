@@ -1,0 +1,244 @@
+// Black-box API tests of tier programs (create, list, get by id or key, PATCH with If-Match and the
+// edit guards) plus the catalog over a real database with a stub holder count, because the API
+// answers with 0 holders per level until per-customer tiers are tracked.
+import t from 'tap';
+import type { Currency } from '../../src/catalog/currencies.js';
+import { type HoldersByLevel, TierProgramCatalog } from '../../src/catalog/tier-programs.js';
+import { ApiError } from '../../src/errors/api-error.js';
+import { MemoryBus } from '../../src/persistence/memory/bus.js';
+import { idem, signUp, startForTest } from '../helpers/service.js';
+import { sqlForTest } from '../helpers/sql.js';
+
+const levels = [
+  { key: 'bronze', title: 'Bronze', threshold: 0 },
+  { key: 'silver', title: 'Silver', threshold: 1000 },
+  { key: 'gold', title: 'Gold', threshold: 5000 },
+];
+
+t.test('tier programs over the API', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+
+  let id = '';
+
+  await t.test('create (idempotent), wire shape and ETag', async (t) => {
+    const key = idem();
+    const body = { key: 'status', name: 'Status', currency: 'coins', basis: 'lifetime_earned', levels, downgrade_check: { every_days: 30 } };
+    const r = await api.post('/v1/tier_programs', body, key);
+    t.equal(r.status, 201);
+    t.match(r.body, {
+      id: /^tp_/,
+      key: 'status',
+      name: 'Status',
+      currency: 'coins',
+      basis: 'lifetime_earned',
+      rolling_days: null,
+      levels,
+      downgrade_check: { every_days: 30 },
+      version: 1,
+      created_at: String,
+      updated_at: String,
+    });
+    t.equal(r.headers.get('etag'), '"1"');
+    id = r.body.id;
+    const again = await api.post('/v1/tier_programs', body, key);
+    t.equal(again.status, 201);
+    t.equal(again.body.id, id, 'the same Idempotency-Key answers as the first time');
+
+    const rolling = await api.post(
+      '/v1/tier_programs',
+      { key: 'season', name: 'Season', currency: 'coins', basis: 'earned_rolling_days', rolling_days: 90, levels },
+      idem(),
+    );
+    t.equal(rolling.status, 201);
+    t.match(rolling.body, { rolling_days: 90, downgrade_check: null });
+  });
+
+  await t.test('create errors: already_exists, validation_failed with the wire path, unknown currency', async (t) => {
+    const dup = await api.post('/v1/tier_programs', { key: 'status', name: 'Again', currency: 'coins', basis: 'balance', levels }, idem());
+    t.equal(dup.status, 409);
+    t.equal(dup.body.error.code, 'already_exists');
+    t.equal(dup.body.error.param, 'key');
+
+    const badThreshold = await api.post(
+      '/v1/tier_programs',
+      { key: 'bad', name: 'Bad', currency: 'coins', basis: 'balance', levels: [levels[0], { key: 'x', title: 'X', threshold: 0 }] },
+      idem(),
+    );
+    t.equal(badThreshold.status, 400);
+    t.equal(badThreshold.body.error.code, 'validation_failed');
+    t.equal(badThreshold.body.error.param, 'levels[1].threshold');
+
+    const firstNotZero = await api.post(
+      '/v1/tier_programs',
+      { key: 'bad', name: 'Bad', currency: 'coins', basis: 'balance', levels: [{ key: 'a', title: 'A', threshold: 5 }] },
+      idem(),
+    );
+    t.equal(firstNotZero.body.error.param, 'levels[0].threshold');
+
+    const noRolling = await api.post('/v1/tier_programs', { key: 'bad', name: 'Bad', currency: 'coins', basis: 'earned_rolling_days', levels }, idem());
+    t.equal(noRolling.body.error.code, 'validation_failed');
+    t.equal(noRolling.body.error.param, 'rolling_days');
+
+    const badCheck = await api.post(
+      '/v1/tier_programs',
+      { key: 'bad', name: 'Bad', currency: 'coins', basis: 'balance', levels, downgrade_check: { every_days: 0 } },
+      idem(),
+    );
+    t.equal(badCheck.body.error.param, 'downgrade_check.every_days');
+
+    const badBasis = await api.post('/v1/tier_programs', { key: 'bad', name: 'Bad', currency: 'coins', basis: 'spent', levels }, idem());
+    t.equal(badBasis.status, 400);
+    t.equal(badBasis.body.error.param, 'basis');
+
+    const noCurrency = await api.post('/v1/tier_programs', { key: 'bad', name: 'Bad', currency: 'gems', basis: 'balance', levels }, idem());
+    t.equal(noCurrency.status, 404);
+    t.equal(noCurrency.body.error.code, 'resource_not_found');
+    t.equal(noCurrency.body.error.param, 'currency');
+  });
+
+  await t.test('list (paged), get by id or key, another environment is 404', async (t) => {
+    const page = await api.get('/v1/tier_programs?limit=1');
+    t.equal(page.status, 200);
+    t.equal(page.body.data.length, 1);
+    t.equal(page.body.has_more, true);
+    const next = await api.get(`/v1/tier_programs?limit=1&cursor=${page.body.next_cursor}`);
+    t.equal(next.body.data.length, 1);
+    t.not(next.body.data[0].id, page.body.data[0].id);
+    t.equal(next.body.has_more, false);
+    const badCursor = await api.get('/v1/tier_programs?cursor=***');
+    t.equal(badCursor.body.error.code, 'invalid_cursor');
+
+    const byId = await api.get(`/v1/tier_programs/${id}`);
+    t.equal(byId.status, 200);
+    t.equal(byId.headers.get('etag'), '"1"');
+    const byKey = await tenant.admin.get('/v1/tier_programs/status');
+    t.equal(byKey.status, 200, 'a PAT reads too');
+    t.equal(byKey.body.id, id);
+
+    const missing = await api.get('/v1/tier_programs/tp_nope');
+    t.equal(missing.status, 404);
+    t.equal(missing.body.error.code, 'resource_not_found');
+    const live = tenant.admin.with({ 'x-service-environment': tenant.liveEnv });
+    t.equal((await live.get(`/v1/tier_programs/${id}`)).status, 404);
+    t.equal((await live.patch(`/v1/tier_programs/${id}`, { name: 'Hijack' }, { 'if-match': '"1"' })).status, 404);
+    t.same((await live.get('/v1/tier_programs')).body.data, []);
+  });
+
+  await t.test('scopes: programs:read for GETs, programs:write for writes', async (t) => {
+    const readOnly = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'reader', scopes: ['programs:read'] }, idem());
+    t.equal(readOnly.status, 201);
+    const reader = anon.with({ authorization: `Bearer ${readOnly.body.token}` });
+    t.equal((await reader.get('/v1/tier_programs')).status, 200);
+    const denied = await reader.post('/v1/tier_programs', { key: 'x', name: 'X', currency: 'coins', basis: 'balance', levels }, idem());
+    t.equal(denied.status, 403);
+    t.equal(denied.body.error.code, 'insufficient_scope');
+    t.equal((await reader.patch(`/v1/tier_programs/${id}`, { name: 'X' })).body.error.code, 'insufficient_scope');
+    const other = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'customers only', scopes: ['customers:read'] }, idem());
+    const stranger = anon.with({ authorization: `Bearer ${other.body.token}` });
+    t.equal((await stranger.get(`/v1/tier_programs/${id}`)).body.error.code, 'insufficient_scope');
+    t.equal((await anon.get('/v1/tier_programs')).status, 401);
+  });
+
+  await t.test('patch with If-Match: edits, stale_write, validation', async (t) => {
+    const r = await api.patch(
+      `/v1/tier_programs/${id}`,
+      { name: 'Status 2', levels: [...levels, { key: 'platinum', title: 'Platinum', threshold: 20000 }], downgrade_check: null },
+      { 'if-match': '"1"' },
+    );
+    t.equal(r.status, 200);
+    t.match(r.body, { name: 'Status 2', version: 2, downgrade_check: null });
+    t.equal(r.body.levels.length, 4);
+    t.equal(r.headers.get('etag'), '"2"');
+
+    const stale = await api.patch(`/v1/tier_programs/${id}`, { name: 'Late' }, { 'if-match': '"1"' });
+    t.equal(stale.status, 409);
+    t.equal(stale.body.error.code, 'stale_write');
+    const badTag = await api.patch(`/v1/tier_programs/${id}`, { name: 'Late' }, { 'if-match': 'nope' });
+    t.equal(badTag.body.error.code, 'validation_failed');
+    t.equal(badTag.body.error.param, 'If-Match');
+
+    const badLevels = await api.patch(`/v1/tier_programs/${id}`, { levels: [{ key: 'a', title: 'A', threshold: 10 }] }, { 'if-match': '"2"' });
+    t.equal(badLevels.body.error.code, 'validation_failed');
+    t.equal(badLevels.body.error.param, 'levels[0].threshold');
+    const unknownField = await api.patch(`/v1/tier_programs/${id}`, { currency: 'gems' }, { 'if-match': '"2"' });
+    t.equal(unknownField.body.error.code, 'validation_failed');
+    const badReassign = await api.patch(`/v1/tier_programs/${id}`, { levels: levels.slice(0, 2), reassign_to: 'gold' }, { 'if-match': '"2"' });
+    t.equal(badReassign.body.error.code, 'validation_failed');
+    t.equal(badReassign.body.error.param, 'reassign_to');
+    t.equal((await api.get(`/v1/tier_programs/${id}`)).body.version, 2, 'failed edits change nothing');
+  });
+
+  await t.test('guards: basis and rolling_days need reevaluate; level removal is free with 0 holders', async (t) => {
+    const basis = await api.patch(`/v1/tier_programs/${id}`, { basis: 'balance' }, { 'if-match': '"2"' });
+    t.equal(basis.status, 409);
+    t.equal(basis.body.error.code, 'resource_in_use');
+    t.equal(basis.body.error.param, 'basis');
+    const ok = await api.patch(`/v1/tier_programs/${id}`, { basis: 'balance', reevaluate: true }, { 'if-match': '"2"' });
+    t.equal(ok.status, 200);
+    t.match(ok.body, { basis: 'balance', version: 3 });
+
+    const rollingDays = await api.patch('/v1/tier_programs/season', { rolling_days: 30 });
+    t.equal(rollingDays.status, 409);
+    t.equal(rollingDays.body.error.code, 'resource_in_use');
+    t.equal(rollingDays.body.error.param, 'rolling_days');
+    const toRolling = await api.patch(`/v1/tier_programs/${id}`, { basis: 'earned_rolling_days', reevaluate: true }, { 'if-match': '"3"' });
+    t.equal(toRolling.body.error.param, 'rolling_days', 'a rolling basis needs rolling_days');
+    const withDays = await api.patch('/v1/tier_programs/season', { rolling_days: 30, reevaluate: true });
+    t.match(withDays.body, { rolling_days: 30, version: 2 });
+    const leaveRolling = await api.patch('/v1/tier_programs/season', { basis: 'balance', reevaluate: true });
+    t.match(leaveRolling.body, { basis: 'balance', rolling_days: null }, 'leaving a rolling basis drops rolling_days');
+
+    // Nobody holds a level yet (customer tiers are not tracked), so removal needs no reassign_to.
+    const removed = await api.patch(`/v1/tier_programs/${id}`, { levels: levels.slice(0, 2) }, { 'if-match': '"3"' });
+    t.equal(removed.status, 200);
+    t.same(
+      removed.body.levels.map((l: { key: string }) => l.key),
+      ['bronze', 'silver'],
+    );
+  });
+});
+
+t.test('catalog guards with a stub holder count', async (t) => {
+  const { sql } = await sqlForTest(t, 'postgres');
+  const held: Record<string, number> = { gold: 3 };
+  const asked: string[] = [];
+  const holders: HoldersByLevel = async (_env, program) => {
+    asked.push(program.id);
+    return held;
+  };
+  const currencies = { all: async () => [{ key: 'coins' } as Currency] };
+  const catalog = new TierProgramCatalog(sql, new MemoryBus(), currencies, holders);
+  await catalog.start();
+  const env = 'env_test';
+  const p = await catalog.create(env, { key: 'vip', name: 'VIP', currency: 'coins', basis: 'lifetime_earned', rollingDays: null, levels, downgradeCheck: null });
+  t.same((await catalog.all(env)).map((x) => x.key), ['vip']);
+
+  const code = async (fn: () => Promise<unknown>) => {
+    try {
+      await fn();
+      return 'ok';
+    } catch (err) {
+      return err instanceof ApiError ? `${err.code}:${err.param}` : String(err);
+    }
+  };
+
+  t.equal(await code(() => catalog.update(env, p.id, { levels: levels.slice(0, 2) })), 'resource_in_use:levels', 'gold is held by 3');
+  t.same(asked, [p.id]);
+  t.equal(await code(() => catalog.update(env, p.id, { levels: [levels[0]!, levels[2]!] })), 'ok', 'silver is held by nobody');
+  t.equal(await code(() => catalog.update(env, 'vip', { levels: [levels[0]!] }, { reassignTo: 'bronze', expectedVersion: 1 })), 'stale_write:undefined');
+  const moved = await catalog.update(env, 'vip', { levels: [levels[0]!] }, { reassignTo: 'bronze', expectedVersion: 2 });
+  t.same(
+    moved.levels.map((l) => l.key),
+    ['bronze'],
+  );
+  t.equal(moved.version, 3);
+  t.same((await catalog.all(env))[0]!.levels.length, 1, 'the cache dropped the old definition');
+
+  asked.length = 0;
+  t.equal(await code(() => catalog.update(env, p.id, { name: 'Renamed' })), 'ok');
+  t.same(asked, [], 'holders are only counted when an edit removes levels');
+  t.equal(await code(() => catalog.get('env_other', p.id)), 'resource_not_found:id');
+});
