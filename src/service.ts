@@ -10,8 +10,10 @@ import { ClusterPlacement } from './cluster/placement.js';
 import { type Config, storageMode } from './config.js';
 import { AttributeCatalog } from './catalog/attributes.js';
 import { CurrencyCatalog } from './catalog/currencies.js';
+import { RuleCatalog } from './catalog/rules.js';
 import { TierProgramCatalog } from './catalog/tier-programs.js';
 import { ledgerRoutes } from './gateway/handlers/ledger.js';
+import { rulesRoutes } from './gateway/handlers/rules.js';
 import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
 import { attributeRoutes } from './gateway/handlers/attributes.js';
 import { customerRoutes } from './gateway/handlers/customers.js';
@@ -127,6 +129,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await attributes.start();
   const currencies = new CurrencyCatalog(sql, storage.bus);
   await currencies.start();
+  const rules = new RuleCatalog(sql, storage.bus);
+  await rules.start();
   const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
   await tiers.start();
   // Expired idempotency results are purged in batches; the index keeps this cheap.
@@ -170,6 +174,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
       }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, currencies, readModel, drainProjector: () => projector.drain() }),
+      ...rulesRoutes({ rules, pool }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...customerRoutes({
         engine,

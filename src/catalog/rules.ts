@@ -1,0 +1,315 @@
+// Rules of an environment (spec 2.5, 3, 4.4): a draft definition, immutable numbered versions with
+// their compiled plans, and the status machine. Rows live in PostgreSQL; every write runs in one
+// transaction on the locked row (If-Match compared there). Every node caches each environment's
+// published plans in priority order (dropped on a bus message when any node changes a rule).
+import type { RuleMeta, RulePlan } from '../domain/rules/compile.js';
+import { ApiError } from '../errors/api-error.js';
+import { newId } from '../ids.js';
+import type { Bus } from '../persistence/ports.js';
+import type { Sql } from '../persistence/sql/db.js';
+
+export const ruleStatuses = ['draft', 'published', 'paused', 'archived'] as const;
+export type RuleStatus = (typeof ruleStatuses)[number];
+
+export interface RuleVersion {
+  id: string;
+  ruleId: string;
+  number: number;
+  definition: unknown;
+  createdBy: string | null;
+  createdAtMs: number;
+}
+
+export interface Rule {
+  id: string;
+  name: string;
+  campaignId: string | null;
+  status: RuleStatus;
+  priority: number;
+  /** The unpublished edit; null when nothing changed since the active version was published. */
+  draftDefinition: unknown;
+  activeVersion: { id: string; number: number; definition: unknown; createdAtMs: number } | null;
+  version: number;
+  createdAtMs: number;
+  updatedAtMs: number;
+}
+
+/**
+ * Status transitions (spec part 3). Each operation lists the statuses it starts from; anything
+ * else is 409 invalid_state. publish also needs a draft (draft_definition not null): publishing
+ * with no change since the active version is invalid_state, never a silent new version. Publishing
+ * a new draft of a paused rule makes it published. Rollback keeps the status and needs an active
+ * version; archived is final (archiving it again, editing or publishing it: invalid_state).
+ */
+export const ruleTransitions = {
+  publish: { from: ['draft', 'published', 'paused'], to: 'published' },
+  pause: { from: ['published'], to: 'paused' },
+  resume: { from: ['paused'], to: 'published' },
+  archive: { from: ['draft', 'published', 'paused'], to: 'archived' },
+  rollback: { from: ['published', 'paused'], to: null },
+  edit: { from: ['draft', 'published', 'paused'], to: null },
+} as const satisfies Record<string, { from: readonly RuleStatus[]; to: RuleStatus | null }>;
+export type RuleOperation = keyof typeof ruleTransitions;
+
+/** Compiles a definition into a plan (the gateway passes one that runs in the worker pool). */
+export type CompileFn = (definition: unknown, meta: RuleMeta) => Promise<RulePlan>;
+
+interface Change {
+  name?: string;
+  campaignId?: string | null;
+  priority?: number;
+  status?: RuleStatus;
+  draftDefinition?: unknown;
+  activeVersionId?: string | null;
+}
+
+interface TxHelpers {
+  versionByNumber(n: number): Promise<string | null>;
+  /** Inserts the next numbered version and returns its id. */
+  addVersion(v: { definition: unknown; plan: RulePlan; number: number; createdBy: string | null }): Promise<string>;
+  nextNumber(): Promise<number>;
+}
+
+const channel = 'rules.changed';
+
+const selectRule = `
+  select r.*, v.number as av_number, v.definition as av_definition, v.created_at as av_created_at
+  from rules r left join rule_versions v on v.environment_id = r.environment_id and v.id = r.active_version_id`;
+
+function jsonText(v: unknown): string | null {
+  return v === null || v === undefined ? null : JSON.stringify(v);
+}
+
+function ruleRow(r: Record<string, unknown>): Rule {
+  return {
+    id: r.id as string,
+    name: r.name as string,
+    campaignId: (r.campaign_id as string | null) ?? null,
+    status: r.status as RuleStatus,
+    priority: r.priority as number,
+    draftDefinition: r.draft_definition ?? null,
+    activeVersion:
+      r.active_version_id === null || r.active_version_id === undefined
+        ? null
+        : {
+            id: r.active_version_id as string,
+            number: r.av_number as number,
+            definition: r.av_definition,
+            createdAtMs: (r.av_created_at as Date).getTime(),
+          },
+    version: r.version as number,
+    createdAtMs: (r.created_at as Date).getTime(),
+    updatedAtMs: (r.updated_at as Date).getTime(),
+  };
+}
+
+function versionRow(r: Record<string, unknown>): RuleVersion {
+  return {
+    id: r.id as string,
+    ruleId: r.rule_id as string,
+    number: r.number as number,
+    definition: r.definition,
+    createdBy: (r.created_by as string | null) ?? null,
+    createdAtMs: (r.created_at as Date).getTime(),
+  };
+}
+
+function notFound(id: string): ApiError {
+  return new ApiError('resource_not_found', { message: `No rule ${id}.`, param: 'id' });
+}
+
+function requireState(rule: Rule, op: RuleOperation): void {
+  const allowed: readonly RuleStatus[] = ruleTransitions[op].from;
+  if (!allowed.includes(rule.status)) {
+    throw new ApiError('invalid_state', {
+      message: `Cannot ${op} a rule that is ${rule.status}.`,
+      details: { status: rule.status, allowed_from: allowed },
+    });
+  }
+}
+
+export class RuleCatalog {
+  private readonly cache = new Map<string, Promise<RulePlan[]>>();
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly bus: Bus,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
+  }
+
+  private async changed(environmentId: string): Promise<void> {
+    this.cache.delete(environmentId);
+    await this.bus.publish(channel, environmentId).catch(() => {});
+  }
+
+  async create(
+    environmentId: string,
+    input: { name: string; definition: unknown; priority: number; campaignId: string | null },
+  ): Promise<Rule> {
+    const id = newId('rule');
+    await this.sql`
+      insert into rules (environment_id, id, name, campaign_id, status, priority, draft_definition)
+      values (${environmentId}, ${id}, ${input.name}, ${input.campaignId}, 'draft', ${input.priority}, (${jsonText(input.definition)}::text)::jsonb)`;
+    await this.changed(environmentId);
+    return this.get(environmentId, id);
+  }
+
+  async get(environmentId: string, id: string): Promise<Rule> {
+    const rows = await this.sql.unsafe(`${selectRule} where r.environment_id = $1 and r.id = $2`, [environmentId, id]);
+    if (rows.length === 0) throw notFound(id);
+    return ruleRow(rows[0]!);
+  }
+
+  /** Ordered by id; `after` is the last id of the previous page. */
+  async list(
+    environmentId: string,
+    q: { limit: number; after: string | null; status: RuleStatus | null; campaignId: string | null },
+  ): Promise<Rule[]> {
+    const rows = await this.sql.unsafe(
+      `${selectRule}
+       where r.environment_id = $1 and ($2::text is null or r.id > $2) and ($3::text is null or r.status = $3)
+         and ($4::text is null or r.campaign_id = $4)
+       order by r.id limit $5`,
+      [environmentId, q.after, q.status, q.campaignId, q.limit],
+    );
+    return rows.map(ruleRow);
+  }
+
+  /** Versions newest first; `before` is the last number of the previous page. */
+  async versions(environmentId: string, id: string, q: { limit: number; before: number | null }): Promise<RuleVersion[]> {
+    await this.get(environmentId, id);
+    const rows = await this.sql`
+      select * from rule_versions
+      where environment_id = ${environmentId} and rule_id = ${id} and (${q.before}::int is null or number < ${q.before})
+      order by number desc limit ${q.limit}`;
+    return rows.map(versionRow);
+  }
+
+  /** PATCH: name, campaign_id, priority and the draft definition. Refused once archived. */
+  update(
+    environmentId: string,
+    id: string,
+    expected: number | undefined,
+    patch: { name?: string; campaignId?: string | null; priority?: number; definition?: unknown },
+  ): Promise<Rule> {
+    return this.mutate(environmentId, id, expected, async (rule) => {
+      requireState(rule, 'edit');
+      const change: Change = {};
+      if (patch.name !== undefined) change.name = patch.name;
+      if (patch.campaignId !== undefined) change.campaignId = patch.campaignId;
+      if (patch.priority !== undefined) change.priority = patch.priority;
+      if (patch.definition !== undefined) change.draftDefinition = patch.definition;
+      return change;
+    });
+  }
+
+  /** Compiles the draft (compile runs while the row is locked), stores version n+1 and activates it. */
+  publish(environmentId: string, id: string, expected: number | undefined, createdBy: string | null, compile: CompileFn): Promise<Rule> {
+    return this.mutate(environmentId, id, expected, async (rule, tx) => {
+      requireState(rule, 'publish');
+      if (rule.draftDefinition === null) {
+        throw new ApiError('invalid_state', {
+          message: 'Nothing to publish: the draft has not changed since the active version.',
+          details: { status: rule.status, active_version: rule.activeVersion?.number ?? null },
+        });
+      }
+      const number = await tx.nextNumber();
+      const plan = await compile(rule.draftDefinition, { ruleId: rule.id, versionNumber: number, priority: rule.priority });
+      const versionId = await tx.addVersion({ definition: rule.draftDefinition, plan, number, createdBy });
+      return { status: 'published', activeVersionId: versionId, draftDefinition: null };
+    });
+  }
+
+  /** pause, resume or archive (see ruleTransitions). */
+  transition(environmentId: string, id: string, expected: number | undefined, op: 'pause' | 'resume' | 'archive'): Promise<Rule> {
+    return this.mutate(environmentId, id, expected, async (rule) => {
+      requireState(rule, op);
+      return { status: ruleTransitions[op].to };
+    });
+  }
+
+  /** The active version becomes version `number`; already active: no change (version kept). */
+  rollback(environmentId: string, id: string, expected: number | undefined, number: number): Promise<Rule> {
+    return this.mutate(environmentId, id, expected, async (rule, tx) => {
+      requireState(rule, 'rollback');
+      const versionId = await tx.versionByNumber(number);
+      if (versionId === null) throw new ApiError('resource_not_found', { message: `Rule ${id} has no version ${number}.`, param: 'number' });
+      if (rule.activeVersion?.id === versionId) return null;
+      return { activeVersionId: versionId };
+    });
+  }
+
+  /** The plans of the environment's published rules, highest priority first (ties by rule id), cached. */
+  publishedPlans(environmentId: string): Promise<RulePlan[]> {
+    let cached = this.cache.get(environmentId);
+    if (!cached) {
+      cached = this.sql`
+        select r.priority, v.plan from rules r join rule_versions v on v.environment_id = r.environment_id and v.id = r.active_version_id
+        where r.environment_id = ${environmentId} and r.status = 'published'
+        order by r.priority desc, r.id`.then((rows) =>
+        // The plan keeps the priority it was compiled with; the rule's current one wins.
+        rows.map((r) => ({ ...(r.plan as RulePlan), priority: r.priority as number })),
+      );
+      cached.catch(() => this.cache.delete(environmentId));
+      this.cache.set(environmentId, cached);
+    }
+    return cached;
+  }
+
+  /**
+   * Locks the rule, checks the expected version (stale_write), lets `fn` decide the change (null:
+   * nothing changes, the rule is answered as is), writes it with version + 1 and reloads.
+   */
+  private async mutate(
+    environmentId: string,
+    id: string,
+    expected: number | undefined,
+    fn: (rule: Rule, tx: TxHelpers) => Promise<Change | null>,
+  ): Promise<Rule> {
+    const changed = await this.sql.begin(async (tx) => {
+      const rows = await tx.unsafe(`${selectRule} where r.environment_id = $1 and r.id = $2 for update of r`, [environmentId, id]);
+      if (rows.length === 0) throw notFound(id);
+      const rule = ruleRow(rows[0]!);
+      if (expected !== undefined && expected !== rule.version) {
+        throw new ApiError('stale_write', { details: { current_version: rule.version } });
+      }
+      const helpers: TxHelpers = {
+        versionByNumber: async (n) => {
+          const r = await tx`select id from rule_versions where environment_id = ${environmentId} and rule_id = ${id} and number = ${n}`;
+          return r.length === 0 ? null : (r[0]!.id as string);
+        },
+        nextNumber: async () => {
+          const r = await tx`select coalesce(max(number), 0) + 1 as n from rule_versions where environment_id = ${environmentId} and rule_id = ${id}`;
+          return Number(r[0]!.n);
+        },
+        addVersion: async (v) => {
+          const versionId = newId('rv');
+          await tx`
+            insert into rule_versions (environment_id, id, rule_id, number, definition, plan, created_by)
+            values (${environmentId}, ${versionId}, ${id}, ${v.number}, (${jsonText(v.definition)}::text)::jsonb, (${jsonText(v.plan)}::text)::jsonb, ${v.createdBy})`;
+          return versionId;
+        },
+      };
+      const change = await fn(rule, helpers);
+      if (change === null) return false;
+      const draft = change.draftDefinition !== undefined ? change.draftDefinition : rule.draftDefinition;
+      await tx`
+        update rules set
+          name = ${change.name ?? rule.name},
+          campaign_id = ${change.campaignId !== undefined ? change.campaignId : rule.campaignId},
+          priority = ${change.priority ?? rule.priority},
+          status = ${change.status ?? rule.status},
+          draft_definition = (${jsonText(draft)}::text)::jsonb,
+          active_version_id = ${change.activeVersionId !== undefined ? change.activeVersionId : (rule.activeVersion?.id ?? null)},
+          version = version + 1,
+          updated_at = now()
+        where environment_id = ${environmentId} and id = ${id}`;
+      return true;
+    });
+    if (changed) await this.changed(environmentId);
+    return this.get(environmentId, id);
+  }
+}

@@ -1,0 +1,230 @@
+// Black-box API tests of rules: create (idempotent, rule_invalid with every problem), list filters,
+// get, PATCH with If-Match, the status machine (publish, pause, resume, archive), versions paging,
+// rollback, simulate traces, and isolation between environments.
+import t from 'tap';
+import { idem, signUp, startForTest } from '../helpers/service.js';
+
+const definition = (minTotal: number, amount = 10) => ({
+  schema: 'service.rule/v2',
+  trigger: { kind: 'customer_event', event: 'order.completed' },
+  trust: { minimum: 'merchant_asserted' },
+  conditions: { all: [{ path: 'event.properties.total', op: 'gte', value: minTotal }] },
+  actions: [{ type: 'points.award', currency: 'points', amount }],
+});
+
+t.test('rules', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+
+  let ruleId = '';
+
+  await t.test('create is idempotent and answers a draft', async (t) => {
+    const key = idem();
+    const body = { name: 'Big orders', definition: definition(10), priority: 5, campaign_id: 'camp_1' };
+    const r = await api.post('/v1/rules', body, key);
+    t.equal(r.status, 201);
+    t.match(r.body, {
+      id: /^rule_/,
+      name: 'Big orders',
+      campaign_id: 'camp_1',
+      status: 'draft',
+      priority: 5,
+      active_version: null,
+      draft_definition: definition(10),
+      version: 1,
+      created_at: String,
+      updated_at: String,
+    });
+    t.equal(r.headers.get('etag'), '"1"');
+    ruleId = r.body.id;
+    const again = await api.post('/v1/rules', body, key);
+    t.equal(again.status, 201);
+    t.same(again.body, r.body, 'replayed, not created twice');
+    const reused = await api.post('/v1/rules', { ...body, name: 'Other' }, key);
+    t.equal(reused.body.error.code, 'idempotency_key_reused');
+    t.equal((await api.post('/v1/rules', body)).body.error.code, 'idempotency_key_required');
+    const list = await api.get('/v1/rules');
+    t.equal(list.body.data.length, 1);
+  });
+
+  await t.test('an invalid definition is 422 rule_invalid naming every problem', async (t) => {
+    const bad = {
+      schema: 'service.rule/v2',
+      trigger: { kind: 'customer_event', event: 'order.completed' },
+      conditions: { all: [{ path: 'x.y', op: 'eq', value: 1 }, { path: 'event.properties.total', op: 'nope', value: 1 }] },
+      actions: [{ type: 'points.award', currency: 'points' }],
+    };
+    const r = await api.post('/v1/rules', { name: 'Bad', definition: bad }, idem());
+    t.equal(r.status, 422);
+    t.equal(r.body.error.code, 'rule_invalid');
+    t.ok(Array.isArray(r.body.error.details) && r.body.error.details.length >= 3, JSON.stringify(r.body.error.details));
+    t.equal(r.body.error.param, r.body.error.details[0].param, 'param names the first problem');
+    const params = r.body.error.details.map((d: { param: string }) => d.param);
+    t.ok(params.includes('conditions.all[0].path'), 'names the unknown path');
+    t.ok(
+      params.some((p: string) => p.startsWith('conditions.all[1]')),
+      'names the unknown operator',
+    );
+    t.ok(
+      params.some((p: string) => p.startsWith('actions[0]')),
+      'names the action without an amount',
+    );
+    for (const d of r.body.error.details) t.type(d.message, 'string');
+    const missing = await api.post('/v1/rules', { name: 'No definition' }, idem());
+    t.equal(missing.body.error.code, 'validation_failed');
+    t.equal(missing.body.error.param, 'definition');
+  });
+
+  await t.test('PATCH edits the draft with If-Match; a stale version is stale_write', async (t) => {
+    const r = await api.patch(`/v1/rules/${ruleId}`, { name: 'Bigger orders', definition: definition(20) }, { 'if-match': '"1"' });
+    t.equal(r.status, 200);
+    t.match(r.body, { name: 'Bigger orders', version: 2, draft_definition: definition(20), status: 'draft' });
+    t.equal(r.headers.get('etag'), '"2"');
+    const stale = await api.patch(`/v1/rules/${ruleId}`, { priority: 9 }, { 'if-match': '"1"' });
+    t.equal(stale.status, 409);
+    t.equal(stale.body.error.code, 'stale_write');
+    const invalid = await api.patch(`/v1/rules/${ruleId}`, { definition: { schema: 'service.rule/v9' } }, { 'if-match': '"2"' });
+    t.equal(invalid.body.error.code, 'rule_invalid');
+    const empty = await api.patch(`/v1/rules/${ruleId}`, {});
+    t.equal(empty.body.error.code, 'validation_failed');
+    t.equal((await api.get(`/v1/rules/${ruleId}`)).body.version, 2, 'refused edits changed nothing');
+  });
+
+  await t.test('the status machine: publish, pause, resume, archive and invalid transitions', async (t) => {
+    t.equal((await api.post(`/v1/rules/${ruleId}/pause`)).body.error.code, 'invalid_state', 'a draft cannot be paused');
+    t.equal((await api.post(`/v1/rules/${ruleId}/resume`)).body.error.code, 'invalid_state', 'a draft cannot be resumed');
+    const p = await api.post(`/v1/rules/${ruleId}/publish`);
+    t.equal(p.status, 200);
+    t.match(p.body, { status: 'published', version: 3, draft_definition: null, active_version: { id: /^rv_/, number: 1, definition: definition(20) } });
+    const again = await api.post(`/v1/rules/${ruleId}/publish`);
+    t.equal(again.status, 409, 'nothing changed since the active version');
+    t.equal(again.body.error.code, 'invalid_state');
+    t.equal((await api.post(`/v1/rules/${ruleId}/resume`)).body.error.code, 'invalid_state', 'a published rule cannot be resumed');
+    const paused = await api.post(`/v1/rules/${ruleId}/pause`);
+    t.match(paused.body, { status: 'paused', version: 4 });
+    t.equal((await api.post(`/v1/rules/${ruleId}/pause`)).body.error.code, 'invalid_state');
+    const resumed = await api.post(`/v1/rules/${ruleId}/resume`);
+    t.match(resumed.body, { status: 'published', version: 5 });
+    // Two more versions: edit and publish twice.
+    await api.patch(`/v1/rules/${ruleId}`, { definition: definition(30) });
+    const v2 = await api.post(`/v1/rules/${ruleId}/publish`);
+    t.match(v2.body, { status: 'published', active_version: { number: 2 } });
+    await api.patch(`/v1/rules/${ruleId}`, { definition: definition(40) });
+    const v3 = await api.post(`/v1/rules/${ruleId}/publish`, {}, { 'if-match': `"${v2.body.version + 1}"` });
+    t.match(v3.body, { active_version: { number: 3, definition: definition(40) } });
+    const stalePublish = await api.post(`/v1/rules/${ruleId}/pause`, {}, { 'if-match': '"1"' });
+    t.equal(stalePublish.body.error.code, 'stale_write');
+  });
+
+  await t.test('versions page newest first; rollback activates an earlier number', async (t) => {
+    const first = await api.get(`/v1/rules/${ruleId}/versions?limit=2`);
+    t.equal(first.status, 200);
+    t.same(
+      first.body.data.map((v: { number: number }) => v.number),
+      [3, 2],
+    );
+    t.match(first.body.data[0], { id: /^rv_/, rule_id: ruleId, number: 3, definition: definition(40), created_by: String, created_at: String });
+    t.equal(first.body.has_more, true);
+    const rest = await api.get(`/v1/rules/${ruleId}/versions?limit=2&cursor=${first.body.next_cursor}`);
+    t.same(
+      rest.body.data.map((v: { number: number }) => v.number),
+      [1],
+    );
+    t.equal(rest.body.has_more, false);
+    t.equal((await api.get(`/v1/rules/${ruleId}/versions?cursor=abc`)).body.error.code, 'invalid_cursor');
+
+    const before = (await api.get(`/v1/rules/${ruleId}`)).body;
+    const rb = await api.post(`/v1/rules/${ruleId}/rollback`, { number: 1 });
+    t.equal(rb.status, 200);
+    t.match(rb.body, { status: 'published', version: before.version + 1, active_version: { number: 1, definition: definition(20) } });
+    const unknown = await api.post(`/v1/rules/${ruleId}/rollback`, { number: 99 });
+    t.equal(unknown.status, 404);
+    t.equal(unknown.body.error.code, 'resource_not_found');
+    t.equal((await api.post(`/v1/rules/${ruleId}/rollback`, { number: 0 })).body.error.code, 'validation_failed');
+    t.equal((await api.get(`/v1/rules/${ruleId}/versions`)).body.data.length, 3, 'rollback adds no version');
+  });
+
+  await t.test('simulate traces the rule against an event and changes nothing', async (t) => {
+    const before = (await api.get(`/v1/rules/${ruleId}`)).body;
+    const fire = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: { total: 25 } } });
+    t.equal(fire.status, 200);
+    t.equal(fire.body.simulated, true);
+    t.same(fire.body.plan, [{ type: 'points.award', currency: 'points', amount: 10 }], 'the active version (total >= 20) fires');
+    t.match(fire.body.trace, { outcome: { fired: true, actions: [{ type: 'points.award' }], limit_keys: [] }, steps: Array });
+    const cond = fire.body.trace.steps.find((s: { check: string }) => s.check === 'condition');
+    t.match(cond, { at: 'conditions.all[0]', path: 'event.properties.total', op: 'gte', expected: 20, actual: 25, found: true, pass: true });
+
+    const skip = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: { total: 5 } }, customer_id: 'someone' });
+    t.equal(skip.status, 200);
+    t.same(skip.body.plan, []);
+    t.match(skip.body.trace.outcome, { fired: false, reason: 'conditions_not_met' });
+    const low = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: { total: 50 }, trust: 'client_reported' } });
+    t.match(low.body.trace.outcome, { fired: false, reason: 'trust_below_minimum' });
+    const other = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'signup', properties: {} } });
+    t.match(other.body.trace.outcome, { fired: false, reason: 'trigger_mismatch' });
+
+    // A draft edit is what simulate runs when there is one.
+    await api.patch(`/v1/rules/${ruleId}`, { definition: definition(1, 3) });
+    const draft = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: { total: 5 } } });
+    t.same(draft.body.plan, [{ type: 'points.award', currency: 'points', amount: 3 }]);
+    t.equal((await api.post(`/v1/rules/${ruleId}/simulate`, { event: { properties: {} } })).body.error.code, 'validation_failed');
+    t.equal((await api.get(`/v1/rules/${ruleId}`)).body.version, before.version + 1, 'only the PATCH changed the rule');
+  });
+
+  await t.test('list filters by status and campaign_id and pages', async (t) => {
+    const second = (await api.post('/v1/rules', { name: 'Second', definition: definition(1) }, idem())).body;
+    const third = (await api.post('/v1/rules', { name: 'Third', definition: definition(1), campaign_id: 'camp_2' }, idem())).body;
+    const drafts = await api.get('/v1/rules?status=draft');
+    t.same(drafts.body.data.map((r: { id: string }) => r.id).sort(), [second.id, third.id].sort());
+    const published = await api.get('/v1/rules?status=published');
+    t.same(
+      published.body.data.map((r: { id: string }) => r.id),
+      [ruleId],
+    );
+    const camp = await api.get('/v1/rules?campaign_id=camp_2');
+    t.same(
+      camp.body.data.map((r: { id: string }) => r.id),
+      [third.id],
+    );
+    const page = await api.get('/v1/rules?limit=2');
+    t.equal(page.body.data.length, 2);
+    t.equal(page.body.has_more, true);
+    const rest = await api.get(`/v1/rules?limit=2&cursor=${page.body.next_cursor}`);
+    t.equal(rest.body.data.length, 1);
+    t.equal((await api.get('/v1/rules?status=nope')).body.error.code, 'validation_failed');
+
+    // Archive: final; edits, publish and rollback are invalid_state afterwards.
+    const archived = await api.post(`/v1/rules/${second.id}/archive`);
+    t.match(archived.body, { status: 'archived', version: 2 });
+    t.equal((await api.post(`/v1/rules/${second.id}/archive`)).body.error.code, 'invalid_state');
+    t.equal((await api.patch(`/v1/rules/${second.id}`, { name: 'x' })).body.error.code, 'invalid_state');
+    t.equal((await api.post(`/v1/rules/${second.id}/publish`)).body.error.code, 'invalid_state');
+    t.equal((await api.post(`/v1/rules/${second.id}/rollback`, { number: 1 })).body.error.code, 'invalid_state');
+    t.equal((await api.post(`/v1/rules/${third.id}/rollback`, { number: 1 })).body.error.code, 'invalid_state', 'a draft has no version to roll back to');
+  });
+
+  await t.test('scopes, unknown ids and other environments are 404', async (t) => {
+    t.equal((await api.get('/v1/rules/rule_nope')).body.error.code, 'resource_not_found');
+    t.equal((await api.post('/v1/rules/rule_nope/publish')).status, 404);
+    const live = tenant.admin.with({ 'x-service-environment': tenant.liveEnv });
+    const cases: Array<[string, string, unknown]> = [
+      ['GET', `/v1/rules/${ruleId}`, undefined],
+      ['GET', `/v1/rules/${ruleId}/versions`, undefined],
+      ['PATCH', `/v1/rules/${ruleId}`, { name: 'hijack' }],
+      ['POST', `/v1/rules/${ruleId}/publish`, {}],
+      ['POST', `/v1/rules/${ruleId}/pause`, {}],
+      ['POST', `/v1/rules/${ruleId}/archive`, {}],
+      ['POST', `/v1/rules/${ruleId}/rollback`, { number: 1 }],
+      ['POST', `/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: {} } }],
+    ];
+    for (const [method, path, body] of cases) {
+      const r = await live.request(method, path, body);
+      t.equal(r.status, 404, `${method} ${path}`);
+      t.equal(r.body.error.code, 'resource_not_found', `${method} ${path}`);
+    }
+    t.equal((await live.get('/v1/rules')).body.data.length, 0);
+    t.equal((await tenant.admin.get(`/v1/rules/${ruleId}`)).status, 200, 'a PAT reads it in its environment');
+    t.equal((await anon.get('/v1/rules')).status, 401);
+  });
+});
