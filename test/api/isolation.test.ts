@@ -24,6 +24,8 @@ interface Ids {
   externalId: string;
   event: string;
   key: string;
+  tierProgram: string;
+  rule: string;
 }
 
 interface RouteCase {
@@ -102,6 +104,25 @@ const routes: RouteCase[] = [
   },
   { name: 'GET event', method: 'GET', openapi: '/v1/events/{id}', allow: management, scope: 'events:read', path: (i) => `/v1/events/${i.event}` },
   { name: 'POST api_keys revoke', method: 'POST', openapi: '/v1/api_keys/{id}/revoke', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/api_keys/${i.key}/revoke`, body: () => ({}) },
+  { name: 'GET tier program', method: 'GET', openapi: '/v1/tier_programs/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/tier_programs/${i.tierProgram}` },
+  { name: 'PATCH tier program', method: 'PATCH', openapi: '/v1/tier_programs/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/tier_programs/${i.tierProgram}`, body: () => ({ name: 'hijacked' }) },
+  { name: 'GET rule', method: 'GET', openapi: '/v1/rules/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/rules/${i.rule}` },
+  { name: 'GET rule versions', method: 'GET', openapi: '/v1/rules/{id}/versions', allow: management, scope: 'programs:read', path: (i) => `/v1/rules/${i.rule}/versions` },
+  { name: 'PATCH rule', method: 'PATCH', openapi: '/v1/rules/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}`, body: () => ({ name: 'hijacked' }) },
+  {
+    name: 'POST rule simulate',
+    method: 'POST',
+    openapi: '/v1/rules/{id}/simulate',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/rules/${i.rule}/simulate`,
+    body: () => ({ event: { name: 'app.opened', properties: {} } }),
+  },
+  { name: 'POST rule publish', method: 'POST', openapi: '/v1/rules/{id}/publish', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/publish`, body: () => ({}) },
+  { name: 'POST rule pause', method: 'POST', openapi: '/v1/rules/{id}/pause', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/pause`, body: () => ({}) },
+  { name: 'POST rule resume', method: 'POST', openapi: '/v1/rules/{id}/resume', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/resume`, body: () => ({}) },
+  { name: 'POST rule rollback', method: 'POST', openapi: '/v1/rules/{id}/rollback', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/rollback`, body: () => ({ number: 1 }) },
+  { name: 'POST rule archive', method: 'POST', openapi: '/v1/rules/{id}/archive', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/archive`, body: () => ({}) },
   { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
 ];
 
@@ -112,6 +133,8 @@ const nowhere: Ids = {
   externalId: 'nobody-anywhere',
   event: 'evt_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   key: 'key_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  tierProgram: 'tp_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  rule: 'rule_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
 };
 
 const now = () => new Date(Date.now() - 1000).toISOString();
@@ -166,7 +189,30 @@ t.test('tenant isolation', async (t) => {
     t.equal(ev.status, 202, `${label}: event accepted`);
     const ec = await server.get(`/v1/customers?external_id=${label}-event-customer`);
     t.equal(ec.body.data.length, 1, `${label}: event created its customer`);
-    return { customer: c.body.id, eventCustomer: ec.body.data[0].id, externalId, event: ev.body.id, key: keyId };
+    const cur = await server.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+    t.equal(cur.status, 201, `${label}: currency created`);
+    const tp = await server.post(
+      '/v1/tier_programs',
+      { key: 'status', name: 'Status', currency: 'coins', basis: 'lifetime_earned', levels: [{ key: 'bronze', title: 'Bronze', threshold: 0 }, { key: 'silver', title: 'Silver', threshold: 100 }] },
+      idem(),
+    );
+    t.equal(tp.status, 201, `${label}: tier program created`);
+    const rule = await server.post(
+      '/v1/rules',
+      { name: 'welcome', definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'app.opened' }, actions: [{ type: 'points.award', currency: 'coins', amount: 10 }] } },
+      idem(),
+    );
+    t.equal(rule.status, 201, `${label}: rule created`);
+    t.equal((await server.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200, `${label}: rule published`);
+    return {
+      customer: c.body.id,
+      eventCustomer: ec.body.data[0].id,
+      externalId,
+      event: ev.body.id,
+      key: keyId,
+      tierProgram: tp.body.id,
+      rule: rule.body.id,
+    };
   }
 
   const aTest = await resources(a, a.testEnv, 'a-test');
