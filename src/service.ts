@@ -11,6 +11,7 @@ import { type Config, storageMode } from './config.js';
 import { AttributeCatalog } from './catalog/attributes.js';
 import { CurrencyCatalog } from './catalog/currencies.js';
 import { RuleCatalog } from './catalog/rules.js';
+import { RulesContexts } from './catalog/rules-context.js';
 import { TierProgramCatalog } from './catalog/tier-programs.js';
 import { ledgerRoutes } from './gateway/handlers/ledger.js';
 import { rulesRoutes } from './gateway/handlers/rules.js';
@@ -131,6 +132,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await currencies.start();
   const rules = new RuleCatalog(sql, storage.bus);
   await rules.start();
+  const rulesContexts = new RulesContexts(rules, currencies);
   const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
   await tiers.start();
   // Expired idempotency results are purged in batches; the index keeps this cheap.
@@ -171,6 +173,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         readModel,
         drainProjector: () => projector.drain(),
         nowMs: () => Date.now(),
+        rules: (env) => rulesContexts.get(env),
       }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, currencies, readModel, drainProjector: () => projector.drain() }),

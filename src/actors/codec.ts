@@ -48,6 +48,8 @@ type SnapshotV1 = [
   events: Uint8Array,
   /** Added with the ledger; absent in older snapshots (then empty). */
   ledger?: LedgerState,
+  /** Added with rules; absent in older snapshots (then empty). */
+  ruleLimits?: Record<string, number>,
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -68,6 +70,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.mergedFrom,
     events,
     s.ledger,
+    s.ruleLimits,
   ];
   return packr.pack(v1);
 }
@@ -92,6 +95,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     mergedFrom: v[11],
     events,
     ledger: v[13] ?? emptyLedger(),
+    ruleLimits: v[14] ?? {},
   };
 }
 

@@ -9,6 +9,7 @@ import { encodePartition, newCustomerId, newId, random53 } from '../ids.js';
 import { eventId } from '../domain/seen-events.js';
 import { limits } from '../limits.js';
 import type { LedgerReply } from '../domain/ledger.js';
+import type { Effect } from '../domain/rule-effects.js';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { mailboxDepth } from '../observability/metrics.js';
@@ -34,7 +35,7 @@ export interface Call {
 
 export type ReplyView =
   | { kind: 'customer'; customer: CustomerView }
-  | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string }
+  | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string; effects: Effect[] }
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | { kind: 'claimed'; mergedFrom: string | null }
   | { kind: 'ledger'; reply: LedgerReply }

@@ -6,6 +6,7 @@
 import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
 import * as ledger from './ledger.js';
+import { applyRules, type Effect, type RuleFact, type RulesContext } from './rule-effects.js';
 import { SeenEvents } from './seen-events.js';
 
 export interface Ctx {
@@ -41,6 +42,8 @@ export interface CustomerState {
   events: SeenEvents;
   /** Balances, lots and pending credits per currency. */
   ledger: ledger.LedgerState;
+  /** How many times each rule fired per limit scope ("rule|limit|scope" -> count). */
+  ruleLimits: Record<string, number>;
 }
 
 export type Command =
@@ -57,6 +60,10 @@ export type Command =
       occurredAtMs: number;
       properties: Record<string, unknown>;
       fp: number;
+      /** Trust of the sender (secret key: merchant_asserted; publishable key: client_reported). */
+      trust: string;
+      /** Published rules and currencies of the environment, loaded before the step; null: none. */
+      rules: RulesContext | null;
     }
   | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
   | { kind: 'customer.merge_into'; targetId: string }
@@ -87,7 +94,8 @@ export type Fact =
     }
   | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
   | { kind: 'customer.merged'; into: string; atMs: number }
-  | ledger.LedgerFact;
+  | ledger.LedgerFact
+  | RuleFact;
 
 export interface EventReply {
   kind: 'event';
@@ -95,6 +103,8 @@ export interface EventReply {
   clientEventId: string;
   duplicate: boolean;
   customerId: string;
+  /** What the rules did (empty for duplicates: the first answer's effects are not replayed). */
+  effects: Effect[];
 }
 
 export type Reply =
@@ -130,10 +140,12 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     if (cmd.kind === 'event.record') {
       const created = createdFact(cmd.externalId, {}, ctx);
       const recorded = recordedFact(cmd, ctx);
+      const facts: Fact[] = [created, recorded];
+      const effects = rulesFor(cmd, evolve(null, created), ctx, facts);
       return {
         ok: true,
-        facts: [created, recorded],
-        reply: { kind: 'event', id: recorded.id, clientEventId: cmd.clientEventId, duplicate: false, customerId: created.id },
+        facts,
+        reply: { kind: 'event', id: recorded.id, clientEventId: cmd.clientEventId, duplicate: false, customerId: created.id, effects },
       };
     }
     return fail('resource_not_found', 'No customer with this id.', 'id');
@@ -177,14 +189,16 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         return {
           ok: true,
           facts: noFacts,
-          reply: { kind: 'event', id: seen.id, clientEventId: cmd.clientEventId, duplicate: true, customerId: state.id },
+          reply: { kind: 'event', id: seen.id, clientEventId: cmd.clientEventId, duplicate: true, customerId: state.id, effects: [] },
         };
       }
       const recorded = recordedFact(cmd, ctx);
+      const facts: Fact[] = [recorded];
+      const effects = rulesFor(cmd, state, ctx, facts);
       return {
         ok: true,
-        facts: [recorded],
-        reply: { kind: 'event', id: recorded.id, clientEventId: cmd.clientEventId, duplicate: false, customerId: state.id },
+        facts,
+        reply: { kind: 'event', id: recorded.id, clientEventId: cmd.clientEventId, duplicate: false, customerId: state.id, effects },
       };
     }
     case 'alias.add': {
@@ -232,6 +246,16 @@ function createdFact(externalId: string, attributes: Record<string, unknown>, ct
   };
 }
 
+const noEffects: Effect[] = [];
+
+/** Runs the environment's rules for a new event; appends their facts; returns the effects. */
+function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerState, ctx: Ctx, facts: Fact[]): Effect[] {
+  if (cmd.rules === null || cmd.rules.plans.length === 0) return noEffects;
+  const r = applyRules(cmd.rules, { name: cmd.name, properties: cmd.properties, trust: cmd.trust }, subject, ctx);
+  for (const f of r.facts) facts.push(f);
+  return r.effects;
+}
+
 function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact & { kind: 'event.recorded' } {
   return {
     kind: 'event.recorded',
@@ -276,6 +300,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       mergedFrom: [],
       events: new SeenEvents(),
       ledger: ledger.emptyLedger(),
+      ruleLimits: {},
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -308,6 +333,9 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'ledger.pending_confirmed':
     case 'ledger.pending_cancelled':
       state.ledger = ledger.evolve(state.ledger, fact);
+      return state;
+    case 'rule.fired':
+      for (const k of fact.limitKeys) state.ruleLimits[k] = (state.ruleLimits[k] ?? 0) + 1;
       return state;
   }
 }

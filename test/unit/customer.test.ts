@@ -35,6 +35,8 @@ const ev = (id: string, fp: number): Command => ({
   occurredAtMs: 500,
   properties: { level: 3 },
   fp,
+  trust: 'merchant_asserted',
+  rules: null,
 });
 
 t.test('an event for an unknown customer creates it on first sight', async (t) => {

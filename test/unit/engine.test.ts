@@ -46,7 +46,7 @@ function shared() {
 const ev = (customer: string, id: string, fp = 1): Call => ({
   env: 'env_1',
   target: { by: 'key', key: customer },
-  command: { kind: 'event.record', externalId: customer, clientEventId: id, name: 'x.y', occurredAtMs: 1, properties: {}, fp },
+  command: { kind: 'event.record', externalId: customer, clientEventId: id, name: 'x.y', occurredAtMs: 1, properties: {}, fp, trust: 'merchant_asserted', rules: null },
   nowMs: 1000,
 });
 

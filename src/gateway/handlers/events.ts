@@ -7,6 +7,7 @@ import type { Engine } from '../../actors/engine.js';
 import type { CallResult } from '../../actors/partition.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
+import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import { canonicalJson, hash53 } from '../../util/canonical-json.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
@@ -67,6 +68,8 @@ export interface EventDeps {
   drainProjector(): Promise<void>;
   /** The environment's clock (the test clock in test environments). */
   nowMs(environmentId: string): number;
+  /** Published rules and currencies (sync when cached). */
+  rules(environmentId: string): RulesContext | null | Promise<RulesContext | null>;
 }
 
 type ItemResult = { status: number; body: Record<string, unknown> };
@@ -83,13 +86,22 @@ function parseEvent(raw: unknown, rawBytes: number, at: string): EventInput {
   return parsed.data;
 }
 
-async function recordOne(deps: EventDeps, env: string, ev: EventInput, sync: boolean, param: string): Promise<ItemResult> {
+async function recordOne(
+  deps: EventDeps,
+  env: string,
+  ev: EventInput,
+  sync: boolean,
+  param: string,
+  trust: string,
+): Promise<ItemResult> {
   const occurredAtMs = Date.parse(ev.occurred_at);
   const nowMs = deps.nowMs(env);
   if (occurredAtMs > nowMs + limits.occurredAtFutureSkewMs) {
     throw new ApiError('occurred_at_in_future', { param: param ? `${param}.occurred_at` : 'occurred_at' });
   }
   const fp = hash53(canonicalJson([ev.name, ev.customer_id, occurredAtMs, ev.properties]));
+  const loaded = deps.rules(env);
+  const rules = loaded instanceof Promise ? await loaded : loaded;
   const pending = deps.engine.execute({
     env,
     target: { by: 'key', key: ev.customer_id },
@@ -101,6 +113,8 @@ async function recordOne(deps: EventDeps, env: string, ev: EventInput, sync: boo
       occurredAtMs,
       properties: ev.properties,
       fp,
+      trust,
+      rules,
     },
     nowMs,
   });
@@ -123,10 +137,23 @@ async function recordOne(deps: EventDeps, env: string, ev: EventInput, sync: boo
   const reply = result.reply;
   if (reply.kind !== 'event') throw new ApiError('internal_error');
   const body: Record<string, unknown> = sync
-    ? { id: reply.id, client_event_id: reply.clientEventId, status: 'evaluated', effects: [] }
+    ? { id: reply.id, client_event_id: reply.clientEventId, status: 'evaluated', effects: reply.effects.map(effectWire) }
     : { id: reply.id, client_event_id: reply.clientEventId, status: 'accepted' };
   if (reply.duplicate) body.duplicate = true;
   return { status: sync ? 200 : 202, body };
+}
+
+function effectWire(e: Effect): Record<string, unknown> {
+  switch (e.type) {
+    case 'rule.fired':
+      return { type: e.type, rule_id: e.ruleId, version: e.version };
+    case 'points.awarded':
+      return { type: e.type, rule_id: e.ruleId, currency: e.currency, amount: e.amount, ledger_entry_id: e.entryId };
+    case 'rule.skipped':
+      return { type: e.type, rule_id: e.ruleId, reason: e.reason, detail: e.detail };
+    case 'action.skipped':
+      return { type: e.type, rule_id: e.ruleId, action: e.action, reason: e.reason };
+  }
 }
 
 function itemError(err: unknown, requestId: string): { error: unknown } {
@@ -164,6 +191,8 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
         }
         const sync = mode === 'sync';
         const isPublishable = principal.kind === 'publishable';
+        // Client-side credentials report events; server-side keys assert them (rule trust minimum).
+        const trust = isPublishable || principal.kind === 'customer' ? 'client_reported' : 'merchant_asserted';
         const checkAllowed = (name: string, param: string) => {
           if (isPublishable && !principal.allowedEvents.includes(name)) {
             throw new ApiError('forbidden', { message: `This publishable key may not send ${name}.`, param });
@@ -173,7 +202,7 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
           const { mode: _m, ...raw } = b;
           const ev = parseEvent(raw, ctx.rawBody.length, '');
           checkAllowed(ev.name, 'name');
-          const r = await recordOne(deps, env.id, ev, sync, '');
+          const r = await recordOne(deps, env.id, ev, sync, '', trust);
           return { status: r.status, body: r.body };
         }
         const items = b.events;
@@ -187,7 +216,7 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
             try {
               const ev = parseEvent(raw, mayBeLarge ? Buffer.byteLength(JSON.stringify(raw)) : 0, at);
               checkAllowed(ev.name, `${at}.name`);
-              const r = await recordOne(deps, env.id, ev, sync, at);
+              const r = await recordOne(deps, env.id, ev, sync, at, trust);
               return r.body;
             } catch (err) {
               const clientEventId = raw && typeof raw === 'object' && typeof (raw as { id?: unknown }).id === 'string' ? (raw as { id: string }).id : null;

@@ -1,0 +1,78 @@
+// Rules on events, end to end: a published rule awards points into the ledger in the same journal
+// entry as the event; sync answers list what happened and why a rule did not fire.
+import t from 'tap';
+import { idem, signUp, startForTest } from '../helpers/service.js';
+
+const now = () => new Date(Date.now() - 1000).toISOString();
+
+t.test('published rules award points on events', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const rule = await api.post(
+    '/v1/rules',
+    {
+      name: 'level up',
+      definition: {
+        schema: 'service.rule/v2',
+        trigger: { kind: 'customer_event', event: 'level.completed' },
+        limits: [{ id: 'twice', scope: ['customer'], max: 2 }],
+        conditions: { all: [{ path: 'event.properties.level', op: 'gte', value: 3 }] },
+        trust: { minimum: 'merchant_asserted' },
+        actions: [{ type: 'points.award', currency: 'coins', amount: 10 }],
+      },
+    },
+    idem(),
+  );
+  t.equal(rule.status, 201);
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+
+  const send = (id: string, level: number, occurredAt = now()) =>
+    api.post('/v1/events', { id, name: 'level.completed', customer_id: 'hero', occurred_at: occurredAt, properties: { level }, mode: 'sync' });
+
+  const firstAt = now();
+  const first = await send('l-1', 5, firstAt);
+  t.equal(first.status, 200);
+  t.match(first.body.effects, [
+    { type: 'rule.fired', rule_id: rule.body.id, version: 1 },
+    { type: 'points.awarded', rule_id: rule.body.id, currency: 'coins', amount: 10, ledger_entry_id: /^led_/ },
+  ]);
+  const low = await send('l-2', 1);
+  t.match(low.body.effects, [{ type: 'rule.skipped', rule_id: rule.body.id, reason: 'conditions_not_met' }]);
+  t.match((await send('l-3', 7)).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded' }]);
+  t.match((await send('l-4', 9)).body.effects, [{ type: 'rule.skipped', reason: 'limit_reached' }], 'the limit of two holds');
+  const dup = await send('l-1', 5, firstAt);
+  t.same(dup.body.effects, [], 'a duplicate applies nothing again');
+  t.equal(dup.body.duplicate, true);
+
+  const cid = (await api.get('/v1/customers?external_id=hero')).body.data[0].id;
+  t.same((await api.get(`/v1/customers/${cid}/balances`)).body.data, [{ currency: 'coins', available: 20, pending: 0, lifetime_earned: 20 }]);
+  const entries = (await api.get(`/v1/customers/${cid}/ledger_entries`)).body.data;
+  t.equal(entries.length, 2);
+  t.match(entries[0], { type: 'award', amount: 10, source_type: 'rule_execution', source_id: rule.body.id });
+
+  // A publishable key's events are client-reported: below the rule's trust minimum.
+  const pk = await tenant.admin.post('/v1/api_keys', { kind: 'publishable', name: 'web', allowed_events: ['level.completed'] }, idem());
+  const web = anon.with({ authorization: `Bearer ${pk.body.token}` });
+  const fromClient = await web.post('/v1/events', { id: 'w-1', name: 'level.completed', customer_id: 'other', occurred_at: now(), properties: { level: 5 }, mode: 'sync' });
+  t.match(fromClient.body.effects, [{ type: 'rule.skipped', reason: 'trust_below_minimum' }]);
+
+  // Actions whose mechanics are not in the engine yet are reported, never half-applied.
+  const grant = await api.post(
+    '/v1/rules',
+    {
+      name: 'chest',
+      definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'chest.opened' }, actions: [{ type: 'item.grant', item: 'sword', quantity: 1 }] },
+    },
+    idem(),
+  );
+  await api.post(`/v1/rules/${grant.body.id}/publish`, {});
+  const chest = await api.post('/v1/events', { id: 'c-1', name: 'chest.opened', customer_id: 'hero', occurred_at: now(), mode: 'sync' });
+  t.match(chest.body.effects, [{ type: 'rule.fired' }, { type: 'action.skipped', action: 'item.grant', reason: 'action_not_available' }]);
+
+  // Paused rules stop firing.
+  await api.post(`/v1/rules/${rule.body.id}/pause`, {});
+  const paused = await api.post('/v1/events', { id: 'l-9', name: 'level.completed', customer_id: 'fresh', occurred_at: now(), properties: { level: 5 }, mode: 'sync' });
+  t.same(paused.body.effects, []);
+});
