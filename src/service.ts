@@ -132,9 +132,9 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await currencies.start();
   const rules = new RuleCatalog(sql, storage.bus);
   await rules.start();
-  const rulesContexts = new RulesContexts(rules, currencies);
   const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
   await tiers.start();
+  const rulesContexts = new RulesContexts(rules, currencies, tiers);
   // Expired idempotency results are purged in batches; the index keeps this cheap.
   const purgeTimer = setInterval(() => {
     void idempotency.purgeExpired().catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
@@ -176,7 +176,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         rules: (env) => rulesContexts.get(env),
       }),
       ...attributeRoutes({ attributes }),
-      ...ledgerRoutes({ engine, currencies, readModel, drainProjector: () => projector.drain() }),
+      ...ledgerRoutes({ engine, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...rulesRoutes({ rules, pool }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...customerRoutes({

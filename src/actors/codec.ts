@@ -50,6 +50,8 @@ type SnapshotV1 = [
   ledger?: LedgerState,
   /** Added with rules; absent in older snapshots (then empty). */
   ruleLimits?: Record<string, number>,
+  /** Added with tiers; absent in older snapshots (then empty). */
+  tiers?: CustomerState['tiers'],
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -71,6 +73,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     events,
     s.ledger,
     s.ruleLimits,
+    s.tiers,
   ];
   return packr.pack(v1);
 }
@@ -96,6 +99,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     events,
     ledger: v[13] ?? emptyLedger(),
     ruleLimits: v[14] ?? {},
+    tiers: v[15] ?? {},
   };
 }
 

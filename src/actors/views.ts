@@ -18,6 +18,7 @@ export interface CustomerView {
   eventCount: number;
   /** Per currency, as of the view's time (due confirmations and expiries counted). */
   balances: Balance[];
+  tiers: Array<{ programId: string; level: string; sinceMs: number }>;
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -34,5 +35,6 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
     mergedFrom: [...s.mergedFrom],
     eventCount: s.events.size,
     balances: balances(s.ledger, nowMs),
+    tiers: Object.values(s.tiers).map((t) => ({ programId: t.programId, level: t.level, sinceMs: t.sinceMs })),
   };
 }

@@ -6,7 +6,8 @@
 import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
 import * as ledger from './ledger.js';
-import { applyRules, type Effect, type RuleFact, type RulesContext } from './rule-effects.js';
+import { applyRules, type Effect, type RuleFact, type RulesContext, tierFacts } from './rule-effects.js';
+import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 import { SeenEvents } from './seen-events.js';
 
 export interface Ctx {
@@ -44,6 +45,8 @@ export interface CustomerState {
   ledger: ledger.LedgerState;
   /** How many times each rule fired per limit scope ("rule|limit|scope" -> count). */
   ruleLimits: Record<string, number>;
+  /** Standing in each tier program, by program id. */
+  tiers: TiersState;
 }
 
 export type Command =
@@ -68,7 +71,7 @@ export type Command =
   | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
-  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[] };
+  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] };
 
 export type Fact =
   | {
@@ -95,7 +98,8 @@ export type Fact =
   | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
   | { kind: 'customer.merged'; into: string; atMs: number }
   | ledger.LedgerFact
-  | RuleFact;
+  | RuleFact
+  | TierFact;
 
 export interface EventReply {
   kind: 'event';
@@ -230,7 +234,14 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     case 'ledger.run': {
       const d = ledger.decide(state.ledger, cmd.command, cmd.currencies, ctx);
       if (!d.ok) return d;
-      return { ok: true, facts: d.facts, reply: { kind: 'ledger', reply: d.reply } };
+      if (cmd.tierPrograms.length === 0 || !('currency' in cmd.command)) {
+        return { ok: true, facts: d.facts, reply: { kind: 'ledger', reply: d.reply } };
+      }
+      // Tiers follow the ledger as it will be after this step.
+      let book = structuredClone(state.ledger);
+      for (const f of d.facts) book = ledger.evolve(book, f);
+      const t = tierFacts(cmd.tierPrograms, new Set([cmd.command.currency]), null, book, state.tiers, ctx);
+      return { ok: true, facts: [...d.facts, ...t.facts], reply: { kind: 'ledger', reply: d.reply } };
     }
   }
 }
@@ -301,6 +312,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       events: new SeenEvents(),
       ledger: ledger.emptyLedger(),
       ruleLimits: {},
+      tiers: {},
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -336,6 +348,11 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       return state;
     case 'rule.fired':
       for (const k of fact.limitKeys) state.ruleLimits[k] = (state.ruleLimits[k] ?? 0) + 1;
+      return state;
+    case 'tier.changed':
+    case 'tier.assigned':
+    case 'tier.downgrade_check_scheduled':
+      state.tiers = evolveTiers(state.tiers, fact);
       return state;
   }
 }

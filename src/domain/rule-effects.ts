@@ -5,25 +5,61 @@
 // Actions whose mechanics are not in the engine yet are reported as skipped, never half-applied.
 import * as ledger from './ledger.js';
 import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
+import { evaluateTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 
 export interface RulesContext {
   plans: readonly RulePlan[];
   currencies: readonly ledger.CurrencyConfig[];
+  /** Tier programs on the lifetime_earned and balance bases are evaluated after credits. */
+  tierPrograms: readonly TierProgram[];
 }
 
 export type RuleFact = { kind: 'rule.fired'; ruleId: string; versionNumber: number; limitKeys: string[]; atMs: number };
+const allPrograms: ReadonlySet<string> = new Set(['*']);
 
 export type Effect =
   | { type: 'rule.fired'; ruleId: string; version: number }
   | { type: 'points.awarded'; ruleId: string; currency: string; amount: number; entryId: string }
   | { type: 'rule.skipped'; ruleId: string; reason: string; detail: string }
-  | { type: 'action.skipped'; ruleId: string; action: string; reason: string };
+  | { type: 'action.skipped'; ruleId: string; action: string; reason: string }
+  | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' };
 
 export interface RuleSubject {
   externalId: string | null;
   attributes: Record<string, unknown>;
   ledger: ledger.LedgerState;
   ruleLimits: Record<string, number>;
+  tiers: TiersState;
+}
+
+/**
+ * Re-places the customer in every tier program fed by one of `currencies` (or named in `only`),
+ * from the ledger as it will be after this step. Rolling-window programs need earnings by date,
+ * which the ledger state does not keep yet: they are not evaluated here.
+ */
+export function tierFacts(
+  programs: readonly TierProgram[],
+  currencies: ReadonlySet<string>,
+  only: ReadonlySet<string> | null,
+  book: ledger.LedgerState,
+  tiers: TiersState,
+  ctx: { nowMs: number },
+): { facts: TierFact[]; effects: Effect[] } {
+  const facts: TierFact[] = [];
+  const effects: Effect[] = [];
+  for (const program of programs) {
+    if (program.basis === 'earned_rolling_days') continue;
+    if (!currencies.has(program.currency) && !(only?.has(program.key) || only?.has(program.id))) continue;
+    const b = ledger.balanceOf(book, program.currency, ctx.nowMs);
+    const r = evaluateTier(program, tiers[program.id] ?? null, { lifetimeEarned: b.lifetimeEarned, balance: b.available }, ctx);
+    for (const f of r.facts) {
+      facts.push(f);
+      if (f.kind === 'tier.changed') {
+        effects.push({ type: 'tier.changed', programId: f.programId, level: f.level, previousLevel: f.previousLevel, direction: f.direction });
+      }
+    }
+  }
+  return { facts, effects };
 }
 
 const noCounters: Record<string, number | undefined> = {};
@@ -45,8 +81,10 @@ export function applyRules(
   event: { name: string; properties: Record<string, unknown>; trust: string },
   subject: RuleSubject,
   ctx: ledger.LedgerCtx,
-): { facts: Array<RuleFact | ledger.LedgerFact>; effects: Effect[] } {
-  const facts: Array<RuleFact | ledger.LedgerFact> = [];
+): { facts: Array<RuleFact | ledger.LedgerFact | TierFact>; effects: Effect[] } {
+  const facts: Array<RuleFact | ledger.LedgerFact | TierFact> = [];
+  const credited = new Set<string>();
+  let evaluate: Set<string> | null = null;
   const effects: Effect[] = [];
   let book = subject.ledger;
   let bookIsCopy = false;
@@ -80,6 +118,11 @@ export function applyRules(
     });
     effects.push({ type: 'rule.fired', ruleId: plan.ruleId, version: plan.versionNumber });
     for (const action of outcome.actions) {
+      if (action.type === 'tier.evaluate') {
+        evaluate ??= new Set();
+        for (const k of action.program === null ? allPrograms : [action.program]) evaluate.add(k);
+        continue;
+      }
       if (action.type !== 'points.award') {
         effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: 'action_not_available' });
         continue;
@@ -110,10 +153,18 @@ export function applyRules(
         book = ledger.evolve(book, f);
         facts.push(f);
       }
+      credited.add(action.currency);
       if (d.reply.kind === 'ledger.entry') {
         effects.push({ type: 'points.awarded', ruleId: plan.ruleId, currency: action.currency, amount: action.amount, entryId: d.reply.entry.id });
       }
     }
+  }
+  if (credited.size > 0 || evaluate !== null) {
+    // tier.evaluate without a program re-places the customer in every program.
+    const feeding = evaluate?.has('*') ? new Set(rules.tierPrograms.map((p) => p.currency)) : credited;
+    const t = tierFacts(rules.tierPrograms, feeding, evaluate, book, subject.tiers, ctx);
+    for (const f of t.facts) facts.push(f);
+    for (const e of t.effects) effects.push(e);
   }
   return { facts, effects };
 }

@@ -76,3 +76,44 @@ t.test('published rules award points on events', async (t) => {
   const paused = await api.post('/v1/events', { id: 'l-9', name: 'level.completed', customer_id: 'fresh', occurred_at: now(), properties: { level: 5 }, mode: 'sync' });
   t.same(paused.body.effects, []);
 });
+
+t.test('tiers follow the ledger: rule awards and manual adjustments move customers between levels', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  await api.post('/v1/currencies', { key: 'xp', name: 'XP' }, idem());
+  const program = await api.post(
+    '/v1/tier_programs',
+    {
+      key: 'rank',
+      name: 'Rank',
+      currency: 'xp',
+      basis: 'lifetime_earned',
+      levels: [
+        { key: 'bronze', title: 'Bronze', threshold: 0 },
+        { key: 'silver', title: 'Silver', threshold: 100 },
+        { key: 'gold', title: 'Gold', threshold: 250 },
+      ],
+    },
+    idem(),
+  );
+  t.equal(program.status, 201);
+  const rule = await api.post(
+    '/v1/rules',
+    { name: 'xp', definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'match.won' }, actions: [{ type: 'points.award', currency: 'xp', amount: 60 }] } },
+    idem(),
+  );
+  await api.post(`/v1/rules/${rule.body.id}/publish`, {});
+  const win = (id: string) => api.post('/v1/events', { id, name: 'match.won', customer_id: 'climber', occurred_at: now(), mode: 'sync' });
+  const first = await win('w-1');
+  t.notOk(first.body.effects.some((e: { type: string }) => e.type === 'tier.changed'), 'placed on the base level, nothing to announce');
+  const second = await win('w-2');
+  t.match(second.body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 60 }, { type: 'tier.changed', program_id: program.body.id, level: 'silver', previous_level: 'bronze', direction: 'up' }]);
+  const cid = (await api.get('/v1/customers?external_id=climber')).body.data[0].id;
+  t.match((await api.get(`/v1/customers/${cid}/state`)).body.tiers, [{ program_id: program.body.id, level: 'silver', since: /Z$/ }]);
+  const adj = await api.post('/v1/ledger_entries', { customer_id: cid, currency: 'xp', amount: 200, reason: 'tournament prize' }, idem());
+  t.equal(adj.status, 201);
+  const st = await api.get(`/v1/customers/${cid}/state`);
+  t.match(st.body.tiers, [{ level: 'gold' }], 'a manual credit counts too');
+  t.match((await api.get(`/v1/customers/${cid}/export`)).body.tiers, [{ program: program.body.id, level: 'gold' }]);
+});

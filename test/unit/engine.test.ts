@@ -198,7 +198,7 @@ t.test('recovery rebuilds identical balances from snapshots plus the journal tai
   const adjust = (customer: string, amount: number, nowMs: number): Call => ({
     env: 'env_1',
     target: { by: 'key', key: customer },
-    command: { kind: 'ledger.run', currencies, command: { kind: 'ledger.adjust', currency: 'coins', amount, reason: 'test', expiresAtMs: amount > 0 ? nowMs + ((amount % 7) + 1) * 86_400_000 : undefined } },
+    command: { kind: 'ledger.run', currencies, tierPrograms: [], command: { kind: 'ledger.adjust', currency: 'coins', amount, reason: 'test', expiresAtMs: amount > 0 ? nowMs + ((amount % 7) + 1) * 86_400_000 : undefined } },
     nowMs,
   });
   const balancesOf = async (e: Engine, customer: string) => {

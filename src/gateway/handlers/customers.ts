@@ -149,7 +149,7 @@ function stateWire(c: CustomerView) {
   return {
     customer: customerWire(c),
     balances: c.balances.map(balanceWire),
-    tiers: [],
+    tiers: c.tiers.map((t) => ({ program_id: t.programId, level: t.level, since: iso(t.sinceMs) })),
     segments: [],
     counters: {},
     challenges: [],
@@ -341,7 +341,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
             events_since: events.length > exportEventsMax ? iso(shown[shown.length - 1]!.receivedAtMs) : null,
             ledger_entries: entries.map(ledgerEntryWire),
             reward_issuances: [],
-            tiers: [],
+            tiers: c.tiers.map((x) => ({ program: x.programId, level: x.level, since: iso(x.sinceMs) })),
             challenge_progress: [],
           },
         };

@@ -153,6 +153,8 @@ function effectWire(e: Effect): Record<string, unknown> {
       return { type: e.type, rule_id: e.ruleId, reason: e.reason, detail: e.detail };
     case 'action.skipped':
       return { type: e.type, rule_id: e.ruleId, action: e.action, reason: e.reason };
+    case 'tier.changed':
+      return { type: e.type, program_id: e.programId, level: e.level, previous_level: e.previousLevel, direction: e.direction };
   }
 }
 

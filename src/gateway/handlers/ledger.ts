@@ -7,6 +7,8 @@ import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { Target } from '../../actors/partition.js';
 import type { Currency, CurrencyCatalog } from '../../catalog/currencies.js';
+import { tierProgramOf } from '../../catalog/rules-context.js';
+import type { TierProgram } from '../../domain/tiers.js';
 import { ledgerLimits } from '../../domain/ledger.js';
 import { ApiError } from '../../errors/api-error.js';
 import { customerIdPartition } from '../../ids.js';
@@ -45,6 +47,7 @@ const entryBody = z.strictObject({
 export interface LedgerDeps {
   engine: Engine;
   currencies: CurrencyCatalog;
+  tiers: { all(environmentId: string): Promise<TierProgram[]> };
   readModel: {
     listLedgerEntries(
       environmentId: string,
@@ -119,7 +122,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof entryBody>>) => {
         const env = envOf(ctx.principal);
         const b = ctx.body;
-        const currencies = await deps.currencies.configs(env, [b.currency]);
+        const [currencies, programs] = await Promise.all([deps.currencies.configs(env, [b.currency]), deps.tiers.all(env)]);
         const nowMs = Date.now();
         const reply = unwrap(
           await deps.engine.execute({
@@ -128,6 +131,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
             command: {
               kind: 'ledger.run',
               currencies,
+              tierPrograms: programs.map(tierProgramOf),
               command: {
                 kind: 'ledger.adjust',
                 currency: b.currency,
