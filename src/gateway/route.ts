@@ -3,6 +3,7 @@
 // auth, validation and idempotency before the handler runs; handlers only do the work and
 // either return a Reply or throw ApiError. No handler writes an error status number.
 import type { z } from 'zod';
+import { ApiError } from '../errors/api-error.js';
 import type { CredentialKind, Principal, Scope } from '../tenancy/types.js';
 
 export type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE' | 'PUT';
@@ -86,3 +87,9 @@ export function route<B, Q>(def: RouteDef<B, Q>): RouteDef<B, Q> {
  */
 // biome-ignore lint/suspicious/noExplicitAny: see above; the schemas keep each route's types.
 export type AnyRoute = RouteDef<any, any>;
+
+/** The environment a credential acts in; routes that need one call this (environment_required). */
+export function environmentIdOf(principal: Principal): string {
+  if (principal.environment === null) throw new ApiError('environment_required');
+  return principal.environment.id;
+}

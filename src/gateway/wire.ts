@@ -4,6 +4,7 @@
 import type { CallResult } from '../actors/partition.js';
 import type { CustomerView } from '../actors/views.js';
 import { ApiError } from '../errors/api-error.js';
+import type { LedgerRow } from '../persistence/sql/read-model.js';
 
 export function iso(ms: number | null): string | null {
   return ms === null ? null : new Date(ms).toISOString();
@@ -42,20 +43,12 @@ export function balanceWire(b: { currency: string; available: number; pending: n
   return { currency: b.currency, available: b.available, pending: b.pending, lifetime_earned: b.lifetimeEarned };
 }
 
-export function ledgerEntryWire(e: {
-  id: string;
-  currency: string;
-  type: string;
-  status: string;
-  amount: number;
-  remaining: number;
-  expiresAtMs: number | null;
-  confirmAfterMs: number | null;
-  reason: string | null;
-  sourceType: string | null;
-  sourceId: string | null;
-  createdAtMs: number;
-}) {
+export function ledgerEntryWire(
+  e: Pick<
+    LedgerRow,
+    'id' | 'currency' | 'type' | 'status' | 'amount' | 'remaining' | 'expiresAtMs' | 'confirmAfterMs' | 'reason' | 'sourceType' | 'sourceId' | 'createdAtMs'
+  >,
+) {
   return {
     id: e.id,
     currency: e.currency,

@@ -1,9 +1,8 @@
 // GET/POST /v1/attribute_definitions: typed customer attribute keys of the environment.
 import { z } from 'zod';
 import { type AttributeCatalog, type AttributeDefinition, attributeTypes } from '../../catalog/attributes.js';
-import { ApiError } from '../../errors/api-error.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
-import { type AnyRoute, type RequestContext, route } from '../route.js';
+import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
 
 const createBody = z.strictObject({
@@ -39,11 +38,6 @@ function wire(d: AttributeDefinition) {
   };
 }
 
-function envOf(ctx: RequestContext): string {
-  const env = ctx.principal.environment;
-  if (env === null) throw new ApiError('environment_required');
-  return env.id;
-}
 
 export function attributeRoutes(deps: { attributes: AttributeCatalog }): AnyRoute[] {
   return [
@@ -57,7 +51,7 @@ export function attributeRoutes(deps: { attributes: AttributeCatalog }): AnyRout
       responses: { 200: { description: 'A page of attribute definitions.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx.query);
-        const rows = await deps.attributes.list(envOf(ctx), { limit: page.limit + 1, after: page.after?.[0] ?? null });
+        const rows = await deps.attributes.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
         return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], wire) };
       },
     }),
@@ -71,7 +65,7 @@ export function attributeRoutes(deps: { attributes: AttributeCatalog }): AnyRout
       idempotent: true,
       responses: { 201: { description: 'The attribute definition.', schema: definitionSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
-        const d = await deps.attributes.create(envOf(ctx), ctx.body);
+        const d = await deps.attributes.create(environmentIdOf(ctx.principal), ctx.body);
         return { status: 201, body: wire(d) };
       },
     }),

@@ -7,12 +7,13 @@ import type { Engine } from '../../actors/engine.js';
 import type { EngineCommand, Target } from '../../actors/partition.js';
 import type { CustomerView } from '../../actors/views.js';
 import { ApiError } from '../../errors/api-error.js';
+import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
 import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
-import { type AnyRoute, type RequestContext, route } from '../route.js';
+import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
 import { aliasWire, balanceWire, customerWire, iso, ledgerEntryWire, unwrap } from '../wire.js';
 
 const attributesSchema = z
@@ -62,26 +63,7 @@ export interface CustomerReadModel {
       deletedAtMs: number | null;
     }>
   >;
-  listLedgerEntries(
-    environmentId: string,
-    customerId: string,
-    q: { limit: number; before: null },
-  ): Promise<
-    Array<{
-      id: string;
-      currency: string;
-      type: string;
-      status: string;
-      amount: number;
-      remaining: number;
-      expiresAtMs: number | null;
-      confirmAfterMs: number | null;
-      reason: string | null;
-      sourceType: string | null;
-      sourceId: string | null;
-      createdAtMs: number;
-    }>
-  >;
+  listLedgerEntries(environmentId: string, customerId: string, q: { limit: number; before: null }): Promise<LedgerRow[]>;
   listCustomerEvents(
     environmentId: string,
     customerId: string,
@@ -108,10 +90,6 @@ export interface CustomerDeps {
 /** Events included in an export; older ones are summarized by events_since. */
 const exportEventsMax = 1000;
 
-function envOf(p: Principal): string {
-  if (p.environment === null) throw new ApiError('environment_required');
-  return p.environment.id;
-}
 
 /**
  * A customer token may only touch its own customer. Another customer of its environment is
@@ -172,7 +150,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       query: listQuery,
       responses: { 200: { description: 'A page of customers.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const page = pageRequest(ctx.query);
         if (ctx.query.external_id !== undefined) {
           // Exact lookup through the actor: sees a customer created a moment ago.
@@ -211,7 +189,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       idempotent: true,
       responses: { 201: { description: 'The customer.', schema: customerSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         await deps.checkAttributes(env, ctx.body.attributes);
         const reply = await call(deps, env, { by: 'key', key: ctx.body.external_id }, {
           kind: 'customer.create',
@@ -230,7 +208,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['customers:read'], allow: [...readOrCustomer] },
       responses: { 200: { description: 'The customer (ETag = version).', schema: customerSchema } },
       handler: async (ctx: RequestContext) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
         await checkSelf(deps, env, ctx.principal, id);
         const c = await view(deps, env, idTarget(id));
@@ -246,7 +224,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       body: patchBody,
       responses: { 200: { description: 'The customer.', schema: customerSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const expected = expectedVersion(ctx.headers, ctx.body.expected_version) ?? null;
         const target = idTarget(ctx.params.id ?? '');
         await view(deps, env, target); // another tenant's or environment's id: 404 before any write
@@ -268,7 +246,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const target = idTarget(ctx.params.id ?? '');
         const before = await view(deps, env, target);
         await call(deps, env, target, { kind: 'customer.delete' });
@@ -287,7 +265,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['customers:read'], allow: [...readOrCustomer] },
       responses: { 200: { description: 'The state view.' } },
       handler: async (ctx: RequestContext) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
         await checkSelf(deps, env, ctx.principal, id);
         return { status: 200, body: stateWire(await view(deps, env, idTarget(id))) };
@@ -301,7 +279,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['ledger:read'], allow: [...readOrCustomer] },
       responses: { 200: { description: '{data: [{currency, available, pending, lifetime_earned}]}' } },
       handler: async (ctx: RequestContext) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
         await checkSelf(deps, env, ctx.principal, id);
         const c = await view(deps, env, idTarget(id));
@@ -316,7 +294,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['customers:read'], allow: [...read] },
       responses: { 200: { description: 'The export document.' } },
       handler: async (ctx: RequestContext) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
         await deps.drainProjector();
         const [events, entries] = await Promise.all([
@@ -357,7 +335,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       idempotent: true,
       responses: { 201: { description: '{alias, merged_from}' } },
       handler: async (ctx: RequestContext<z.infer<typeof aliasBody>>) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         // Resolve the survivor first (the id may itself have been merged away).
         const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
         const claim = await call(deps, env, { by: 'key', key: ctx.body.alias }, { kind: 'key.claim', customerId: survivor.id });
@@ -383,7 +361,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['customer_sessions:write'], allow: ['secret', 'pat', 'session'] },
       responses: { 200: { description: '{customer_id, external_id, customer_token}' } },
       handler: async (ctx: RequestContext) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
         const minted = await deps.mintCustomerToken({
           environmentId: env,
@@ -406,7 +384,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       replayTransform: (body) => ('error' in (body as object) ? body : { ...(body as Record<string, unknown>), customer_token: null }),
       responses: { 201: { description: '{customer_token} (null on an idempotent replay)' } },
       handler: async (ctx: RequestContext<z.infer<typeof sessionBody>>) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const ref = ctx.body.customer_id;
         const target: Target = customerIdPartition(ref) >= 0 ? { by: 'id', id: ref } : { by: 'key', key: ref };
         const c = await view(deps, env, target);

@@ -14,9 +14,8 @@ import { ApiError } from '../../errors/api-error.js';
 import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
 import type { LedgerRow } from '../../persistence/sql/read-model.js';
-import type { Principal } from '../../tenancy/types.js';
 import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
-import { type AnyRoute, type RequestContext, route } from '../route.js';
+import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
 import { balanceWire, iso, ledgerEntryWire, unwrap } from '../wire.js';
 
 const currencyBody = z.strictObject({
@@ -58,10 +57,6 @@ export interface LedgerDeps {
   drainProjector(): Promise<void>;
 }
 
-function envOf(p: Principal): string {
-  if (p.environment === null) throw new ApiError('environment_required');
-  return p.environment.id;
-}
 
 function customerTarget(ref: string): Target {
   return customerIdPartition(ref) >= 0 ? { by: 'id', id: ref } : { by: 'key', key: ref };
@@ -93,7 +88,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       responses: { 201: { description: 'The currency.' } },
       handler: async (ctx: RequestContext<z.infer<typeof currencyBody>>) => ({
         status: 201,
-        body: currencyWire(await deps.currencies.create(envOf(ctx.principal), ctx.body)),
+        body: currencyWire(await deps.currencies.create(environmentIdOf(ctx.principal), ctx.body)),
       }),
     }),
     route({
@@ -106,7 +101,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       responses: { 200: { description: 'A page of currencies.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx.query);
-        const rows = await deps.currencies.list(envOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
+        const rows = await deps.currencies.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
         return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], currencyWire) };
       },
     }),
@@ -120,7 +115,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       idempotent: true,
       responses: { 201: { description: '{entry, balance}' } },
       handler: async (ctx: RequestContext<z.infer<typeof entryBody>>) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const b = ctx.body;
         const [currencies, programs] = await Promise.all([deps.currencies.configs(env, [b.currency]), deps.tiers.all(env)]);
         const nowMs = Date.now();
@@ -162,7 +157,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of ledger entries.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
-        const env = envOf(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
         // The customer must exist in this environment (404 otherwise, like every customer route).
         const view = unwrap(await deps.engine.execute({ env, target: customerTarget(id), command: { kind: 'customer.view' }, nowMs: Date.now() }));

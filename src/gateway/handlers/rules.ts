@@ -11,11 +11,10 @@ import { type RuleProblem, validateRule } from '../../domain/rules/schema.js';
 import { trustLevels } from '../../domain/rules/trust.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
-import type { Principal } from '../../tenancy/types.js';
 import type { WorkerPool } from '../../workers/pool.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
-import { type AnyRoute, type AuthSpec, type RequestContext, route } from '../route.js';
+import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
 
 export interface RulesDeps {
@@ -66,10 +65,6 @@ const emptyBody = z.strictObject({});
 const readAuth: AuthSpec = { kind: 'credential', scopes: ['programs:read'], allow: ['secret', 'pat', 'session'] };
 const writeAuth: AuthSpec = { kind: 'credential', scopes: ['programs:write'], allow: ['secret', 'pat', 'session'] };
 
-function envOf(p: Principal): string {
-  if (p.environment === null) throw new ApiError('environment_required');
-  return p.environment.id;
-}
 
 function ruleInvalid(problems: RuleProblem[]): ApiError {
   return new ApiError('rule_invalid', {
@@ -166,7 +161,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       body: emptyBody,
       responses: { 200: { description: 'The rule.' } },
       handler: async (ctx: RequestContext<z.infer<typeof emptyBody>>) =>
-        reply(await rules.transition(envOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), op)),
+        reply(await rules.transition(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), op)),
     });
 
   return [
@@ -182,7 +177,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
         checkDefinition(b.definition);
-        const rule = await rules.create(envOf(ctx.principal), { name: b.name, definition: b.definition, priority: b.priority, campaignId: b.campaign_id });
+        const rule = await rules.create(environmentIdOf(ctx.principal), { name: b.name, definition: b.definition, priority: b.priority, campaignId: b.campaign_id });
         return reply(rule, 201);
       },
     }),
@@ -196,7 +191,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       responses: { 200: { description: 'A page of rules.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
         const page = pageRequest(ctx.query);
-        const rows = await rules.list(envOf(ctx.principal), {
+        const rows = await rules.list(environmentIdOf(ctx.principal), {
           limit: page.limit + 1,
           after: page.after?.[0] ?? null,
           status: ctx.query.status ?? null,
@@ -212,7 +207,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       tag: 'Rules',
       auth: readAuth,
       responses: { 200: { description: 'The rule.' } },
-      handler: async (ctx: RequestContext) => reply(await rules.get(envOf(ctx.principal), ctx.params.id ?? '')),
+      handler: async (ctx: RequestContext) => reply(await rules.get(environmentIdOf(ctx.principal), ctx.params.id ?? '')),
     }),
     route({
       method: 'PATCH',
@@ -231,7 +226,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
         if (b.campaign_id !== undefined) patch.campaignId = b.campaign_id;
         if (b.priority !== undefined) patch.priority = b.priority;
         if (b.definition !== undefined) patch.definition = b.definition;
-        return reply(await rules.update(envOf(ctx.principal), ctx.params.id ?? '', expected, patch));
+        return reply(await rules.update(environmentIdOf(ctx.principal), ctx.params.id ?? '', expected, patch));
       },
     }),
     route({
@@ -244,7 +239,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       responses: { 200: { description: 'The rule, published.' } },
       handler: async (ctx: RequestContext<z.infer<typeof emptyBody>>) => {
         const createdBy = ctx.principal.userId ?? ctx.principal.credentialId;
-        return reply(await rules.publish(envOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), createdBy, compile));
+        return reply(await rules.publish(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), createdBy, compile));
       },
     }),
     command('pause', 'Pause a published rule'),
@@ -265,7 +260,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
           if (n === undefined || !/^\d{1,9}$/.test(n)) throw new ApiError('invalid_cursor', { param: 'cursor' });
           before = Number(n);
         }
-        const rows = await rules.versions(envOf(ctx.principal), ctx.params.id ?? '', { limit: ctx.query.limit + 1, before });
+        const rows = await rules.versions(environmentIdOf(ctx.principal), ctx.params.id ?? '', { limit: ctx.query.limit + 1, before });
         return { status: 200, body: toPage(rows, ctx.query.limit, (v) => [String(v.number)], versionWire) };
       },
     }),
@@ -278,7 +273,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       body: rollbackBody,
       responses: { 200: { description: 'The rule.' } },
       handler: async (ctx: RequestContext<z.infer<typeof rollbackBody>>) =>
-        reply(await rules.rollback(envOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), ctx.body.number)),
+        reply(await rules.rollback(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), ctx.body.number)),
     }),
     route({
       method: 'POST',
@@ -289,7 +284,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       body: simulateBody,
       responses: { 200: { description: '{simulated, plan, trace}' } },
       handler: async (ctx: RequestContext<z.infer<typeof simulateBody>>) => {
-        const rule = await rules.get(envOf(ctx.principal), ctx.params.id ?? '');
+        const rule = await rules.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
         const definition = rule.draftDefinition ?? rule.activeVersion?.definition;
         // For now the customer snapshot is empty (no attributes, counters, segments or tiers;
         // counters read by the rule are not ready). customer_id is accepted but not looked up.

@@ -6,12 +6,10 @@ import { z } from 'zod';
 import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import type { TierProgramCatalog, TierProgramRecord } from '../../catalog/tier-programs.js';
 import { tierBases } from '../../domain/tiers.js';
-import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
-import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
-import { type AnyRoute, type AuthSpec, type RequestContext, route } from '../route.js';
+import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
 
 // Shapes only: ranges, ordering and level keys are checked by validateTierProgram so that the
@@ -51,10 +49,6 @@ export interface TierProgramDeps {
   currencies: CurrencyCatalog;
 }
 
-function envOf(p: Principal): string {
-  if (p.environment === null) throw new ApiError('environment_required');
-  return p.environment.id;
-}
 
 type Basis = TierProgramRecord['basis'];
 
@@ -94,7 +88,7 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
       responses: { 201: { description: 'The tier program (ETag = version).' } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
-        const p = await deps.tiers.create(envOf(ctx.principal), {
+        const p = await deps.tiers.create(environmentIdOf(ctx.principal), {
           key: b.key,
           name: b.name,
           currency: b.currency,
@@ -116,7 +110,7 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
       responses: { 200: { description: 'A page of tier programs.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx.query);
-        const rows = await deps.tiers.list(envOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
+        const rows = await deps.tiers.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
         return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], tierProgramWire) };
       },
     }),
@@ -128,7 +122,7 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
       auth: readAuth,
       responses: { 200: { description: 'The tier program (ETag = version).' } },
       handler: async (ctx: RequestContext) => {
-        const p = await deps.tiers.get(envOf(ctx.principal), ctx.params.id ?? '');
+        const p = await deps.tiers.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
         return { status: 200, body: tierProgramWire(p), headers: etagHeader(p.version) };
       },
     }),
@@ -143,7 +137,7 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const b = ctx.body;
         const p = await deps.tiers.update(
-          envOf(ctx.principal),
+          environmentIdOf(ctx.principal),
           ctx.params.id ?? '',
           {
             name: b.name,
