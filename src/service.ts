@@ -9,7 +9,10 @@ import { Engine } from './actors/engine.js';
 import { ClusterPlacement } from './cluster/placement.js';
 import { type Config, storageMode } from './config.js';
 import { AttributeCatalog } from './catalog/attributes.js';
+import { EnvironmentClocks } from './catalog/clock.js';
 import { CurrencyCatalog } from './catalog/currencies.js';
+import { testClockRoutes } from './gateway/handlers/test-clock.js';
+import { DueWork } from './jobs/due-work.js';
 import { RuleCatalog } from './catalog/rules.js';
 import { RulesContexts } from './catalog/rules-context.js';
 import { TierProgramCatalog } from './catalog/tier-programs.js';
@@ -135,6 +138,9 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
   await tiers.start();
   const rulesContexts = new RulesContexts(rules, currencies, tiers);
+  const clocks = new EnvironmentClocks(sql, storage.bus);
+  await clocks.start();
+  const now = (env: string) => clocks.now(env);
   // Expired idempotency results are purged in batches; the index keeps this cheap.
   const purgeTimer = setInterval(() => {
     void idempotency.purgeExpired().catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
@@ -163,6 +169,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const forwardServer = new ForwardServer({ host: config.HOST, port: config.GRPC_PORT, handler: (payload) => engine.executeForwarded(payload) });
   forwardServerHolder.port = await forwardServer.start();
   projector.start();
+  const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
+  dueWork.start();
   await placement.start();
 
   const gateway = createGateway({
@@ -172,15 +180,17 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         engine,
         readModel,
         drainProjector: () => projector.drain(),
-        nowMs: () => Date.now(),
+        nowMs: now,
         rules: (env) => rulesContexts.get(env),
       }),
       ...attributeRoutes({ attributes }),
-      ...ledgerRoutes({ engine, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
+      ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
+      ...testClockRoutes({ clocks, runDue: (env, nowMs) => dueWork.runForEnvironment(env, nowMs) }),
       ...rulesRoutes({ rules, pool }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...customerRoutes({
         engine,
+        now,
         checkAttributes: (env, attrs) => attributes.check(env, attrs),
         readModel,
         drainProjector: () => projector.drain(),
@@ -225,6 +235,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         clearInterval(purgeTimer);
         await gateway.close();
         await publicGrpc.close(2000);
+        await dueWork.stop();
         await placement.stop();
         await projector.stop();
         await forwardServer.stop();

@@ -234,13 +234,14 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     case 'ledger.run': {
       const d = ledger.decide(state.ledger, cmd.command, cmd.currencies, ctx);
       if (!d.ok) return d;
-      if (cmd.tierPrograms.length === 0 || !('currency' in cmd.command)) {
+      if (cmd.tierPrograms.length === 0 || d.facts.length === 0) {
         return { ok: true, facts: d.facts, reply: { kind: 'ledger', reply: d.reply } };
       }
-      // Tiers follow the ledger as it will be after this step.
+      // Tiers follow the ledger as it will be after this step (due work may touch every currency).
       let book = structuredClone(state.ledger);
       for (const f of d.facts) book = ledger.evolve(book, f);
-      const t = tierFacts(cmd.tierPrograms, new Set([cmd.command.currency]), null, book, state.tiers, ctx);
+      const touched = 'currency' in cmd.command ? [cmd.command.currency] : cmd.tierPrograms.map((p) => p.currency);
+      const t = tierFacts(cmd.tierPrograms, new Set(touched), null, book, state.tiers, ctx);
       return { ok: true, facts: [...d.facts, ...t.facts], reply: { kind: 'ledger', reply: d.reply } };
     }
   }

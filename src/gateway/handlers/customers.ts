@@ -75,6 +75,8 @@ export interface CustomerReadModel {
 
 export interface CustomerDeps {
   engine: Engine;
+  /** The environment's clock (the test clock in test environments). */
+  now(environmentId: string): number | Promise<number>;
   /** Checks attribute values against the environment's attribute definitions. */
   checkAttributes(environmentId: string, attributes: Record<string, unknown>): Promise<void>;
   readModel: CustomerReadModel;
@@ -107,7 +109,7 @@ function idTarget(id: string): Target {
 }
 
 async function call(deps: CustomerDeps, env: string, target: Target, command: EngineCommand) {
-  return unwrap(await deps.engine.execute({ env, target, command, nowMs: Date.now() }));
+  return unwrap(await deps.engine.execute({ env, target, command, nowMs: await deps.now(env) }));
 }
 
 /**
@@ -158,7 +160,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
             env,
             target: { by: 'key', key: ctx.query.external_id },
             command: { kind: 'customer.view' },
-            nowMs: Date.now(),
+            nowMs: await deps.now(env),
           });
           if (result.ok !== true) {
             if (result.ok === false && result.code !== 'resource_not_found') unwrap(result);

@@ -66,8 +66,8 @@ export interface EventDeps {
   readModel: EventReadModel;
   /** Waits until everything acknowledged so far is projected (read-your-writes for GET /events/{id}). */
   drainProjector(): Promise<void>;
-  /** The environment's clock (the test clock in test environments). */
-  nowMs(environmentId: string): number;
+  /** The environment's clock (the test clock in test environments); sync once cached. */
+  nowMs(environmentId: string): number | Promise<number>;
   /** Published rules and currencies (sync when cached). */
   rules(environmentId: string): RulesContext | null | Promise<RulesContext | null>;
 }
@@ -95,7 +95,8 @@ async function recordOne(
   trust: string,
 ): Promise<ItemResult> {
   const occurredAtMs = Date.parse(ev.occurred_at);
-  const nowMs = deps.nowMs(env);
+  const clock = deps.nowMs(env);
+  const nowMs = typeof clock === 'number' ? clock : await clock;
   if (occurredAtMs > nowMs + limits.occurredAtFutureSkewMs) {
     throw new ApiError('occurred_at_in_future', { param: param ? `${param}.occurred_at` : 'occurred_at' });
   }

@@ -45,6 +45,7 @@ const entryBody = z.strictObject({
 
 export interface LedgerDeps {
   engine: Engine;
+  now(environmentId: string): number | Promise<number>;
   currencies: CurrencyCatalog;
   tiers: { all(environmentId: string): Promise<TierProgram[]> };
   readModel: {
@@ -118,7 +119,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const b = ctx.body;
         const [currencies, programs] = await Promise.all([deps.currencies.configs(env, [b.currency]), deps.tiers.all(env)]);
-        const nowMs = Date.now();
+        const nowMs = await deps.now(env);
         const reply = unwrap(
           await deps.engine.execute({
             env,
@@ -160,7 +161,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
         // The customer must exist in this environment (404 otherwise, like every customer route).
-        const view = unwrap(await deps.engine.execute({ env, target: customerTarget(id), command: { kind: 'customer.view' }, nowMs: Date.now() }));
+        const view = unwrap(await deps.engine.execute({ env, target: customerTarget(id), command: { kind: 'customer.view' }, nowMs: await deps.now(env) }));
         if (view.kind !== 'customer') throw new ApiError('internal_error');
         const q = ctx.query;
         let before: { createdAtMs: number; id: string } | null = null;

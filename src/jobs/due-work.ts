@@ -1,0 +1,93 @@
+// The due-work scheduler: finds customers whose ledger has work due (pending credits past their
+// confirm_after, lots past their expiry) through the ledger read model, and has each customer's
+// actor settle it (ledger.run_due, which journals the confirmation and expiry entries and
+// re-places the customer in its tiers). It runs on the real clock every minute and right after a
+// test clock moves. Settling is idempotent, so a customer found twice (or by two nodes) is harmless.
+import type { Logger } from 'pino';
+import type { Engine } from '../actors/engine.js';
+import type { CurrencyCatalog } from '../catalog/currencies.js';
+import { tierProgramOf } from '../catalog/rules-context.js';
+import type { TierProgram } from '../domain/tiers.js';
+import type { Sql } from '../persistence/sql/db.js';
+
+const everyMs = 60_000;
+const concurrency = 32;
+
+export interface DueWorkDeps {
+  sql: Sql;
+  engine: Engine;
+  currencies: CurrencyCatalog;
+  tiers: { all(environmentId: string): Promise<TierProgram[]> };
+  now(environmentId: string): number | Promise<number>;
+  drainProjector(): Promise<void>;
+  logger: Logger;
+}
+
+export class DueWork {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+
+  constructor(private readonly deps: DueWorkDeps) {}
+
+  start(): void {
+    this.timer = setInterval(() => {
+      this.running ??= this.sweep()
+        .catch((err: unknown) => this.deps.logger.warn({ err }, 'due-work sweep failed'))
+        .finally(() => {
+          this.running = null;
+        });
+    }, everyMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await this.running;
+  }
+
+  /** Every environment with work due by the real clock (a test clock only runs ahead of it). */
+  private async sweep(): Promise<void> {
+    const nowMs = Date.now();
+    const envs = await this.deps.sql`
+      select distinct environment_id from ledger_entries
+      where (status = 'pending' and confirm_after <= to_timestamp(${nowMs} / 1000.0))
+         or (status = 'posted' and remaining > 0 and expires_at <= to_timestamp(${nowMs} / 1000.0))`;
+    for (const r of envs) {
+      const env = r.environment_id as string;
+      await this.runForEnvironment(env, await this.deps.now(env));
+    }
+  }
+
+  /** Settles every customer of the environment with ledger work due at nowMs; returns how many. */
+  async runForEnvironment(environmentId: string, nowMs: number): Promise<number> {
+    await this.deps.drainProjector();
+    const rows = await this.deps.sql`
+      select distinct customer_id from ledger_entries
+      where environment_id = ${environmentId}
+        and ((status = 'pending' and confirm_after <= to_timestamp(${nowMs} / 1000.0))
+          or (status = 'posted' and remaining > 0 and expires_at <= to_timestamp(${nowMs} / 1000.0)))`;
+    if (rows.length === 0) return 0;
+    const [all, programs] = await Promise.all([this.deps.currencies.all(environmentId), this.deps.tiers.all(environmentId)]);
+    const currencies = all.map((c) => ({ key: c.key, negativeBalance: c.negativeBalance, expiryDays: c.expiryDays }));
+    const tierPrograms = programs.map(tierProgramOf);
+    const ids = rows.map((r) => r.customer_id as string);
+    let next = 0;
+    const worker = async () => {
+      while (next < ids.length) {
+        const id = ids[next++]!;
+        const result = await this.deps.engine.execute({
+          env: environmentId,
+          target: { by: 'id', id },
+          command: { kind: 'ledger.run', command: { kind: 'ledger.run_due' }, currencies, tierPrograms },
+          nowMs,
+        });
+        if (result.ok === false && result.code !== 'resource_not_found') {
+          this.deps.logger.warn({ customer: id, code: result.code }, 'due ledger work not settled; next sweep retries');
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, ids.length) }, worker));
+    await this.deps.drainProjector();
+    return ids.length;
+  }
+}
