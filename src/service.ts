@@ -22,6 +22,7 @@ import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
 import { attributeRoutes } from './gateway/handlers/attributes.js';
 import { customerRoutes } from './gateway/handlers/customers.js';
 import { eventRoutes } from './gateway/handlers/events.js';
+import { membershipRoutes } from './gateway/handlers/memberships.js';
 import { tenancyRoutes } from './gateway/handlers/tenancy.js';
 import { createGateway, type Gateway } from './gateway/server.js';
 import { ForwardClient, ForwardServer } from './grpc/forwarding.js';
@@ -176,6 +177,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const gateway = createGateway({
     routes: [
       ...tenancyRoutes({ tenancy }),
+      ...membershipRoutes({ sql }),
       ...eventRoutes({
         engine,
         readModel,

@@ -26,6 +26,9 @@ interface Ids {
   key: string;
   tierProgram: string;
   rule: string;
+  organization: string;
+  /** A member (the owner) of the organization. */
+  member: string;
 }
 
 interface RouteCase {
@@ -38,6 +41,8 @@ interface RouteCase {
   path: (ids: Ids) => string;
   body?: (ids: Ids, n: number) => unknown;
   idempotent?: boolean;
+  /** Names an organization, not an environment: only checked across tenants (a tenant's own credentials are members). */
+  organizationScoped?: boolean;
 }
 
 const customerTokenScopes = ['customers:read', 'ledger:read', 'programs:read', 'notifications:read', 'notifications:write'];
@@ -123,7 +128,30 @@ const routes: RouteCase[] = [
   { name: 'POST rule resume', method: 'POST', openapi: '/v1/rules/{id}/resume', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/resume`, body: () => ({}) },
   { name: 'POST rule rollback', method: 'POST', openapi: '/v1/rules/{id}/rollback', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/rollback`, body: () => ({ number: 1 }) },
   { name: 'POST rule archive', method: 'POST', openapi: '/v1/rules/{id}/archive', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/archive`, body: () => ({}) },
+  { name: 'GET memberships', method: 'GET', openapi: '/v1/organizations/{id}/memberships', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships`, organizationScoped: true },
+  {
+    name: 'POST memberships',
+    method: 'POST',
+    openapi: '/v1/organizations/{id}/memberships',
+    allow: ['pat', 'session'],
+    scope: null,
+    path: (i) => `/v1/organizations/${i.organization}/memberships`,
+    body: (_i, n) => ({ email: `intruder-${n}@b.example`, role: 'owner' }),
+    idempotent: true,
+    organizationScoped: true,
+  },
+  {
+    name: 'PATCH membership',
+    method: 'PATCH',
+    openapi: '/v1/organizations/{id}/memberships/{user_id}',
+    allow: ['pat', 'session'],
+    scope: null,
+    path: (i) => `/v1/organizations/${i.organization}/memberships/${i.member}`,
+    body: () => ({ role: 'viewer' }),
+    organizationScoped: true,
+  },
   { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
+  { name: 'DELETE membership', method: 'DELETE', openapi: '/v1/organizations/{id}/memberships/{user_id}', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships/${i.member}`, organizationScoped: true },
 ];
 
 /** Ids that exist nowhere: the control every refusal is compared with. */
@@ -135,6 +163,8 @@ const nowhere: Ids = {
   key: 'key_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   tierProgram: 'tp_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   rule: 'rule_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  organization: 'org_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  member: 'usr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
 };
 
 const now = () => new Date(Date.now() - 1000).toISOString();
@@ -204,6 +234,8 @@ t.test('tenant isolation', async (t) => {
     );
     t.equal(rule.status, 201, `${label}: rule created`);
     t.equal((await server.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200, `${label}: rule published`);
+    const members = await bearer(tenant.pat).get(`/v1/organizations/${tenant.orgId}/memberships`);
+    t.equal(members.status, 200, `${label}: members listed`);
     return {
       customer: c.body.id,
       eventCustomer: ec.body.data[0].id,
@@ -212,6 +244,8 @@ t.test('tenant isolation', async (t) => {
       key: keyId,
       tierProgram: tp.body.id,
       rule: rule.body.id,
+      organization: tenant.orgId,
+      member: members.body.data[0].user_id,
     };
   }
 
@@ -246,9 +280,10 @@ t.test('tenant isolation', async (t) => {
    * One assertion per cell. Callable (kind allowed, scope held): 404 resource_not_found. Not callable:
    * the same answer as for ids that exist nowhere, and a refusal. Never the victim's data.
    */
-  async function matrix(t: Test, label: string, creds: Cred[], ids: Ids, secrets: string[]) {
+  async function matrix(t: Test, label: string, creds: Cred[], ids: Ids, secrets: string[], sameTenant = false) {
     const rows: string[] = [];
     for (const r of routes) {
+      if (sameTenant && r.organizationScoped) continue;
       const cells: string[] = [];
       for (const c of creds) {
         const send = async (target: Ids) => {
@@ -281,8 +316,8 @@ t.test('tenant isolation', async (t) => {
   await t.test("B's test credentials x A's test ids", (t) => matrix(t, "B test -> A test", [...bTest.creds, ...crossHeader], aTest, aSecrets(aTest)));
   await t.test("B's test credentials x A's live ids", (t) => matrix(t, "B test -> A live", bTest.creds, aLive, aSecrets(aLive)));
   await t.test("B's live credentials x A's test ids", (t) => matrix(t, "B live -> A test", bLive.creds, aTest, aSecrets(aTest)));
-  await t.test("A's live credentials x A's test ids", (t) => matrix(t, "A live -> A test", aLiveCreds.creds, aTest, aSecrets(aTest)));
-  await t.test("A's test credentials x A's live ids", (t) => matrix(t, "A test -> A live", aTestCreds.creds, aLive, aSecrets(aLive)));
+  await t.test("A's live credentials x A's test ids", (t) => matrix(t, "A live -> A test", aLiveCreds.creds, aTest, aSecrets(aTest), true));
+  await t.test("A's test credentials x A's live ids", (t) => matrix(t, "A test -> A live", aTestCreds.creds, aLive, aSecrets(aLive), true));
 
   await t.test("a PAT naming another tenant's environment is 404 resource_not_found", async (t) => {
     const bPatInA = bearer(b.pat, { 'x-service-environment': a.testEnv });
