@@ -102,7 +102,7 @@ export function describeTarget(t) {
  */
 export function renderMarkdown(rows) {
   const head =
-    '| scenario | server | throughput | p50 | p99 | p999 | errors | vs bare | target | result |\n' +
+    '| scenario | server | throughput | p50 | p99 | p999 | errors | vs bare (or baseline) | target | result |\n' +
     '|---|---|---|---|---|---|---|---|---|---|\n';
   const lines = rows.map((r) => {
     const m = r.metrics ?? {};
@@ -122,7 +122,7 @@ export function renderMarkdown(rows) {
     const ratio =
       r.ratio === null || r.ratio === undefined
         ? '-'
-        : `${r.ratio.toFixed(2)}${r.ratioOf === 'p99_ms' ? ' (p99)' : ''}`;
+        : `${r.ratio.toFixed(2)}${r.ratioOf === 'p99_ms' ? ' (p99)' : ''}${r.baseline ? ` x ${r.baseline}` : ''}`;
     const target = (r.checks ?? []).map((c) => describeTarget(c)).join('; ') || '-';
     const result = r.error
       ? `ERROR: ${r.error}`

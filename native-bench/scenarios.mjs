@@ -22,19 +22,85 @@ import { batchJson, eventJson } from './templates.mjs';
  *   ratioOf?: 'rps' | 'events_per_s' | 'p99_ms',
  *   targets: Array<{metric: string, op: '>=' | '<=', value: number}>,
  *   wrk?: boolean, events?: number, batchSize?: number, snapshotEveryMs?: number,
- *   isolated?: boolean, note?: string,
+ *   isolated?: boolean, note?: string, baseline?: string,
  * }} Scenario
  */
 
 /** A 207 answer holding this (an item's error object) counts as an error for that request. */
 const itemError = '"error":{';
 
-/** @param {ScenarioCtx} ctx */
-function jsonHeaders(ctx) {
+/** @param {ScenarioCtx} ctx @param {string} [key] a secret key other than the tenant's */
+function jsonHeaders(ctx, key) {
   /** @type {Record<string, string>} */
   const h = { 'Content-Type': 'application/json' };
-  if (ctx.auth) h.Authorization = `Bearer ${ctx.auth.osk}`;
+  if (key) h.Authorization = `Bearer ${key}`;
+  else if (ctx.auth) h.Authorization = `Bearer ${ctx.auth.osk}`;
   return h;
+}
+
+/**
+ * The Core issue's workload: a second tenant whose test environment has a currency, a tier
+ * program, 3 published rules on the bench event (one reading a counter) and an active challenge,
+ * so every event runs rules, counters, challenge progress and tier placement. Returns its key.
+ * @param {ScenarioCtx} ctx
+ */
+async function programsSetup(ctx) {
+  if (ctx.vars.programsKey) return {};
+  const api = /** @type {NonNullable<ScenarioCtx['api']>} */ (ctx.api);
+  const uuid = () => crypto.randomUUID();
+  const must = async (what, r) => {
+    const res = await r;
+    if (res.status < 200 || res.status > 299) throw new Error(`${what} answered ${res.status}: ${JSON.stringify(res.json)}`);
+    return res.json;
+  };
+  const id = uuid().slice(0, 8);
+  const signup = await must(
+    'signup',
+    api('POST', '/v1/auth/signup', { email: `bench-programs-${id}@example.com`, name: 'Bench', organization_name: `Programs ${id}` }, { 'Idempotency-Key': uuid() }),
+  );
+  const envId = signup.environments.find((e) => e.name === 'test').id;
+  const admin = { Authorization: `Bearer ${signup.token.token}`, 'X-Service-Environment': envId };
+  const key = await must('api key', api('POST', '/v1/api_keys', { kind: 'secret', name: 'bench-programs' }, { ...admin, 'Idempotency-Key': uuid() }));
+  const h = { Authorization: `Bearer ${key.token}` };
+  const post = (what, path, body) => must(what, api('POST', path, body, { ...h, 'Idempotency-Key': uuid() }));
+  await post('currency', '/v1/currencies', { key: 'coins', name: 'Coins' });
+  await post('tier program', '/v1/tier_programs', {
+    key: 'rank',
+    name: 'Rank',
+    currency: 'coins',
+    basis: 'lifetime_earned',
+    levels: [
+      { key: 'bronze', title: 'Bronze', threshold: 0 },
+      { key: 'silver', title: 'Silver', threshold: 100 },
+      { key: 'gold', title: 'Gold', threshold: 1000 },
+    ],
+  });
+  const counter = await post('counter', '/v1/counter_definitions', { name: 'levels_today', event: 'level.completed', window: { kind: 'period', period: 'day' } });
+  if (counter.status !== 'ready') await post('counter backfill', `/v1/counter_definitions/${counter.id}/backfill`, {});
+  const trigger = { kind: 'customer_event', event: 'level.completed' };
+  const rules = [
+    { name: 'level points', definition: { schema: 'service.rule/v2', trigger, conditions: { all: [{ path: 'event.properties.level', op: 'gte', value: 1 }] }, actions: [{ type: 'points.award', currency: 'coins', amount: 10 }] } },
+    { name: 'daily grind', definition: { schema: 'service.rule/v2', trigger, conditions: { all: [{ path: 'customer.counters.levels_today', op: 'gte', value: 3 }] }, limits: [{ id: 'daily', scope: ['customer'], max: 1000 }], actions: [{ type: 'points.award', currency: 'coins', amount: 5 }] } },
+    { name: 'high level', definition: { schema: 'service.rule/v2', trigger, conditions: { any: [{ path: 'event.properties.level', op: 'gt', value: 50 }, { path: 'customer.attributes.vip', op: 'eq', value: true }] }, actions: [{ type: 'tier.evaluate' }] } },
+  ];
+  let firstRule = '';
+  for (const r of rules) {
+    const rule = await post(`rule ${r.name}`, '/v1/rules', r);
+    firstRule ||= rule.id;
+    await must(`publish ${r.name}`, api('POST', `/v1/rules/${rule.id}/publish`, {}, h));
+  }
+  await post('challenge', '/v1/challenges', {
+    name: 'Ten levels',
+    qualifying: { event: 'level.completed' },
+    target: 10,
+    contribution_key: null,
+    status: 'active',
+    period: 'daily',
+    enrollment: 'automatic',
+    repeatable: true,
+    completion_actions: [{ type: 'points.award', currency: 'coins', amount: 50 }],
+  });
+  return { programsKey: key.token, programsRule: firstRule };
 }
 
 /** @param {ScenarioCtx} ctx @returns {RequestTemplate[]} */
@@ -114,6 +180,62 @@ export const scenarios = [
     unit: 'events',
     ratioOf: 'events_per_s',
     targets: [{ metric: 'events_per_s', op: '>=', value: 150000 }],
+  },
+  {
+    name: 'single-closed-programs',
+    title: 'single events with 3 rules (one reading a counter), a challenge and a tier program active',
+    kind: 'load',
+    servers: ['service'],
+    loop: 'closed',
+    connections: 64,
+    setup: programsSetup,
+    requests: (ctx) => [{ method: 'POST', path: '/v1/events', headers: jsonHeaders(ctx, ctx.vars.programsKey), body: eventJson('p') }],
+    expect: { bare: 202, service: 202 },
+    eventsPerRequest: 1,
+    unit: 'requests',
+    ratioOf: 'rps',
+    baseline: 'single-closed',
+    targets: [{ metric: 'ratio', op: '>=', value: 0.8, label: '>= 0.8 x single-closed' }],
+  },
+  {
+    name: 'batch-100-closed-programs',
+    title: '100-event batches with the same programs active',
+    kind: 'load',
+    servers: ['service'],
+    loop: 'closed',
+    connections: 32,
+    setup: programsSetup,
+    requests: (ctx) => [{ method: 'POST', path: '/v1/events', headers: jsonHeaders(ctx, ctx.vars.programsKey), body: batchJson(100, 'q') }],
+    expect: { bare: 202, service: 207 },
+    failBody: itemError,
+    eventsPerRequest: 100,
+    unit: 'events',
+    ratioOf: 'events_per_s',
+    baseline: 'batch-100-closed',
+    targets: [{ metric: 'ratio', op: '>=', value: 0.7, label: '>= 0.7 x batch-100-closed' }],
+  },
+  {
+    name: 'simulate-open',
+    title: 'rule simulation (POST /v1/rules/{id}/simulate), open loop at 500/s',
+    kind: 'load',
+    servers: ['service'],
+    loop: 'open',
+    rate: 500,
+    connections: 16,
+    setup: programsSetup,
+    requests: (ctx) => [
+      {
+        method: 'POST',
+        path: `/v1/rules/${ctx.vars.programsRule}/simulate`,
+        headers: jsonHeaders(ctx, ctx.vars.programsKey),
+        body: '{"event":{"name":"level.completed","properties":{"level":7}},"customer_id":"c-{{cust}}"}',
+      },
+    ],
+    customers: 1000,
+    expect: { bare: 200, service: 200 },
+    eventsPerRequest: 1,
+    unit: 'requests',
+    targets: [{ metric: 'p99_ms', op: '<=', value: 5 }],
   },
   {
     name: 'customers-1m',
