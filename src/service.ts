@@ -192,6 +192,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         drainProjector: () => projector.drain(),
         nowMs: now,
         rules: (env) => rulesContexts.get(env),
+        afterEvent: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),
       }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),

@@ -289,3 +289,61 @@ t.test('rewards and issuances over the API', async (t) => {
     t.equal(await service.rewardDue.reconcile(Date.now() - 60_000), 0, 'a second run changes nothing');
   });
 });
+
+t.test('rule action reward.issue: journaled request, delivered after the ack, refused when none left, re-driven after a crash', async (t) => {
+  const { anon, service } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const reward = await api.post('/v1/rewards', { name: 'Badge', cost: 0, currency: 'coins', availability: 2, expiry_after: '7d' }, idem());
+  const rewardId = reward.body.id as string;
+  const rule = await api.post(
+    '/v1/rules',
+    { name: 'win', definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'match.won' }, actions: [{ type: 'reward.issue', reward_id: rewardId }] } },
+    idem(),
+  );
+  t.equal(rule.status, 201);
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+  const at = () => new Date(Date.now() - 1000).toISOString();
+  const send = (id: string, customer: string) => api.post('/v1/events', { id, name: 'match.won', customer_id: customer, occurred_at: at(), mode: 'sync' });
+  const settled = async (id: string) => {
+    for (let i = 0; i < 100; i++) {
+      const r = await api.get(`/v1/reward_issuances/${id}`);
+      if (r.status === 200) return r;
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    return api.get(`/v1/reward_issuances/${id}`);
+  };
+
+  const e1 = await send('e1', 'bob');
+  t.equal(e1.status, 200);
+  const req = e1.body.effects.find((e: { type: string }) => e.type === 'reward.issue_requested');
+  t.match(req, { type: 'reward.issue_requested', rule_id: rule.body.id, reward_id: rewardId, issuance_id: /^rwi_/ });
+  const got = await settled(req.issuance_id);
+  t.equal(got.status, 200, 'delivered after the ack');
+  t.match(got.body, { id: req.issuance_id, reward_id: rewardId, status: 'issued', source_type: 'rule_execution', source_id: rule.body.id, expires_at: String });
+  const bob = got.body.customer_id as string;
+  t.match((await api.get(`/v1/customers/${bob}/state`)).body.issuances, [{ id: req.issuance_id, status: 'issued' }]);
+
+  // A crash between the event's ack and the delivery: the request stays pending in the actor (and journal).
+  const deliver = service.rewardDue.afterEvent;
+  service.rewardDue.afterEvent = () => {};
+  const e2 = await send('e2', 'carol');
+  service.rewardDue.afterEvent = deliver;
+  const pending = e2.body.effects.find((e: { type: string }) => e.type === 'reward.issue_requested').issuance_id as string;
+  t.equal((await api.get(`/v1/reward_issuances/${pending}`)).status, 404, 'a pending request is not an issuance yet');
+  t.equal((await api.get(`/v1/rewards/${rewardId}`)).body.issued, 1, 'no unit taken yet');
+  t.equal(await service.rewardDue.redrive(Date.now() + 1000), 1, 'the sweep re-drives the pending request');
+  t.match((await api.get(`/v1/reward_issuances/${pending}`)).body, { status: 'issued', source_type: 'rule_execution' });
+  t.equal(await service.rewardDue.redrive(Date.now() + 1000), 0, 'nothing left to re-drive');
+
+  // None left: the request is refused (reward_unavailable) and never becomes an issuance.
+  const e3 = await send('e3', 'dave');
+  const refusedId = e3.body.effects.find((e: { type: string }) => e.type === 'reward.issue_requested').issuance_id as string;
+  for (let i = 0; i < 50 && (await service.rewardDue.redrive(Date.now() + 1000)) > 0; i++);
+  t.equal((await api.get(`/v1/reward_issuances/${refusedId}`)).status, 404, 'refused: not an issuance');
+  t.equal((await api.get(`/v1/rewards/${rewardId}`)).body.issued, 2, 'never more than availability');
+  t.equal((await api.get(`/v1/reward_issuances?limit=200`)).body.data.length, 2);
+  const dave = (await api.get('/v1/customers?external_id=dave')).body.data[0].id as string;
+  t.same((await api.get(`/v1/customers/${dave}/state`)).body.issuances, [], 'no issuance for the refused request');
+});
