@@ -95,10 +95,6 @@ function fail(code: ErrorCode, message: string, param?: string): RewardDecision 
   return { ok: false, code, message, param };
 }
 
-export function isRewardFact(f: { kind: string }): f is RewardFact {
-  return f.kind.startsWith('reward.');
-}
-
 export function findIssuance(state: RewardsState, id: string): Issuance | undefined {
   // Newest last; lookups are mostly for recent ones.
   for (let i = state.issuances.length - 1; i >= 0; i--) if (state.issuances[i]!.id === id) return state.issuances[i];
@@ -203,11 +199,13 @@ export function decide(state: RewardsState, book: ledger.LedgerState, cmd: Rewar
     }
     case 'reward.expire_due': {
       const facts: RewardFact[] = [];
+      const ids: string[] = [];
       for (const i of state.issuances) {
         if (!lapsed(i, ctx.nowMs)) continue;
         facts.push({ kind: 'reward.expired', issuance: { ...i, status: 'expired', version: i.version + 1 } });
+        ids.push(i.id);
       }
-      return { ok: true, facts, reply: { kind: 'reward.expired', ids: facts.map((f) => (f.kind === 'reward.expired' ? f.issuance.id : '')) } };
+      return { ok: true, facts, reply: { kind: 'reward.expired', ids } };
     }
     case 'reward.settle': {
       const i = findIssuance(state, cmd.issuanceId);
@@ -257,20 +255,6 @@ export function evolve(state: RewardsState, fact: RewardFact): RewardsState {
   if (at < 0) state.issuances.push({ ...next });
   else state.issuances[at] = { ...next };
   return state;
-}
-
-/** Pending rule requests (the outbox): re-driven after a crash. */
-export function pendingRequests(state: RewardsState): Issuance[] {
-  return state.issuances.filter((i) => i.status === 'pending');
-}
-
-/** The earliest expires_at of an issued issuance (when the sweep should look again), or null. */
-export function nextExpiryMs(state: RewardsState): number | null {
-  let next: number | null = null;
-  for (const i of state.issuances) {
-    if (i.status === 'issued' && i.expiresAtMs !== null && (next === null || i.expiresAtMs < next)) next = i.expiresAtMs;
-  }
-  return next;
 }
 
 /** Parses `<n>d` or `<n>h` (n a positive integer) into milliseconds; null when malformed. */
