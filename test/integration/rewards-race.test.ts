@@ -72,8 +72,15 @@ t.test('customers on different partitions and nodes race for the last units of o
   t.equal((await api.get(`/v1/rewards/${rewardId}`)).body.issued, 5, 'issued never exceeds availability');
 
   async function present(won: Map<string, string>, expectedTotal: number) {
-    const listed = await nodes[1]!.get('/v1/reward_issuances?limit=200&status=issued');
-    const listedIds = listed.body.data.map((x: { id: string }) => x.id) as string[];
+    // A node drains only its own projector: issuances journaled on the other node's partitions reach
+    // the read table one projection cycle later (longer under load), so wait for it to converge.
+    let listedIds: string[] = [];
+    for (let i = 0; i < 100; i++) {
+      const listed = await nodes[1]!.get('/v1/reward_issuances?limit=200&status=issued');
+      listedIds = listed.body.data.map((x: { id: string }) => x.id) as string[];
+      if (listedIds.length === expectedTotal && [...won.keys()].every((id) => listedIds.includes(id))) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
     t.equal(listedIds.length, expectedTotal, 'the read table holds each issued one');
     t.equal(new Set(listedIds).size, listedIds.length, 'each exactly once');
     for (const [id, customer] of won) {
