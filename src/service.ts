@@ -13,6 +13,9 @@ import { EnvironmentClocks } from './catalog/clock.js';
 import { CurrencyCatalog } from './catalog/currencies.js';
 import { testClockRoutes } from './gateway/handlers/test-clock.js';
 import { DueWork } from './jobs/due-work.js';
+import { RewardDueWork } from './jobs/reward-due-work.js';
+import { RewardCatalog } from './catalog/rewards.js';
+import { rewardRoutes } from './gateway/handlers/rewards.js';
 import { RuleCatalog } from './catalog/rules.js';
 import { RulesContexts } from './catalog/rules-context.js';
 import { TierProgramCatalog } from './catalog/tier-programs.js';
@@ -55,6 +58,8 @@ export interface Service {
   gateway: Gateway;
   engine: Engine;
   placement: ClusterPlacement;
+  /** The issuance sweep (expiry and stock reconciliation), for tests that cannot wait a minute. */
+  rewardDue: RewardDueWork;
   stop(): Promise<void>;
 }
 
@@ -172,6 +177,9 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   projector.start();
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
   dueWork.start();
+  const rewards = new RewardCatalog(sql, currencies);
+  const rewardDue = new RewardDueWork({ sql, engine, rewards, now, drainProjector: () => projector.drain(), logger });
+  rewardDue.start();
   await placement.start();
 
   const gateway = createGateway({
@@ -184,12 +192,17 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         drainProjector: () => projector.drain(),
         nowMs: now,
         rules: (env) => rulesContexts.get(env),
+        afterEvent: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),
       }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
-      ...testClockRoutes({ clocks, runDue: (env, nowMs) => dueWork.runForEnvironment(env, nowMs) }),
+      ...testClockRoutes({
+        clocks,
+        runDue: async (env, nowMs) => (await dueWork.runForEnvironment(env, nowMs)) + (await rewardDue.expireForEnvironment(env, nowMs)),
+      }),
       ...rulesRoutes({ rules, pool }),
       ...tierProgramRoutes({ tiers, currencies }),
+      ...rewardRoutes({ engine, now, rewards, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...customerRoutes({
         engine,
         now,
@@ -232,12 +245,14 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
     gateway,
     engine,
     placement,
+    rewardDue,
     stop: () => {
       stopping ??= (async () => {
         clearInterval(purgeTimer);
         await gateway.close();
         await publicGrpc.close(2000);
         await dueWork.stop();
+        await rewardDue.stop();
         await placement.stop();
         await projector.stop();
         await forwardServer.stop();

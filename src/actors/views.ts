@@ -2,6 +2,7 @@
 // Plain data only (msgpack-safe): no Maps, no references into live actor state.
 import type { CustomerState } from '../domain/customer.js';
 import { type Balance, balances } from '../domain/ledger.js';
+import type { Issuance } from '../domain/rewards.js';
 
 export interface CustomerView {
   id: string;
@@ -19,6 +20,8 @@ export interface CustomerView {
   /** Per currency, as of the view's time (due confirmations and expiries counted). */
   balances: Balance[];
   tiers: Array<{ programId: string; level: string; sinceMs: number }>;
+  /** Reward issuances, oldest first (the rule path's pending and refused requests are not shown). */
+  issuances: Issuance[];
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -36,5 +39,6 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
     eventCount: s.events.size,
     balances: balances(s.ledger, nowMs),
     tiers: Object.values(s.tiers).map((t) => ({ programId: t.programId, level: t.level, sinceMs: t.sinceMs })),
+    issuances: s.rewards.issuances.filter((i) => i.status !== 'pending' && i.status !== 'refused').map((i) => ({ ...i })),
   };
 }

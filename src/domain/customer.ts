@@ -8,6 +8,7 @@ import { limits } from '../limits.js';
 import * as ledger from './ledger.js';
 import { applyRules, type Effect, type RuleFact, type RulesContext, tierFacts } from './rule-effects.js';
 import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+import * as rewards from './rewards.js';
 import { SeenEvents } from './seen-events.js';
 
 export interface Ctx {
@@ -47,6 +48,8 @@ export interface CustomerState {
   ruleLimits: Record<string, number>;
   /** Standing in each tier program, by program id. */
   tiers: TiersState;
+  /** Reward issuances (and the rule path's pending requests). */
+  rewards: rewards.RewardsState;
 }
 
 export type Command =
@@ -71,7 +74,9 @@ export type Command =
   | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
-  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] };
+  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] }
+  /** A reward issuance command; tier programs are re-placed after a redeem's spend. */
+  | { kind: 'reward.run'; command: rewards.RewardCommand; tierPrograms: TierProgram[] };
 
 export type Fact =
   | {
@@ -99,7 +104,8 @@ export type Fact =
   | { kind: 'customer.merged'; into: string; atMs: number }
   | ledger.LedgerFact
   | RuleFact
-  | TierFact;
+  | TierFact
+  | rewards.RewardFact;
 
 export interface EventReply {
   kind: 'event';
@@ -117,7 +123,8 @@ export type Reply =
   | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
   | { kind: 'deleted' }
   | { kind: 'merged' }
-  | { kind: 'ledger'; reply: ledger.LedgerReply };
+  | { kind: 'ledger'; reply: ledger.LedgerReply }
+  | { kind: 'reward'; reply: rewards.RewardReply };
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -244,6 +251,19 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const t = tierFacts(cmd.tierPrograms, new Set(touched), null, book, state.tiers, ctx);
       return { ok: true, facts: [...d.facts, ...t.facts], reply: { kind: 'ledger', reply: d.reply } };
     }
+    case 'reward.run': {
+      const d = rewards.decide(state.rewards, state.ledger, cmd.command, ctx);
+      if (!d.ok) return d;
+      const facts: Fact[] = d.facts;
+      const spent = new Set<string>();
+      for (const f of d.facts) if (f.kind === 'ledger.entry_recorded') spent.add(f.entry.currency);
+      if (cmd.tierPrograms.length === 0 || spent.size === 0) return { ok: true, facts, reply: { kind: 'reward', reply: d.reply } };
+      // A redeem's spend moves the balance: balance-based tiers follow it in the same record.
+      let book = structuredClone(state.ledger);
+      for (const f of d.facts) if (ledger.isLedgerFact(f)) book = ledger.evolve(book, f);
+      const t = tierFacts(cmd.tierPrograms, spent, null, book, state.tiers, ctx);
+      return { ok: true, facts: [...facts, ...t.facts], reply: { kind: 'reward', reply: d.reply } };
+    }
   }
 }
 
@@ -314,6 +334,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       ledger: ledger.emptyLedger(),
       ruleLimits: {},
       tiers: {},
+      rewards: rewards.emptyRewards(),
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -354,6 +375,15 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'tier.assigned':
     case 'tier.downgrade_check_scheduled':
       state.tiers = evolveTiers(state.tiers, fact);
+      return state;
+    case 'reward.issue_requested':
+    case 'reward.issued':
+    case 'reward.issue_refused':
+    case 'reward.redeemed':
+    case 'reward.cancelled':
+    case 'reward.expired':
+    case 'reward.reservation_voided':
+      state.rewards = rewards.evolve(state.rewards, fact);
       return state;
   }
 }

@@ -6,6 +6,7 @@
 import * as ledger from './ledger.js';
 import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
 import { evaluateTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+import { type RewardFact, requested } from './rewards.js';
 
 export interface RulesContext {
   plans: readonly RulePlan[];
@@ -22,7 +23,9 @@ export type Effect =
   | { type: 'points.awarded'; ruleId: string; currency: string; amount: number; entryId: string }
   | { type: 'rule.skipped'; ruleId: string; reason: string; detail: string }
   | { type: 'action.skipped'; ruleId: string; action: string; reason: string }
-  | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' };
+  | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' }
+  /** A reward.issue action: the request is journaled (outbox); the service reserves the unit after the ack. */
+  | { type: 'reward.issue_requested'; ruleId: string; rewardId: string; issuanceId: string };
 
 export interface RuleSubject {
   externalId: string | null;
@@ -81,8 +84,8 @@ export function applyRules(
   event: { name: string; properties: Record<string, unknown>; trust: string },
   subject: RuleSubject,
   ctx: ledger.LedgerCtx,
-): { facts: Array<RuleFact | ledger.LedgerFact | TierFact>; effects: Effect[] } {
-  const facts: Array<RuleFact | ledger.LedgerFact | TierFact> = [];
+): { facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact>; effects: Effect[] } {
+  const facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact> = [];
   const credited = new Set<string>();
   let evaluate: Set<string> | null = null;
   const effects: Effect[] = [];
@@ -121,6 +124,15 @@ export function applyRules(
       if (action.type === 'tier.evaluate') {
         evaluate ??= new Set();
         for (const k of action.program === null ? allPrograms : [action.program]) evaluate.add(k);
+        continue;
+      }
+      if (action.type === 'reward.issue') {
+        // Stock is shared across customers: the step records the request, never the unit.
+        const f = requested(action.rewardId, plan.ruleId, ctx);
+        facts.push(f);
+        if (f.kind === 'reward.issue_requested') {
+          effects.push({ type: 'reward.issue_requested', ruleId: plan.ruleId, rewardId: action.rewardId, issuanceId: f.issuance.id });
+        }
         continue;
       }
       if (action.type !== 'points.award') {

@@ -239,7 +239,34 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
           out.push({ kind: 'alias.upsert', environmentId, alias: f.alias, customerId, aliasKind: f.aliasKind, createdAtMs: f.atMs });
           break;
         case 'customer.merged':
+        case 'reward.reservation_voided':
           break;
+        case 'reward.issue_requested':
+        case 'reward.issued':
+        case 'reward.issue_refused':
+        case 'reward.redeemed':
+        case 'reward.cancelled':
+        case 'reward.expired': {
+          const i = f.issuance;
+          out.push({
+            kind: 'issuance.upsert',
+            environmentId,
+            id: i.id,
+            rewardId: i.rewardId,
+            customerId,
+            status: i.status,
+            sourceType: i.sourceType,
+            sourceId: i.sourceId,
+            costEntryId: i.costEntryId,
+            expiresAtMs: i.expiresAtMs,
+            redeemedAtMs: i.redeemedAtMs,
+            cancelledAtMs: i.cancelledAtMs,
+            reason: i.reason,
+            version: i.version,
+            createdAtMs: i.createdAtMs,
+          });
+          break;
+        }
         case 'ledger.entry_recorded':
         case 'ledger.pending_confirmed':
         case 'ledger.pending_cancelled':

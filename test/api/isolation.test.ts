@@ -29,6 +29,9 @@ interface Ids {
   organization: string;
   /** A member (the owner) of the organization. */
   member: string;
+  reward: string;
+  /** An issued reward issuance of `customer`. */
+  issuance: string;
 }
 
 interface RouteCase {
@@ -150,6 +153,32 @@ const routes: RouteCase[] = [
     body: () => ({ role: 'viewer' }),
     organizationScoped: true,
   },
+  { name: 'GET reward', method: 'GET', openapi: '/v1/rewards/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/rewards/${i.reward}` },
+  { name: 'PATCH reward', method: 'PATCH', openapi: '/v1/rewards/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/rewards/${i.reward}`, body: () => ({ availability: 0 }) },
+  {
+    name: 'POST reward_issuances (A reward, A customer)',
+    method: 'POST',
+    openapi: '/v1/reward_issuances',
+    allow: management,
+    scope: 'ledger:write',
+    path: () => '/v1/reward_issuances',
+    body: (i) => ({ reward_id: i.reward, customer_id: i.customer }),
+    idempotent: true,
+  },
+  {
+    name: 'POST reward_issuances (A external id)',
+    method: 'POST',
+    openapi: '/v1/reward_issuances',
+    allow: management,
+    scope: 'ledger:write',
+    path: () => '/v1/reward_issuances',
+    body: (i) => ({ reward_id: i.reward, customer_id: i.externalId }),
+    idempotent: true,
+  },
+  { name: 'GET reward issuance', method: 'GET', openapi: '/v1/reward_issuances/{id}', allow: management, scope: 'ledger:read', path: (i) => `/v1/reward_issuances/${i.issuance}` },
+  { name: 'POST issuance redeem', method: 'POST', openapi: '/v1/reward_issuances/{id}/redeem', allow: management, scope: 'ledger:write', path: (i) => `/v1/reward_issuances/${i.issuance}/redeem`, body: () => ({}) },
+  { name: 'POST issuance cancel', method: 'POST', openapi: '/v1/reward_issuances/{id}/cancel', allow: management, scope: 'ledger:write', path: (i) => `/v1/reward_issuances/${i.issuance}/cancel`, body: () => ({}) },
+  { name: 'DELETE reward', method: 'DELETE', openapi: '/v1/rewards/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/rewards/${i.reward}` },
   { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
   { name: 'DELETE membership', method: 'DELETE', openapi: '/v1/organizations/{id}/memberships/{user_id}', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships/${i.member}`, organizationScoped: true },
 ];
@@ -165,6 +194,8 @@ const nowhere: Ids = {
   rule: 'rule_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   organization: 'org_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   member: 'usr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  reward: 'rw_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  issuance: 'rwi_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
 };
 
 const now = () => new Date(Date.now() - 1000).toISOString();
@@ -236,6 +267,10 @@ t.test('tenant isolation', async (t) => {
     t.equal((await server.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200, `${label}: rule published`);
     const members = await bearer(tenant.pat).get(`/v1/organizations/${tenant.orgId}/memberships`);
     t.equal(members.status, 200, `${label}: members listed`);
+    const reward = await server.post('/v1/rewards', { name: 'Mug', cost: 0, currency: 'coins', availability: 5 }, idem());
+    t.equal(reward.status, 201, `${label}: reward created`);
+    const issuance = await server.post('/v1/reward_issuances', { reward_id: reward.body.id, customer_id: c.body.id }, idem());
+    t.equal(issuance.status, 201, `${label}: reward issued`);
     return {
       customer: c.body.id,
       eventCustomer: ec.body.data[0].id,
@@ -246,6 +281,8 @@ t.test('tenant isolation', async (t) => {
       rule: rule.body.id,
       organization: tenant.orgId,
       member: members.body.data[0].user_id,
+      reward: reward.body.id,
+      issuance: issuance.body.id,
     };
   }
 
@@ -374,6 +411,15 @@ t.test('tenant isolation', async (t) => {
     }
   });
 
+  await t.test("B's reward and issuance lists never show A's", async (t) => {
+    for (const [name, client] of [['secret key', bTest.server], ['PAT', bTest.creds[3]!.client]] as const) {
+      for (const path of ['/v1/rewards?limit=200', '/v1/reward_issuances?limit=200', `/v1/reward_issuances?customer_id=${aTest.externalId}`]) {
+        const r = await client.get(path);
+        t.same(r.body, { data: [], next_cursor: null, has_more: false }, `${name}: ${path} is an empty page`);
+      }
+    }
+  });
+
   await t.test("the same external id in two tenants is two customers; B's event never reaches A's customer", async (t) => {
     const r = await bTest.server.post('/v1/events', { id: 'a-test-e-1', name: 'app.opened', customer_id: aTest.externalId, occurred_at: now() });
     t.equal(r.status, 202, "B may send an event for an external id that A also uses");
@@ -396,6 +442,10 @@ t.test('tenant isolation', async (t) => {
     const keys = await anon.with({ authorization: `Bearer ${a.pat}`, 'x-service-environment': a.testEnv }).get('/v1/api_keys?limit=200');
     const k = keys.body.data.find((x: { id: string }) => x.id === aTest.key);
     t.equal(k?.revoked_at, null, "A's key is not revoked");
+    const rw = await aServer.get(`/v1/rewards/${aTest.reward}`);
+    t.match(rw.body, { status: 'active', availability: 5, issued: 1, version: 1 }, "A's reward unchanged (no archive, edit or issuance by B)");
+    const iss = await aServer.get(`/v1/reward_issuances/${aTest.issuance}`);
+    t.match(iss.body, { status: 'issued', version: 1 }, "A's issuance neither redeemed nor cancelled");
     const live = await aLiveCreds.server.get(`/v1/customers/${aLive.customer}`);
     t.match(live.body, { id: aLive.customer, version: 1, deleted_at: null }, "A's live customer unchanged");
   });

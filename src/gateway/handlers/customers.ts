@@ -133,7 +133,7 @@ function stateWire(c: CustomerView) {
     segments: [],
     counters: {},
     challenges: [],
-    issuances: [],
+    issuances: c.issuances.map((i) => ({ id: i.id, reward_id: i.rewardId, status: i.status, expires_at: iso(i.expiresAtMs) })),
     aliases: c.aliases.map((a) => aliasWire(a, c.id)),
   };
 }
@@ -320,7 +320,15 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
             // The export holds the newest events; older ones (if any) were received before this instant.
             events_since: events.length > exportEventsMax ? iso(shown[shown.length - 1]!.receivedAtMs) : null,
             ledger_entries: entries.map(ledgerEntryWire),
-            reward_issuances: [],
+            reward_issuances: c.issuances.map((i) => ({
+              id: i.id,
+              reward: i.rewardId,
+              status: i.status,
+              expires_at: iso(i.expiresAtMs),
+              redeemed_at: iso(i.redeemedAtMs),
+              cancelled_at: iso(i.cancelledAtMs),
+              created_at: iso(i.createdAtMs),
+            })),
             tiers: c.tiers.map((x) => ({ program: x.programId, level: x.level, since: iso(x.sinceMs) })),
             challenge_progress: [],
           },

@@ -70,6 +70,8 @@ export interface EventDeps {
   nowMs(environmentId: string): number | Promise<number>;
   /** Published rules and currencies (sync when cached). */
   rules(environmentId: string): RulesContext | null | Promise<RulesContext | null>;
+  /** Called with the effects of a journaled event (after the ack), e.g. to deliver requested rewards. */
+  afterEvent?(environmentId: string, customerId: string, effects: readonly Effect[]): void;
 }
 
 type ItemResult = { status: number; body: Record<string, unknown> };
@@ -137,6 +139,7 @@ async function recordOne(
   }
   const reply = result.reply;
   if (reply.kind !== 'event') throw new ApiError('internal_error');
+  if (reply.effects.length > 0) deps.afterEvent?.(env, reply.customerId, reply.effects);
   const body: Record<string, unknown> = sync
     ? { id: reply.id, client_event_id: reply.clientEventId, status: 'evaluated', effects: reply.effects.map(effectWire) }
     : { id: reply.id, client_event_id: reply.clientEventId, status: 'accepted' };
@@ -156,6 +159,8 @@ function effectWire(e: Effect): Record<string, unknown> {
       return { type: e.type, rule_id: e.ruleId, action: e.action, reason: e.reason };
     case 'tier.changed':
       return { type: e.type, program_id: e.programId, level: e.level, previous_level: e.previousLevel, direction: e.direction };
+    case 'reward.issue_requested':
+      return { type: e.type, rule_id: e.ruleId, reward_id: e.rewardId, issuance_id: e.issuanceId };
   }
 }
 

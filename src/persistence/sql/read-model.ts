@@ -28,8 +28,28 @@ export interface LedgerRow {
   createdAtMs: number;
 }
 
+/** A reward issuance row (from the issuance every reward fact carries). */
+export interface IssuanceRow {
+  environmentId: string;
+  id: string;
+  rewardId: string;
+  customerId: string;
+  status: string;
+  sourceType: string;
+  sourceId: string | null;
+  costEntryId: string | null;
+  expiresAtMs: number | null;
+  redeemedAtMs: number | null;
+  cancelledAtMs: number | null;
+  reason: string | null;
+  version: number;
+  createdAtMs: number;
+}
+
 export type Projection =
   | ({ kind: 'ledger.insert' } & LedgerRow)
+  /** Upserts only move an issuance forward: a row keeps its highest version. */
+  | ({ kind: 'issuance.upsert' } & IssuanceRow)
   /** Sets an entry's remaining and, when given, its status (spends, expiry, confirmation). */
   | { kind: 'ledger.update'; environmentId: string; id: string; remaining: number; status: string | null }
   | {
@@ -153,6 +173,29 @@ const customerColumns = `environment_id, id, external_id, attributes, version,
 const eventColumns = `environment_id, id, client_event_id, customer_id, name,
   ${ms('occurred_at')} as occurred_at_ms, ${ms('received_at')} as received_at_ms, properties, status`;
 
+const issuanceColumns = `environment_id, id, reward_id, customer_id, status, source_type, source_id, cost_entry_id,
+  ${ms('expires_at')} as expires_at_ms, ${ms('redeemed_at')} as redeemed_at_ms, ${ms('cancelled_at')} as cancelled_at_ms,
+  reason, version, ${ms('created_at')} as created_at_ms`;
+
+function issuanceRow(r: Record<string, unknown>): IssuanceRow {
+  return {
+    environmentId: r.environment_id as string,
+    id: r.id as string,
+    rewardId: r.reward_id as string,
+    customerId: r.customer_id as string,
+    status: r.status as string,
+    sourceType: r.source_type as string,
+    sourceId: (r.source_id as string | null) ?? null,
+    costEntryId: (r.cost_entry_id as string | null) ?? null,
+    expiresAtMs: (r.expires_at_ms as number | null) ?? null,
+    redeemedAtMs: (r.redeemed_at_ms as number | null) ?? null,
+    cancelledAtMs: (r.cancelled_at_ms as number | null) ?? null,
+    reason: (r.reason as string | null) ?? null,
+    version: r.version as number,
+    createdAtMs: r.created_at_ms as number,
+  };
+}
+
 function customerRow(r: Record<string, unknown>): CustomerRow {
   return {
     environmentId: r.environment_id as string,
@@ -232,6 +275,7 @@ export class PgReadModel {
         'event.insert': [],
         'ledger.insert': [],
         'ledger.update': [],
+        'issuance.upsert': [],
       };
       const moved: Array<{ partition: number; offset: Offset }> = [];
       for (const b of batches) {
@@ -241,7 +285,7 @@ export class PgReadModel {
       }
       if (moved.length === 0) return;
       // Ledger updates after inserts: an entry and the debit that consumes it may share a batch.
-      for (const kind of ['customer.upsert', 'customer.erase', 'alias.upsert', 'event.insert', 'ledger.insert', 'ledger.update'] as const) {
+      for (const kind of ['customer.upsert', 'customer.erase', 'alias.upsert', 'event.insert', 'ledger.insert', 'ledger.update', 'issuance.upsert'] as const) {
         if (byKind[kind].length > 0) await this.applyRun(tx, byKind[kind]);
       }
       await tx`
@@ -265,6 +309,8 @@ export class PgReadModel {
         return this.insertLedger(tx, run as Array<Of<'ledger.insert'>>);
       case 'ledger.update':
         return this.updateLedger(tx, run as Array<Of<'ledger.update'>>);
+      case 'issuance.upsert':
+        return this.upsertIssuances(tx, run as Array<Of<'issuance.upsert'>>);
     }
   }
 
@@ -416,6 +462,68 @@ export class PgReadModel {
         from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, r bigint, s text)
         where l.environment_id = u.e and l.id = u.i`;
     }
+  }
+
+  private async upsertIssuances(tx: Tx, run: Array<Of<'issuance.upsert'>>): Promise<void> {
+    const rows = newestPerKey(run, (p) => pairKey(p.environmentId, p.id));
+    for (const part of chunks(rows, rowsPerStatementMax)) {
+      const doc = json(
+        part.map((p) => ({
+          e: p.environmentId,
+          i: p.id,
+          rw: p.rewardId,
+          c: p.customerId,
+          s: p.status,
+          st: p.sourceType,
+          si: p.sourceId,
+          ce: p.costEntryId,
+          x: p.expiresAtMs,
+          ra: p.redeemedAtMs,
+          ca: p.cancelledAtMs,
+          re: p.reason,
+          v: p.version,
+          at: p.createdAtMs,
+        })),
+      );
+      await tx`
+        insert into reward_issuances as r (environment_id, id, reward_id, customer_id, status, source_type, source_id, cost_entry_id,
+          expires_at, redeemed_at, cancelled_at, reason, version, created_at)
+        select u.e, u.i, u.rw, u.c, u.s, u.st, u.si, u.ce, to_timestamp(u.x / 1000), to_timestamp(u.ra / 1000),
+               to_timestamp(u.ca / 1000), u.re, u.v, to_timestamp(u.at / 1000)
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, rw text, c text, s text, st text, si text, ce text,
+          x float8, ra float8, ca float8, re text, v int, at float8)
+        on conflict (environment_id, id) do update
+        set status = excluded.status, cost_entry_id = excluded.cost_entry_id, expires_at = excluded.expires_at,
+            redeemed_at = excluded.redeemed_at, cancelled_at = excluded.cancelled_at, reason = excluded.reason,
+            version = excluded.version
+        where r.version < excluded.version`;
+    }
+  }
+
+  /**
+   * Reward issuances of an environment by id ascending (pending and refused rule requests are not
+   * issuances yet or ever, and never listed); limit + 1 rows for paging.
+   */
+  async listIssuances(
+    environmentId: string,
+    q: { limit: number; after: string | null; status: string | null; customerId: string | null },
+  ): Promise<IssuanceRow[]> {
+    const sql = this.sql;
+    const rows = await sql`
+      select ${sql.unsafe(issuanceColumns)} from reward_issuances
+      where environment_id = ${environmentId}
+      ${q.status === null ? sql`and status not in ('pending', 'refused')` : sql`and status = ${q.status}`}
+      ${q.customerId === null ? sql`` : sql`and customer_id = ${q.customerId}`}
+      ${q.after === null ? sql`` : sql`and id > ${q.after}`}
+      order by id limit ${q.limit}`;
+    return rows.map(issuanceRow);
+  }
+
+  async getIssuance(environmentId: string, id: string): Promise<IssuanceRow | null> {
+    const [row] = await this.sql`
+      select ${this.sql.unsafe(issuanceColumns)} from reward_issuances
+      where environment_id = ${environmentId} and id = ${id} and status not in ('pending', 'refused')`;
+    return row ? issuanceRow(row) : null;
   }
 
   /** A customer's ledger entries, newest first; limit+1 rows for paging (keyset on created_at, id). */

@@ -1,0 +1,222 @@
+// Given/when/then tests of the pure reward issuance mechanic through the customer actor's
+// decide/evolve: issue under a reserved id, redeem spends the price in the same facts (earliest
+// expiry first), insufficient_balance keeps it issued, cancel from issued only, expiry (sweep and
+// lapsed), invalid_state from every other state, the reconciler's settle, and the rule path's
+// request -> fulfil / refuse. Replaying the facts (evolve only) rebuilds the same state.
+import t from 'tap';
+import { type Command, type Ctx, type CustomerState, decide, evolve, type Fact } from '../../src/domain/customer.js';
+import type { CurrencyConfig } from '../../src/domain/ledger.js';
+import { parseExpiryAfter, type RewardCommand, type RewardTerms } from '../../src/domain/rewards.js';
+
+const day = 86_400_000;
+const coins: CurrencyConfig = { key: 'coins', negativeBalance: 'forbid', expiryDays: null };
+const currencies = [coins];
+const mug: RewardTerms = { id: 'rw_mug', cost: 70, currency: 'coins', expiryAfterMs: 10 * day };
+
+let seq = 0;
+function ctxAt(nowMs: number): Ctx {
+  return {
+    nowMs,
+    environmentId: 'env_1',
+    newId: (prefix) => `${prefix}_${String(++seq).padStart(4, '0')}`,
+    newCustomerId: () => 'cust_0001',
+    newEventId: () => `evt_${++seq}`,
+  };
+}
+
+interface World {
+  state: CustomerState;
+  facts: Fact[];
+}
+
+function given(): World {
+  const d = decide(null, { kind: 'customer.create', externalId: 'alice', attributes: {} }, ctxAt(0));
+  if (!d.ok) throw new Error('create');
+  let state: CustomerState | null = null;
+  for (const f of d.facts) state = evolve(state, f);
+  return { state: state!, facts: [...d.facts] };
+}
+
+function when(w: World, cmd: Command, nowMs: number) {
+  const before = JSON.stringify(w.state, (_k, v) => (v instanceof Map ? [...v] : v));
+  const d = decide(w.state, cmd, ctxAt(nowMs));
+  const untouched = JSON.stringify(w.state, (_k, v) => (v instanceof Map ? [...v] : v)) === before;
+  if (d.ok) {
+    for (const f of d.facts) evolve(w.state, f);
+    w.facts.push(...d.facts);
+  }
+  return { d, untouched };
+}
+
+const reward = (command: RewardCommand): Command => ({ kind: 'reward.run', command, tierPrograms: [] });
+const issue = (id: string, terms = mug) => reward({ kind: 'reward.issue', issuanceId: id, terms, sourceType: 'api', sourceId: 'key_1' });
+const redeem = (id: string) => reward({ kind: 'reward.redeem', issuanceId: id, currencies });
+const cancel = (id: string) => reward({ kind: 'reward.cancel', issuanceId: id, reason: 'r' });
+const award = (amount: number, expiresAtMs: number | null): Command => ({
+  kind: 'ledger.run',
+  currencies,
+  tierPrograms: [],
+  command: { kind: 'ledger.adjust', currency: 'coins', amount, reason: 'test', expiresAtMs },
+});
+
+function issuance(w: World, id: string) {
+  return w.state.rewards.issuances.find((i) => i.id === id);
+}
+
+t.test('issue records the issuance with the reserved id and expires_at from the terms', async (t) => {
+  const w = given();
+  const r = when(w, issue('rwi_a'), 1000);
+  t.ok(r.d.ok);
+  t.match(issuance(w, 'rwi_a'), { status: 'issued', rewardId: 'rw_mug', cost: 70, expiresAtMs: 1000 + 10 * day, version: 1, createdAtMs: 1000 });
+  const again = when(w, issue('rwi_a'), 2000);
+  t.same(again.d.ok && again.d.facts, [], 'a retried issue (same reservation) records nothing');
+  t.equal(w.state.rewards.issuances.length, 1);
+  when(w, issue('rwi_b', { ...mug, expiryAfterMs: null }), 1000);
+  t.equal(issuance(w, 'rwi_b')?.expiresAtMs, null, 'no expiry_after: never expires');
+});
+
+t.test('redeem spends the cost in the same facts, earliest expiry first', async (t) => {
+  const w = given();
+  when(w, award(100, 20 * day), 0);
+  when(w, award(50, 5 * day), 0);
+  when(w, issue('rwi_a'), 0);
+  const r = when(w, redeem('rwi_a'), day);
+  if (!r.d.ok) return t.fail(r.d.code);
+  t.same(r.d.facts.map((f) => f.kind), ['ledger.entry_recorded', 'reward.redeemed'], 'one record: the spend and the transition');
+  const spend = r.d.facts[0]!;
+  if (spend.kind !== 'ledger.entry_recorded') return t.fail();
+  t.same(spend.entry.allocations.map((a) => a.amount), [50, 20], 'the day-5 lot first, then the day-20 lot');
+  t.match(spend.entry, { type: 'spend', amount: -70, sourceType: 'reward_issuance', sourceId: 'rwi_a' });
+  t.match(issuance(w, 'rwi_a'), { status: 'redeemed', costEntryId: spend.entry.id, redeemedAtMs: day, version: 2 });
+  t.equal(w.state.ledger.books[0]!.lots.reduce((s, l) => s + l.remaining, 0), 80);
+});
+
+t.test('redeem with too little balance: insufficient_balance, still issued, nothing recorded', async (t) => {
+  const w = given();
+  when(w, award(69, null), 0);
+  when(w, issue('rwi_a'), 0);
+  const r = when(w, redeem('rwi_a'), 1);
+  t.same(r.d.ok ? null : r.d.code, 'insufficient_balance');
+  t.ok(r.untouched, 'state untouched by a refused decision');
+  t.equal(issuance(w, 'rwi_a')?.status, 'issued');
+  when(w, award(1, null), 2);
+  t.ok(when(w, redeem('rwi_a'), 3).d.ok, 'redeemable once the balance covers it');
+});
+
+t.test('a free reward is redeemed without a ledger entry', async (t) => {
+  const w = given();
+  when(w, issue('rwi_a', { ...mug, cost: 0 }), 0);
+  const r = when(w, redeem('rwi_a'), 1);
+  t.same(r.d.ok && r.d.facts.map((f) => f.kind), ['reward.redeemed']);
+  t.equal(issuance(w, 'rwi_a')?.costEntryId, null);
+});
+
+t.test('cancel from issued only; invalid_state from every other state', async (t) => {
+  const w = given();
+  when(w, award(1000, null), 0);
+  for (const id of ['rwi_c', 'rwi_r', 'rwi_x']) when(w, issue(id), 0);
+  const c = when(w, cancel('rwi_c'), 5);
+  t.ok(c.d.ok);
+  t.match(issuance(w, 'rwi_c'), { status: 'cancelled', cancelledAtMs: 5, reason: 'r', costEntryId: null, version: 2 });
+  t.same(c.d.ok && c.d.facts.map((f) => f.kind), ['reward.cancelled'], 'nothing was paid while issued: no refund entry');
+  when(w, redeem('rwi_r'), 5);
+  when(w, reward({ kind: 'reward.expire_due' }), 11 * day);
+  t.equal(issuance(w, 'rwi_x')?.status, 'expired');
+  const table: Array<[string, string, Command]> = [
+    ['cancelled', 'redeem', redeem('rwi_c')],
+    ['cancelled', 'cancel', cancel('rwi_c')],
+    ['redeemed', 'redeem', redeem('rwi_r')],
+    ['redeemed', 'cancel', cancel('rwi_r')],
+    ['expired', 'redeem', redeem('rwi_x')],
+    ['expired', 'cancel', cancel('rwi_x')],
+  ];
+  for (const [from, verb, cmd] of table) {
+    const r = when(w, cmd, 12 * day);
+    t.same(r.d.ok ? 'ok' : r.d.code, 'invalid_state', `${verb} from ${from}: invalid_state`);
+    t.ok(r.untouched, `${verb} from ${from}: nothing changed`);
+  }
+  t.same(when(w, redeem('rwi_none'), 0).d.ok ? 'ok' : 'resource_not_found', 'resource_not_found');
+});
+
+t.test('expiry: the sweep expires what is due (no refund); past expires_at before the sweep is invalid_state', async (t) => {
+  const w = given();
+  when(w, award(1000, null), 0);
+  when(w, issue('rwi_a'), 0);
+  when(w, issue('rwi_b', { ...mug, expiryAfterMs: 20 * day }), 0);
+  const late = when(w, redeem('rwi_a'), 10 * day);
+  t.same(late.d.ok ? 'ok' : late.d.code, 'invalid_state', 'at expires_at the issuance can no longer be redeemed');
+  const sweep = when(w, reward({ kind: 'reward.expire_due' }), 10 * day);
+  t.same(sweep.d.ok && sweep.d.reply, { kind: 'reward', reply: { kind: 'reward.expired', ids: ['rwi_a'] } });
+  t.match(issuance(w, 'rwi_a'), { status: 'expired', version: 2 });
+  t.equal(issuance(w, 'rwi_b')?.status, 'issued', 'not due yet');
+  t.equal(w.state.ledger.books[0]!.lots[0]!.remaining, 1000, 'no refund, no spend');
+  t.same(when(w, reward({ kind: 'reward.expire_due' }), 10 * day).d.ok && [], [], 'a second sweep records nothing');
+});
+
+t.test('settle (reconciler): present keeps the unit; an unknown id is voided forever', async (t) => {
+  const w = given();
+  when(w, issue('rwi_a'), 0);
+  const present = when(w, reward({ kind: 'reward.settle', issuanceId: 'rwi_a', terms: mug }), 1);
+  t.match(present.d.ok && present.d.reply, { reply: { kind: 'reward.settled', outcome: 'present' } });
+  const lost = when(w, reward({ kind: 'reward.settle', issuanceId: 'rwi_lost', terms: mug }), 1);
+  t.match(lost.d.ok && lost.d.reply, { reply: { kind: 'reward.settled', outcome: 'voided' } });
+  t.same(w.state.rewards.voided, ['rwi_lost']);
+  const tooLate = when(w, issue('rwi_lost'), 2);
+  t.same(tooLate.d.ok ? 'ok' : tooLate.d.code, 'reward_unavailable', 'a voided id is never issued (its unit went back)');
+});
+
+t.test('rule path: a pending request is fulfilled with the reserved unit or refused', async (t) => {
+  const w = given();
+  const rq: Fact = {
+    kind: 'reward.issue_requested',
+    issuance: {
+      id: 'rwi_p',
+      rewardId: 'rw_mug',
+      status: 'pending',
+      sourceType: 'rule_execution',
+      sourceId: 'rule_1',
+      cost: null,
+      currency: null,
+      costEntryId: null,
+      expiresAtMs: null,
+      redeemedAtMs: null,
+      cancelledAtMs: null,
+      reason: null,
+      version: 1,
+      createdAtMs: 0,
+    },
+  };
+  evolve(w.state, rq);
+  const q = { ...rq, issuance: { ...rq.issuance, id: 'rwi_q' } };
+  evolve(w.state, q);
+  t.same(when(w, redeem('rwi_p'), 1).d.ok ? 'ok' : 'resource_not_found', 'resource_not_found', 'a pending request is not an issuance');
+  const ok = when(w, reward({ kind: 'reward.fulfil', issuanceId: 'rwi_p', terms: mug, reason: null }), 5);
+  t.ok(ok.d.ok);
+  t.match(issuance(w, 'rwi_p'), { status: 'issued', sourceType: 'rule_execution', sourceId: 'rule_1', expiresAtMs: 5 + 10 * day, version: 2 });
+  const no = when(w, reward({ kind: 'reward.fulfil', issuanceId: 'rwi_q', terms: null, reason: 'reward_unavailable' }), 5);
+  t.ok(no.d.ok);
+  t.match(issuance(w, 'rwi_q'), { status: 'refused', reason: 'reward_unavailable' });
+  const twice = when(w, reward({ kind: 'reward.fulfil', issuanceId: 'rwi_p', terms: mug, reason: null }), 6);
+  t.same(twice.d.ok && twice.d.facts, [], 're-driving a fulfilled request records nothing');
+});
+
+t.test('replaying the facts (evolve only) rebuilds the same issuances', async (t) => {
+  const w = given();
+  when(w, award(500, 3 * day), 0);
+  for (const id of ['rwi_1', 'rwi_2', 'rwi_3', 'rwi_4']) when(w, issue(id), 0);
+  when(w, redeem('rwi_1'), 1);
+  when(w, cancel('rwi_2'), 2);
+  when(w, reward({ kind: 'reward.expire_due' }), 10 * day);
+  when(w, reward({ kind: 'reward.settle', issuanceId: 'rwi_gone', terms: null }), 10 * day);
+  let replayed: CustomerState | null = null;
+  for (const f of w.facts) replayed = evolve(replayed, f);
+  t.same(replayed!.rewards, w.state.rewards);
+  t.same(replayed!.ledger, w.state.ledger);
+  t.same(w.state.rewards.issuances.map((i) => i.status), ['redeemed', 'cancelled', 'expired', 'expired']);
+});
+
+t.test('expiry_after: <n>d and <n>h', async (t) => {
+  t.equal(parseExpiryAfter('30d'), 30 * day);
+  t.equal(parseExpiryAfter('12h'), 12 * 3_600_000);
+  for (const bad of ['0d', '3w', 'd', '1.5d', ' 1d', '-1d', '1234567d']) t.equal(parseExpiryAfter(bad), null, bad);
+});
