@@ -6,6 +6,7 @@ import { Packr } from 'msgpackr';
 import type { CustomerState, Fact } from '../domain/customer.js';
 import { emptyLedger, type LedgerState } from '../domain/ledger.js';
 import { SeenEvents } from '../domain/seen-events.js';
+import { emptyChallengesState } from '../domain/challenges.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
@@ -52,6 +53,8 @@ type SnapshotV1 = [
   ruleLimits?: Record<string, number>,
   /** Added with tiers; absent in older snapshots (then empty). */
   tiers?: CustomerState['tiers'],
+  /** Added with challenges; absent in older snapshots (then empty). */
+  challenges?: CustomerState['challenges'],
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -74,6 +77,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.ledger,
     s.ruleLimits,
     s.tiers,
+    s.challenges,
   ];
   return packr.pack(v1);
 }
@@ -100,6 +104,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     ledger: v[13] ?? emptyLedger(),
     ruleLimits: v[14] ?? {},
     tiers: v[15] ?? {},
+    challenges: v[16] ?? emptyChallengesState(),
   };
 }
 

@@ -9,6 +9,7 @@ import { encodePartition, newCustomerId, newId, random53 } from '../ids.js';
 import { eventId } from '../domain/seen-events.js';
 import { limits } from '../limits.js';
 import type { LedgerReply } from '../domain/ledger.js';
+import type { Reply as ChallengeReply } from '../domain/challenges.js';
 import type { Effect } from '../domain/rule-effects.js';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
@@ -39,6 +40,7 @@ export type ReplyView =
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | { kind: 'claimed'; mergedFrom: string | null }
   | { kind: 'ledger'; reply: LedgerReply }
+  | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[] }
   | { kind: 'done' };
 
 export type CallResult =
@@ -489,6 +491,7 @@ export class Partition {
   private view(reply: Reply, actor: Actor, nowMs: number): ReplyView {
     switch (reply.kind) {
       case 'ledger':
+      case 'challenge':
         return reply;
       case 'customer':
         return { kind: 'customer', customer: toView(actor.state, nowMs) };

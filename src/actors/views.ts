@@ -19,6 +19,8 @@ export interface CustomerView {
   /** Per currency, as of the view's time (due confirmations and expiries counted). */
   balances: Balance[];
   tiers: Array<{ programId: string; level: string; sinceMs: number }>;
+  /** The latest progress record per challenge (the period it was last counted in). */
+  challenges: Array<{ challengeId: string; periodKey: string; cycle: number; count: number; target: number; status: string; completedAtMs: number | null }>;
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -36,5 +38,14 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
     eventCount: s.events.size,
     balances: balances(s.ledger, nowMs),
     tiers: Object.values(s.tiers).map((t) => ({ programId: t.programId, level: t.level, sinceMs: t.sinceMs })),
+    challenges: Object.values(s.challenges.progress).map((p) => ({
+      challengeId: p.challengeId,
+      periodKey: p.periodKey,
+      cycle: p.cycle,
+      count: p.count,
+      target: p.target,
+      status: p.status,
+      completedAtMs: p.completedAtMs,
+    })),
   };
 }

@@ -5,6 +5,8 @@
 // the journal (evolve only) rebuilds exactly the same state. A throw in here is a bug.
 import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
+import { applyChallenges, type ChallengeContext, type ChallengeRuntime, runChallengeCommand } from './challenge-effects.js';
+import * as challenges from './challenges.js';
 import * as ledger from './ledger.js';
 import { applyRules, type Effect, type RuleFact, type RulesContext, tierFacts } from './rule-effects.js';
 import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
@@ -47,6 +49,8 @@ export interface CustomerState {
   ruleLimits: Record<string, number>;
   /** Standing in each tier program, by program id. */
   tiers: TiersState;
+  /** Challenge enrollments, latest progress record and completions per challenge. */
+  challenges: challenges.ChallengesState;
 }
 
 export type Command =
@@ -71,7 +75,12 @@ export type Command =
   | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
-  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] };
+  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] }
+  /**
+   * An operator command on one of the customer's challenges. `challenge` is the runtime of the
+   * command's challenge (completion actions); `context` gives currencies, tier programs, time zone.
+   */
+  | { kind: 'challenge.run'; command: challenges.Command; challenge: ChallengeRuntime | null; context: ChallengeContext };
 
 export type Fact =
   | {
@@ -99,7 +108,8 @@ export type Fact =
   | { kind: 'customer.merged'; into: string; atMs: number }
   | ledger.LedgerFact
   | RuleFact
-  | TierFact;
+  | TierFact
+  | challenges.ChallengeFact;
 
 export interface EventReply {
   kind: 'event';
@@ -117,7 +127,8 @@ export type Reply =
   | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
   | { kind: 'deleted' }
   | { kind: 'merged' }
-  | { kind: 'ledger'; reply: ledger.LedgerReply };
+  | { kind: 'ledger'; reply: ledger.LedgerReply }
+  | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[] };
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -244,6 +255,11 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const t = tierFacts(cmd.tierPrograms, new Set(touched), null, book, state.tiers, ctx);
       return { ok: true, facts: [...d.facts, ...t.facts], reply: { kind: 'ledger', reply: d.reply } };
     }
+    case 'challenge.run': {
+      const r = runChallengeCommand(cmd.context, cmd.challenge, cmd.command, state, ctx);
+      if (!r.ok) return fail(r.code.code, r.code.message, r.code.param);
+      return { ok: true, facts: r.facts, reply: { kind: 'challenge', reply: r.reply, effects: r.effects } };
+    }
   }
 }
 
@@ -260,12 +276,28 @@ function createdFact(externalId: string, attributes: Record<string, unknown>, ct
 
 const noEffects: Effect[] = [];
 
-/** Runs the environment's rules for a new event; appends their facts; returns the effects. */
+/** Runs the environment's rules, then its challenges, for a new event; appends their facts; returns the effects. */
 function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerState, ctx: Ctx, facts: Fact[]): Effect[] {
-  if (cmd.rules === null || cmd.rules.plans.length === 0) return noEffects;
-  const r = applyRules(cmd.rules, { name: cmd.name, properties: cmd.properties, trust: cmd.trust }, subject, ctx);
-  for (const f of r.facts) facts.push(f);
-  return r.effects;
+  const rules = cmd.rules;
+  if (rules === null) return noEffects;
+  const active = rules.challenges ?? [];
+  if (rules.plans.length === 0 && active.length === 0) return noEffects;
+  const event = { name: cmd.name, properties: cmd.properties, trust: cmd.trust };
+  const r = rules.plans.length === 0 ? null : applyRules(rules, event, subject, ctx);
+  if (r !== null) for (const f of r.facts) facts.push(f);
+  const requested = r?.challengeProgress ?? [];
+  if (active.length === 0 && requested.length === 0) return r?.effects ?? noEffects;
+  const recorded = facts.find((f) => f.kind === 'event.recorded');
+  const c = applyChallenges(
+    { challenges: active, timeZone: rules.timeZone ?? 'UTC', currencies: rules.currencies, tierPrograms: rules.tierPrograms },
+    requested,
+    { id: recorded?.kind === 'event.recorded' ? recorded.id : cmd.clientEventId, ...event },
+    subject,
+    r?.facts ?? [],
+    ctx,
+  );
+  for (const f of c.facts) facts.push(f);
+  return r === null ? c.effects : [...r.effects, ...c.effects];
 }
 
 function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact & { kind: 'event.recorded' } {
@@ -314,6 +346,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       ledger: ledger.emptyLedger(),
       ruleLimits: {},
       tiers: {},
+      challenges: challenges.emptyChallengesState(),
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -354,6 +387,13 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'tier.assigned':
     case 'tier.downgrade_check_scheduled':
       state.tiers = evolveTiers(state.tiers, fact);
+      return state;
+    case 'challenge.enrolled':
+    case 'challenge.unenrolled':
+    case 'challenge.progressed':
+    case 'challenge.completed':
+    case 'challenge.revoked':
+      state.challenges = challenges.evolve(state.challenges, fact);
       return state;
   }
 }

@@ -3,6 +3,7 @@
 // entry as the event: `rule.fired` (limit counts) and ledger entries for points.award. Returns the
 // effects a sync answer reports. Pure: plans and currency configs were loaded before the step.
 // Actions whose mechanics are not in the engine yet are reported as skipped, never half-applied.
+import type { ChallengeEffect, ChallengeRuntime } from './challenge-effects.js';
 import * as ledger from './ledger.js';
 import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
 import { evaluateTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
@@ -12,6 +13,10 @@ export interface RulesContext {
   currencies: readonly ledger.CurrencyConfig[];
   /** Tier programs on the lifetime_earned and balance bases are evaluated after credits. */
   tierPrograms: readonly TierProgram[];
+  /** Active challenges of the environment (challenge-effects.ts); absent: none. */
+  challenges?: readonly ChallengeRuntime[];
+  /** The environment's IANA time zone (challenge periods); absent: UTC. */
+  timeZone?: string;
 }
 
 export type RuleFact = { kind: 'rule.fired'; ruleId: string; versionNumber: number; limitKeys: string[]; atMs: number };
@@ -22,7 +27,8 @@ export type Effect =
   | { type: 'points.awarded'; ruleId: string; currency: string; amount: number; entryId: string }
   | { type: 'rule.skipped'; ruleId: string; reason: string; detail: string }
   | { type: 'action.skipped'; ruleId: string; action: string; reason: string }
-  | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' };
+  | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' }
+  | ChallengeEffect;
 
 export interface RuleSubject {
   externalId: string | null;
@@ -81,8 +87,14 @@ export function applyRules(
   event: { name: string; properties: Record<string, unknown>; trust: string },
   subject: RuleSubject,
   ctx: ledger.LedgerCtx,
-): { facts: Array<RuleFact | ledger.LedgerFact | TierFact>; effects: Effect[] } {
+): {
+  facts: Array<RuleFact | ledger.LedgerFact | TierFact>;
+  effects: Effect[];
+  /** challenge.progress actions of the rules that fired (applied by challenge-effects.ts). */
+  challengeProgress: Array<{ challengeId: string; ruleId: string }>;
+} {
   const facts: Array<RuleFact | ledger.LedgerFact | TierFact> = [];
+  const challengeProgress: Array<{ challengeId: string; ruleId: string }> = [];
   const credited = new Set<string>();
   let evaluate: Set<string> | null = null;
   const effects: Effect[] = [];
@@ -121,6 +133,10 @@ export function applyRules(
       if (action.type === 'tier.evaluate') {
         evaluate ??= new Set();
         for (const k of action.program === null ? allPrograms : [action.program]) evaluate.add(k);
+        continue;
+      }
+      if (action.type === 'challenge.progress') {
+        challengeProgress.push({ challengeId: action.challengeId, ruleId: plan.ruleId });
         continue;
       }
       if (action.type !== 'points.award') {
@@ -166,5 +182,5 @@ export function applyRules(
     for (const f of t.facts) facts.push(f);
     for (const e of t.effects) effects.push(e);
   }
-  return { facts, effects };
+  return { facts, effects, challengeProgress };
 }

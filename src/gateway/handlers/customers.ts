@@ -132,7 +132,7 @@ function stateWire(c: CustomerView) {
     tiers: c.tiers.map((t) => ({ program_id: t.programId, level: t.level, since: iso(t.sinceMs) })),
     segments: [],
     counters: {},
-    challenges: [],
+    challenges: c.challenges.map((x) => ({ challenge_id: x.challengeId, period_key: x.periodKey, count: x.count, status: x.status })),
     issuances: [],
     aliases: c.aliases.map((a) => aliasWire(a, c.id)),
   };

@@ -11,7 +11,7 @@ import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import { canonicalJson, hash53 } from '../../util/canonical-json.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
-import { iso } from '../wire.js';
+import { challengeEffectWire, iso } from '../wire.js';
 
 export const eventNamePattern = /^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$/;
 
@@ -156,6 +156,8 @@ function effectWire(e: Effect): Record<string, unknown> {
       return { type: e.type, rule_id: e.ruleId, action: e.action, reason: e.reason };
     case 'tier.changed':
       return { type: e.type, program_id: e.programId, level: e.level, previous_level: e.previousLevel, direction: e.direction };
+    default:
+      return challengeEffectWire(e);
   }
 }
 

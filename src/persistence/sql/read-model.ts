@@ -6,6 +6,7 @@
 // trip per row; order across kinds within a batch is kept.
 import type postgres from 'postgres';
 import { compareOffsets, type Offset, offsetZero } from '../ports.js';
+import { type ChallengeProjection, writeChallengeEnrollments, writeChallengeProgress } from './challenge-read-model.js';
 import type { Sql } from './db.js';
 
 /** What the projector derives from journal facts. Plain data. */
@@ -29,6 +30,7 @@ export interface LedgerRow {
 }
 
 export type Projection =
+  | ChallengeProjection
   | ({ kind: 'ledger.insert' } & LedgerRow)
   /** Sets an entry's remaining and, when given, its status (spends, expiry, confirmation). */
   | { kind: 'ledger.update'; environmentId: string; id: string; remaining: number; status: string | null }
@@ -232,6 +234,8 @@ export class PgReadModel {
         'event.insert': [],
         'ledger.insert': [],
         'ledger.update': [],
+        'challenge.progress': [],
+        'challenge.enrollment': [],
       };
       const moved: Array<{ partition: number; offset: Offset }> = [];
       for (const b of batches) {
@@ -241,7 +245,16 @@ export class PgReadModel {
       }
       if (moved.length === 0) return;
       // Ledger updates after inserts: an entry and the debit that consumes it may share a batch.
-      for (const kind of ['customer.upsert', 'customer.erase', 'alias.upsert', 'event.insert', 'ledger.insert', 'ledger.update'] as const) {
+      for (const kind of [
+        'customer.upsert',
+        'customer.erase',
+        'alias.upsert',
+        'event.insert',
+        'ledger.insert',
+        'ledger.update',
+        'challenge.progress',
+        'challenge.enrollment',
+      ] as const) {
         if (byKind[kind].length > 0) await this.applyRun(tx, byKind[kind]);
       }
       await tx`
@@ -265,6 +278,10 @@ export class PgReadModel {
         return this.insertLedger(tx, run as Array<Of<'ledger.insert'>>);
       case 'ledger.update':
         return this.updateLedger(tx, run as Array<Of<'ledger.update'>>);
+      case 'challenge.progress':
+        return writeChallengeProgress(tx, run as Array<Of<'challenge.progress'>>);
+      case 'challenge.enrollment':
+        return writeChallengeEnrollments(tx, run as Array<Of<'challenge.enrollment'>>);
     }
   }
 
