@@ -16,6 +16,11 @@ import { DueWork } from './jobs/due-work.js';
 import { RuleCatalog } from './catalog/rules.js';
 import { RulesContexts } from './catalog/rules-context.js';
 import { TierProgramCatalog } from './catalog/tier-programs.js';
+import { ChallengeCatalog } from './catalog/challenges.js';
+import { challengeRoutes } from './gateway/handlers/challenges.js';
+import { ChallengeEnds } from './jobs/challenge-ends.js';
+import { AuditLog } from './persistence/sql/audit-log.js';
+import { ChallengeReadModel } from './persistence/sql/challenge-read-model.js';
 import { ledgerRoutes } from './gateway/handlers/ledger.js';
 import { rulesRoutes } from './gateway/handlers/rules.js';
 import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
@@ -138,7 +143,10 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await rules.start();
   const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
   await tiers.start();
-  const rulesContexts = new RulesContexts(rules, currencies, tiers);
+  const challenges = new ChallengeCatalog(sql, storage.bus);
+  await challenges.start();
+  const rulesContexts = new RulesContexts(rules, currencies, tiers, challenges);
+  const challengeReadModel = new ChallengeReadModel(sql);
   const clocks = new EnvironmentClocks(sql, storage.bus);
   await clocks.start();
   const now = (env: string) => clocks.now(env);
@@ -172,6 +180,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   projector.start();
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
   dueWork.start();
+  const challengeEnds = new ChallengeEnds({ challenges, now, logger });
+  challengeEnds.start();
   await placement.start();
 
   const gateway = createGateway({
@@ -187,7 +197,23 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
       }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
-      ...testClockRoutes({ clocks, runDue: (env, nowMs) => dueWork.runForEnvironment(env, nowMs) }),
+      ...testClockRoutes({
+        clocks,
+        runDue: async (env, nowMs) => {
+          await challengeEnds.runForEnvironment(env, nowMs);
+          return dueWork.runForEnvironment(env, nowMs);
+        },
+      }),
+      ...challengeRoutes({
+        challenges,
+        engine,
+        now,
+        currencies,
+        tiers,
+        readModel: challengeReadModel,
+        audit: new AuditLog(sql),
+        drainProjector: () => projector.drain(),
+      }),
       ...rulesRoutes({ rules, pool }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...customerRoutes({
@@ -195,6 +221,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         now,
         checkAttributes: (env, attrs) => attributes.check(env, attrs),
         readModel,
+        challengeProgress: (env, id) => challengeReadModel.customerProgress(env, id),
         drainProjector: () => projector.drain(),
         mintCustomerToken: (req) => tenancy.customerTokens.mint(req),
       }),
@@ -238,6 +265,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         await gateway.close();
         await publicGrpc.close(2000);
         await dueWork.stop();
+        await challengeEnds.stop();
         await placement.stop();
         await projector.stop();
         await forwardServer.stop();

@@ -40,7 +40,7 @@ export type ReplyView =
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | { kind: 'claimed'; mergedFrom: string | null }
   | { kind: 'ledger'; reply: LedgerReply }
-  | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[] }
+  | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[]; customerId: string }
   | { kind: 'done' };
 
 export type CallResult =

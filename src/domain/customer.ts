@@ -128,7 +128,7 @@ export type Reply =
   | { kind: 'deleted' }
   | { kind: 'merged' }
   | { kind: 'ledger'; reply: ledger.LedgerReply }
-  | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[] };
+  | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string };
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -258,7 +258,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     case 'challenge.run': {
       const r = runChallengeCommand(cmd.context, cmd.challenge, cmd.command, state, ctx);
       if (!r.ok) return fail(r.code.code, r.code.message, r.code.param);
-      return { ok: true, facts: r.facts, reply: { kind: 'challenge', reply: r.reply, effects: r.effects } };
+      return { ok: true, facts: r.facts, reply: { kind: 'challenge', reply: r.reply, effects: r.effects, customerId: state.id } };
     }
   }
 }

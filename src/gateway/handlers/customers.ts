@@ -80,6 +80,11 @@ export interface CustomerDeps {
   /** Checks attribute values against the environment's attribute definitions. */
   checkAttributes(environmentId: string, attributes: Record<string, unknown>): Promise<void>;
   readModel: CustomerReadModel;
+  /** Every challenge progress record of a customer (export); absent: none. */
+  challengeProgress?(
+    environmentId: string,
+    customerId: string,
+  ): Promise<Array<{ challengeId: string; periodKey: string; count: number; completedAtMs: number | null }>>;
   drainProjector(): Promise<void>;
   mintCustomerToken(req: {
     environmentId: string;
@@ -299,9 +304,10 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
         await deps.drainProjector();
-        const [events, entries] = await Promise.all([
+        const [events, entries, progress] = await Promise.all([
           deps.readModel.listCustomerEvents(env, c.id, { limit: exportEventsMax + 1 }),
           deps.readModel.listLedgerEntries(env, c.id, { limit: exportEventsMax, before: null }),
+          deps.challengeProgress?.(env, c.id) ?? [],
         ]);
         const shown = events.slice(0, exportEventsMax);
         return {
@@ -322,7 +328,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
             ledger_entries: entries.map(ledgerEntryWire),
             reward_issuances: [],
             tiers: c.tiers.map((x) => ({ program: x.programId, level: x.level, since: iso(x.sinceMs) })),
-            challenge_progress: [],
+            challenge_progress: progress.map((p) => ({ challenge: p.challengeId, period_key: p.periodKey, count: p.count, completed_at: iso(p.completedAtMs) })),
           },
         };
       },

@@ -144,7 +144,7 @@ async function recordOne(
   return { status: sync ? 200 : 202, body };
 }
 
-function effectWire(e: Effect): Record<string, unknown> {
+export function effectWire(e: Effect): Record<string, unknown> {
   switch (e.type) {
     case 'rule.fired':
       return { type: e.type, rule_id: e.ruleId, version: e.version };
