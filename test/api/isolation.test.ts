@@ -26,6 +26,7 @@ interface Ids {
   key: string;
   tierProgram: string;
   rule: string;
+  challenge: string;
   organization: string;
   /** A member (the owner) of the organization. */
   member: string;
@@ -128,6 +129,37 @@ const routes: RouteCase[] = [
   { name: 'POST rule resume', method: 'POST', openapi: '/v1/rules/{id}/resume', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/resume`, body: () => ({}) },
   { name: 'POST rule rollback', method: 'POST', openapi: '/v1/rules/{id}/rollback', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/rollback`, body: () => ({ number: 1 }) },
   { name: 'POST rule archive', method: 'POST', openapi: '/v1/rules/{id}/archive', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/archive`, body: () => ({}) },
+  { name: 'GET challenge', method: 'GET', openapi: '/v1/challenges/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/challenges/${i.challenge}` },
+  { name: 'PATCH challenge', method: 'PATCH', openapi: '/v1/challenges/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/challenges/${i.challenge}`, body: () => ({ name: 'hijacked' }) },
+  { name: 'GET challenge enrollments', method: 'GET', openapi: '/v1/challenges/{id}/enrollments', allow: management, scope: 'programs:read', path: (i) => `/v1/challenges/${i.challenge}/enrollments` },
+  {
+    name: 'POST challenge enrollments',
+    method: 'POST',
+    openapi: '/v1/challenges/{id}/enrollments',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/challenges/${i.challenge}/enrollments`,
+    body: (i) => ({ customer_id: i.customer }),
+  },
+  { name: 'GET challenge progress', method: 'GET', openapi: '/v1/challenges/{id}/progress', allow: management, scope: 'programs:read', path: (i) => `/v1/challenges/${i.challenge}/progress?customer_id=${i.customer}` },
+  {
+    name: 'POST challenge progress revoke',
+    method: 'POST',
+    openapi: '/v1/challenges/{id}/progress/revoke',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/challenges/${i.challenge}/progress/revoke`,
+    body: (i) => ({ customer_id: i.customer, contribution: 'm1', reason: 'intrusion' }),
+  },
+  {
+    name: 'POST challenge reevaluate',
+    method: 'POST',
+    openapi: '/v1/challenges/{id}/reevaluate',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/challenges/${i.challenge}/reevaluate`,
+    body: (i) => ({ customer_id: i.customer, reason: 'intrusion' }),
+  },
   { name: 'GET memberships', method: 'GET', openapi: '/v1/organizations/{id}/memberships', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships`, organizationScoped: true },
   {
     name: 'POST memberships',
@@ -150,6 +182,15 @@ const routes: RouteCase[] = [
     body: () => ({ role: 'viewer' }),
     organizationScoped: true,
   },
+  {
+    name: 'DELETE challenge enrollment',
+    method: 'DELETE',
+    openapi: '/v1/challenges/{id}/enrollments/{customer_id}',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/challenges/${i.challenge}/enrollments/${i.customer}`,
+  },
+  { name: 'DELETE challenge', method: 'DELETE', openapi: '/v1/challenges/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/challenges/${i.challenge}` },
   { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
   { name: 'DELETE membership', method: 'DELETE', openapi: '/v1/organizations/{id}/memberships/{user_id}', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships/${i.member}`, organizationScoped: true },
 ];
@@ -163,6 +204,7 @@ const nowhere: Ids = {
   key: 'key_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   tierProgram: 'tp_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   rule: 'rule_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  challenge: 'chl_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   organization: 'org_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   member: 'usr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
 };
@@ -234,6 +276,14 @@ t.test('tenant isolation', async (t) => {
     );
     t.equal(rule.status, 201, `${label}: rule created`);
     t.equal((await server.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200, `${label}: rule published`);
+    const challenge = await server.post(
+      '/v1/challenges',
+      { name: 'matches', qualifying: { event: 'match.completed' }, target: 3, contribution_key: 'event.properties.match_id', status: 'draft' },
+      idem(),
+    );
+    t.equal(challenge.status, 201, `${label}: challenge created`);
+    const enrolled = await server.post(`/v1/challenges/${challenge.body.id}/enrollments`, { customer_id: c.body.id });
+    t.equal(enrolled.status, 201, `${label}: customer enrolled`);
     const members = await bearer(tenant.pat).get(`/v1/organizations/${tenant.orgId}/memberships`);
     t.equal(members.status, 200, `${label}: members listed`);
     return {
@@ -244,6 +294,7 @@ t.test('tenant isolation', async (t) => {
       key: keyId,
       tierProgram: tp.body.id,
       rule: rule.body.id,
+      challenge: challenge.body.id,
       organization: tenant.orgId,
       member: members.body.data[0].user_id,
     };
@@ -396,6 +447,10 @@ t.test('tenant isolation', async (t) => {
     const keys = await anon.with({ authorization: `Bearer ${a.pat}`, 'x-service-environment': a.testEnv }).get('/v1/api_keys?limit=200');
     const k = keys.body.data.find((x: { id: string }) => x.id === aTest.key);
     t.equal(k?.revoked_at, null, "A's key is not revoked");
+    const chl = await aServer.get(`/v1/challenges/${aTest.challenge}`);
+    t.match(chl.body, { name: 'matches', status: 'draft', version: 1 }, "A's challenge unchanged");
+    const enrolled = await aServer.get(`/v1/challenges/${aTest.challenge}/enrollments`);
+    t.same(enrolled.body.data.map((e: { customer_id: string }) => e.customer_id), [aTest.customer], "A's enrollment kept");
     const live = await aLiveCreds.server.get(`/v1/customers/${aLive.customer}`);
     t.match(live.body, { id: aLive.customer, version: 1, deleted_at: null }, "A's live customer unchanged");
   });
