@@ -260,8 +260,14 @@ t.test('challenges over the API', async (t) => {
     t.equal(again.status, 404);
     t.equal(again.body.error.param, 'contribution');
     const noReason = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, contribution: 'g1' });
-    t.equal(noReason.status, 400);
-    t.equal(noReason.body.error.param, 'reason');
+    t.equal(noReason.status, 403);
+    t.same([noReason.body.error.code, noReason.body.error.param], ['audit_reason_required', 'reason']);
+    const blank = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, contribution: 'g1', reason: '  ' });
+    t.equal(blank.body.error.code, 'audit_reason_required');
+    const long = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, contribution: 'g1', reason: 'x'.repeat(501) });
+    t.same([long.status, long.body.error.code, long.body.error.param], [400, 'validation_failed', 'reason']);
+    const noContribution = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, reason: 'x' });
+    t.same([noContribution.body.error.code, noContribution.body.error.param], ['validation_failed', 'contribution']);
     t.equal((await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: 'nobody', contribution: 'g1', reason: 'x' })).body.error.code, 'resource_not_found');
     t.match((await send('striker', 'goal.scored', { goal_id: 'g2' })).body.effects, [{ type: 'challenge.progressed', count: 2 }], 'a revoked value may count again');
 
@@ -284,7 +290,10 @@ t.test('challenges over the API', async (t) => {
     t.equal(await balance(id), 7);
     const kept = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, contribution: 'g1', reason: 'offside' });
     t.match(kept.body, { count: 1, status: 'completed' }, 'a completed period stays completed');
-    t.equal((await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id })).body.error.param, 'reason');
+    const unexplained = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id });
+    t.same([unexplained.status, unexplained.body.error.code], [403, 'audit_reason_required']);
+    t.equal((await api.post(`/v1/challenges/${c.id}/reevaluate`, { reason: 'x' })).body.error.param, 'customer_id');
+    t.equal((await api.post('/v1/challenges/chl_nope/reevaluate', { customer_id: id, reason: 'x' })).body.error.code, 'resource_not_found');
 
     const audit = await sql`select * from audit_entries where target_id = ${c.id} order by created_at, id`;
     t.same(

@@ -87,7 +87,8 @@ const progressQuery = pageQuerySchema.extend({
 });
 
 const customerId = z.string().min(1).max(limits.externalIdCharsMax).describe("The customer's service id (cust_...) or external id.");
-const reason = z.string().min(1).max(500).describe('Why (recorded in the audit entry).');
+// Optional in the schema so that a missing reason is audit_reason_required (403), not a shape error.
+const reason = z.string().max(500).optional().describe('Required: why (recorded in the audit entry); missing or blank is 403 audit_reason_required.');
 const enrollBody = z.strictObject({ customer_id: customerId });
 const revokeBody = z.strictObject({ customer_id: customerId, contribution: z.string().min(1).max(challengeLimits.contributionCharsMax), reason });
 const reevaluateBody = z.strictObject({ customer_id: customerId, reason });
@@ -152,6 +153,13 @@ function customerTarget(ref: string): Target {
 const ms = (v: string | null | undefined) => (v === undefined ? undefined : v === null ? null : Date.parse(v));
 
 type ChallengeReplyView = Extract<ReplyView, { kind: 'challenge' }>;
+
+/** Audited operator actions need a reason (spec part 7: audit_reason_required). */
+function auditReason(value: string | undefined): string {
+  const why = value?.trim() ?? '';
+  if (why.length === 0) throw new ApiError('audit_reason_required', { param: 'reason', message: 'This action is audited: give a reason.' });
+  return why;
+}
 
 export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
   /** Everything a challenge command needs, loaded before the actor step. */
@@ -394,11 +402,12 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');
         const b = ctx.body;
+        const why = auditReason(b.reason);
         // Only the current period's record: an earlier period's progress is history.
         const current = periodKey(c.period, await deps.now(env), await deps.challenges.timeZone(env));
         const r = await run(env, b.customer_id, c, { kind: 'challenge.revoke', challenge: c, contribution: b.contribution, periodKey: current });
         if (r.reply.kind !== 'progress') throw new ApiError('internal_error');
-        const auditId = await audit(env, ctx.principal, 'challenge.progress.revoke', c.id, r.customerId, b.reason, {
+        const auditId = await audit(env, ctx.principal, 'challenge.progress.revoke', c.id, r.customerId, why, {
           contribution: b.contribution,
           period_key: r.reply.progress.periodKey,
           count: r.reply.progress.count,
@@ -418,11 +427,12 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');
         const b = ctx.body;
+        const why = auditReason(b.reason);
         const timeZone = await deps.challenges.timeZone(env);
         const r = await run(env, b.customer_id, c, { kind: 'challenge.reevaluate', challenge: c, timeZone });
         if (r.reply.kind !== 'reevaluated') throw new ApiError('internal_error');
         const completed = r.reply.completed > 0;
-        const auditId = await audit(env, ctx.principal, 'challenge.reevaluate', c.id, r.customerId, b.reason, {
+        const auditId = await audit(env, ctx.principal, 'challenge.reevaluate', c.id, r.customerId, why, {
           completed,
           reason: r.reply.reason,
         });
