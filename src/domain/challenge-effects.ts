@@ -313,9 +313,9 @@ export function runChallengeCommand(
   command: ch.Command,
   subject: Pick<RuleSubject, 'ledger' | 'tiers'> & { challenges: ch.ChallengesState },
   ctx: ledger.LedgerCtx,
-): { ok: true; facts: StepFact[]; effects: Effect[]; reply: ch.Reply } | { ok: false; code: ch.Decision & { ok: false } } {
+): { ok: true; facts: StepFact[]; effects: Effect[]; reply: ch.Reply } | Extract<ch.Decision, { ok: false }> {
   const d = ch.decide(subject.challenges, command, ctx);
-  if (!d.ok) return { ok: false, code: d };
+  if (!d.ok) return d;
   const facts: StepFact[] = [];
   const effects: Effect[] = [];
   const book = new Book(subject, []);

@@ -257,7 +257,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     }
     case 'challenge.run': {
       const r = runChallengeCommand(cmd.context, cmd.challenge, cmd.command, state, ctx);
-      if (!r.ok) return fail(r.code.code, r.code.message, r.code.param);
+      if (!r.ok) return fail(r.code, r.message, r.param);
       return { ok: true, facts: r.facts, reply: { kind: 'challenge', reply: r.reply, effects: r.effects, customerId: state.id } };
     }
   }
