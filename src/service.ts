@@ -19,6 +19,11 @@ import { rewardRoutes } from './gateway/handlers/rewards.js';
 import { RuleCatalog } from './catalog/rules.js';
 import { RulesContexts } from './catalog/rules-context.js';
 import { TierProgramCatalog } from './catalog/tier-programs.js';
+import { ChallengeCatalog } from './catalog/challenges.js';
+import { challengeRoutes } from './gateway/handlers/challenges.js';
+import { ChallengeEnds } from './jobs/challenge-ends.js';
+import { AuditLog } from './persistence/sql/audit-log.js';
+import { ChallengeReadModel } from './persistence/sql/challenge-read-model.js';
 import { ledgerRoutes } from './gateway/handlers/ledger.js';
 import { rulesRoutes } from './gateway/handlers/rules.js';
 import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
@@ -143,7 +148,10 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await rules.start();
   const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
   await tiers.start();
-  const rulesContexts = new RulesContexts(rules, currencies, tiers);
+  const challenges = new ChallengeCatalog(sql, storage.bus);
+  await challenges.start();
+  const rulesContexts = new RulesContexts(rules, currencies, tiers, challenges);
+  const challengeReadModel = new ChallengeReadModel(sql);
   const clocks = new EnvironmentClocks(sql, storage.bus);
   await clocks.start();
   const now = (env: string) => clocks.now(env);
@@ -180,6 +188,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const rewards = new RewardCatalog(sql, currencies);
   const rewardDue = new RewardDueWork({ sql, engine, rewards, now, drainProjector: () => projector.drain(), logger });
   rewardDue.start();
+  const challengeEnds = new ChallengeEnds({ challenges, now, logger });
+  challengeEnds.start();
   await placement.start();
 
   const gateway = createGateway({
@@ -198,7 +208,20 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...testClockRoutes({
         clocks,
-        runDue: async (env, nowMs) => (await dueWork.runForEnvironment(env, nowMs)) + (await rewardDue.expireForEnvironment(env, nowMs)),
+        runDue: async (env, nowMs) => {
+          await challengeEnds.runForEnvironment(env, nowMs);
+          return (await dueWork.runForEnvironment(env, nowMs)) + (await rewardDue.expireForEnvironment(env, nowMs));
+        },
+      }),
+      ...challengeRoutes({
+        challenges,
+        engine,
+        now,
+        currencies,
+        tiers,
+        readModel: challengeReadModel,
+        audit: new AuditLog(sql),
+        drainProjector: () => projector.drain(),
       }),
       ...rulesRoutes({ rules, pool }),
       ...tierProgramRoutes({ tiers, currencies }),
@@ -208,6 +231,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         now,
         checkAttributes: (env, attrs) => attributes.check(env, attrs),
         readModel,
+        challengeProgress: (env, id) => challengeReadModel.customerProgress(env, id),
         drainProjector: () => projector.drain(),
         mintCustomerToken: (req) => tenancy.customerTokens.mint(req),
       }),
@@ -253,6 +277,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         await publicGrpc.close(2000);
         await dueWork.stop();
         await rewardDue.stop();
+        await challengeEnds.stop();
         await placement.stop();
         await projector.stop();
         await forwardServer.stop();

@@ -7,6 +7,7 @@ import type { CustomerState, Fact } from '../domain/customer.js';
 import { emptyLedger, type LedgerState } from '../domain/ledger.js';
 import { SeenEvents } from '../domain/seen-events.js';
 import { emptyRewards, type RewardsState } from '../domain/rewards.js';
+import { emptyChallengesState } from '../domain/challenges.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
@@ -55,6 +56,8 @@ type SnapshotV1 = [
   tiers?: CustomerState['tiers'],
   /** Added with rewards; absent in older snapshots (then empty). */
   rewards?: RewardsState,
+  /** Added with challenges; absent in older snapshots (then empty). */
+  challenges?: CustomerState['challenges'],
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -78,6 +81,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.ruleLimits,
     s.tiers,
     s.rewards,
+    s.challenges,
   ];
   return packr.pack(v1);
 }
@@ -105,6 +109,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     ruleLimits: v[14] ?? {},
     tiers: v[15] ?? {},
     rewards: v[16] ?? emptyRewards(),
+    challenges: v[17] ?? emptyChallengesState(),
   };
 }
 

@@ -10,6 +10,7 @@ import { eventId } from '../domain/seen-events.js';
 import { limits } from '../limits.js';
 import type { LedgerReply } from '../domain/ledger.js';
 import type { RewardReply } from '../domain/rewards.js';
+import type { Reply as ChallengeReply } from '../domain/challenges.js';
 import type { Effect } from '../domain/rule-effects.js';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
@@ -41,6 +42,7 @@ export type ReplyView =
   | { kind: 'claimed'; mergedFrom: string | null }
   | { kind: 'ledger'; reply: LedgerReply }
   | { kind: 'reward'; reply: RewardReply }
+  | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[]; customerId: string }
   | { kind: 'done' };
 
 export type CallResult =
@@ -492,6 +494,7 @@ export class Partition {
     switch (reply.kind) {
       case 'ledger':
       case 'reward':
+      case 'challenge':
         return reply;
       case 'customer':
         return { kind: 'customer', customer: toView(actor.state, nowMs) };

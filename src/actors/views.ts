@@ -22,6 +22,8 @@ export interface CustomerView {
   tiers: Array<{ programId: string; level: string; sinceMs: number }>;
   /** Reward issuances, oldest first (the rule path's pending and refused requests are not shown). */
   issuances: Issuance[];
+  /** The latest progress record per challenge (the period it was last counted in). */
+  challenges: Array<{ challengeId: string; periodKey: string; cycle: number; count: number; target: number; status: string; completedAtMs: number | null }>;
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -40,5 +42,14 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
     balances: balances(s.ledger, nowMs),
     tiers: Object.values(s.tiers).map((t) => ({ programId: t.programId, level: t.level, sinceMs: t.sinceMs })),
     issuances: s.rewards.issuances.filter((i) => i.status !== 'pending' && i.status !== 'refused').map((i) => ({ ...i })),
+    challenges: Object.values(s.challenges.progress).map((p) => ({
+      challengeId: p.challengeId,
+      periodKey: p.periodKey,
+      cycle: p.cycle,
+      count: p.count,
+      target: p.target,
+      status: p.status,
+      completedAtMs: p.completedAtMs,
+    })),
   };
 }

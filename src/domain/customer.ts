@@ -5,6 +5,8 @@
 // the journal (evolve only) rebuilds exactly the same state. A throw in here is a bug.
 import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
+import { applyChallenges, type ChallengeContext, type ChallengeRuntime, runChallengeCommand } from './challenge-effects.js';
+import * as challenges from './challenges.js';
 import * as ledger from './ledger.js';
 import { applyRules, type Effect, type RuleFact, type RulesContext, tierFacts } from './rule-effects.js';
 import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
@@ -50,6 +52,8 @@ export interface CustomerState {
   tiers: TiersState;
   /** Reward issuances (and the rule path's pending requests). */
   rewards: rewards.RewardsState;
+  /** Challenge enrollments, latest progress record and completions per challenge. */
+  challenges: challenges.ChallengesState;
 }
 
 export type Command =
@@ -76,7 +80,12 @@ export type Command =
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
   | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] }
   /** A reward issuance command; tier programs are re-placed after a redeem's spend. */
-  | { kind: 'reward.run'; command: rewards.RewardCommand; tierPrograms: TierProgram[] };
+  | { kind: 'reward.run'; command: rewards.RewardCommand; tierPrograms: TierProgram[] }
+  /**
+   * An operator command on one of the customer's challenges. `challenge` is the runtime of the
+   * command's challenge (completion actions); `context` gives currencies, tier programs, time zone.
+   */
+  | { kind: 'challenge.run'; command: challenges.Command; challenge: ChallengeRuntime | null; context: ChallengeContext };
 
 export type Fact =
   | {
@@ -105,7 +114,8 @@ export type Fact =
   | ledger.LedgerFact
   | RuleFact
   | TierFact
-  | rewards.RewardFact;
+  | rewards.RewardFact
+  | challenges.ChallengeFact;
 
 export interface EventReply {
   kind: 'event';
@@ -124,7 +134,8 @@ export type Reply =
   | { kind: 'deleted' }
   | { kind: 'merged' }
   | { kind: 'ledger'; reply: ledger.LedgerReply }
-  | { kind: 'reward'; reply: rewards.RewardReply };
+  | { kind: 'reward'; reply: rewards.RewardReply }
+  | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string };
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -264,6 +275,11 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const t = tierFacts(cmd.tierPrograms, spent, null, book, state.tiers, ctx);
       return { ok: true, facts: [...facts, ...t.facts], reply: { kind: 'reward', reply: d.reply } };
     }
+    case 'challenge.run': {
+      const r = runChallengeCommand(cmd.context, cmd.challenge, cmd.command, state, ctx);
+      if (!r.ok) return fail(r.code, r.message, r.param);
+      return { ok: true, facts: r.facts, reply: { kind: 'challenge', reply: r.reply, effects: r.effects, customerId: state.id } };
+    }
   }
 }
 
@@ -280,12 +296,28 @@ function createdFact(externalId: string, attributes: Record<string, unknown>, ct
 
 const noEffects: Effect[] = [];
 
-/** Runs the environment's rules for a new event; appends their facts; returns the effects. */
+/** Runs the environment's rules, then its challenges, for a new event; appends their facts; returns the effects. */
 function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerState, ctx: Ctx, facts: Fact[]): Effect[] {
-  if (cmd.rules === null || cmd.rules.plans.length === 0) return noEffects;
-  const r = applyRules(cmd.rules, { name: cmd.name, properties: cmd.properties, trust: cmd.trust }, subject, ctx);
-  for (const f of r.facts) facts.push(f);
-  return r.effects;
+  const rules = cmd.rules;
+  if (rules === null) return noEffects;
+  const active = rules.challenges ?? [];
+  if (rules.plans.length === 0 && active.length === 0) return noEffects;
+  const event = { name: cmd.name, properties: cmd.properties, trust: cmd.trust };
+  const r = rules.plans.length === 0 ? null : applyRules(rules, event, subject, ctx);
+  if (r !== null) for (const f of r.facts) facts.push(f);
+  const requested = r?.challengeProgress ?? [];
+  if (active.length === 0 && requested.length === 0) return r?.effects ?? noEffects;
+  const recorded = facts.find((f) => f.kind === 'event.recorded');
+  const c = applyChallenges(
+    { challenges: active, timeZone: rules.timeZone ?? 'UTC', currencies: rules.currencies, tierPrograms: rules.tierPrograms },
+    requested,
+    { id: recorded?.kind === 'event.recorded' ? recorded.id : cmd.clientEventId, ...event },
+    subject,
+    r?.facts ?? [],
+    ctx,
+  );
+  for (const f of c.facts) facts.push(f);
+  return r === null ? c.effects : [...r.effects, ...c.effects];
 }
 
 function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact & { kind: 'event.recorded' } {
@@ -335,6 +367,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       ruleLimits: {},
       tiers: {},
       rewards: rewards.emptyRewards(),
+      challenges: challenges.emptyChallengesState(),
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -384,6 +417,13 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'reward.expired':
     case 'reward.reservation_voided':
       state.rewards = rewards.evolve(state.rewards, fact);
+      return state;
+    case 'challenge.enrolled':
+    case 'challenge.unenrolled':
+    case 'challenge.progressed':
+    case 'challenge.completed':
+    case 'challenge.revoked':
+      state.challenges = challenges.evolve(state.challenges, fact);
       return state;
   }
 }

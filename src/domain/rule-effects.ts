@@ -3,6 +3,7 @@
 // entry as the event: `rule.fired` (limit counts) and ledger entries for points.award. Returns the
 // effects a sync answer reports. Pure: plans and currency configs were loaded before the step.
 // Actions whose mechanics are not in the engine yet are reported as skipped, never half-applied.
+import type { ChallengeEffect, ChallengeRuntime } from './challenge-effects.js';
 import * as ledger from './ledger.js';
 import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
 import { evaluateTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
@@ -13,6 +14,10 @@ export interface RulesContext {
   currencies: readonly ledger.CurrencyConfig[];
   /** Tier programs on the lifetime_earned and balance bases are evaluated after credits. */
   tierPrograms: readonly TierProgram[];
+  /** Active challenges of the environment (challenge-effects.ts); absent: none. */
+  challenges?: readonly ChallengeRuntime[];
+  /** The environment's IANA time zone (challenge periods); absent: UTC. */
+  timeZone?: string;
 }
 
 export type RuleFact = { kind: 'rule.fired'; ruleId: string; versionNumber: number; limitKeys: string[]; atMs: number };
@@ -25,7 +30,8 @@ export type Effect =
   | { type: 'action.skipped'; ruleId: string; action: string; reason: string }
   | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' }
   /** A reward.issue action: the request is journaled (outbox); the service reserves the unit after the ack. */
-  | { type: 'reward.issue_requested'; ruleId: string; rewardId: string; issuanceId: string };
+  | { type: 'reward.issue_requested'; ruleId: string; rewardId: string; issuanceId: string }
+  | ChallengeEffect;
 
 export interface RuleSubject {
   externalId: string | null;
@@ -84,8 +90,14 @@ export function applyRules(
   event: { name: string; properties: Record<string, unknown>; trust: string },
   subject: RuleSubject,
   ctx: ledger.LedgerCtx,
-): { facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact>; effects: Effect[] } {
+): {
+  facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact>;
+  effects: Effect[];
+  /** challenge.progress actions of the rules that fired (applied by challenge-effects.ts). */
+  challengeProgress: Array<{ challengeId: string; ruleId: string }>;
+} {
   const facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact> = [];
+  const challengeProgress: Array<{ challengeId: string; ruleId: string }> = [];
   const credited = new Set<string>();
   let evaluate: Set<string> | null = null;
   const effects: Effect[] = [];
@@ -135,6 +147,10 @@ export function applyRules(
         }
         continue;
       }
+      if (action.type === 'challenge.progress') {
+        challengeProgress.push({ challengeId: action.challengeId, ruleId: plan.ruleId });
+        continue;
+      }
       if (action.type !== 'points.award') {
         effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: 'action_not_available' });
         continue;
@@ -178,5 +194,5 @@ export function applyRules(
     for (const f of t.facts) facts.push(f);
     for (const e of t.effects) effects.push(e);
   }
-  return { facts, effects };
+  return { facts, effects, challengeProgress };
 }

@@ -3,6 +3,7 @@
 // spelled in snake_case.
 import type { CallResult } from '../actors/partition.js';
 import type { CustomerView } from '../actors/views.js';
+import type { ChallengeEffect } from '../domain/challenge-effects.js';
 import { ApiError } from '../errors/api-error.js';
 import type { LedgerRow } from '../persistence/sql/read-model.js';
 
@@ -63,4 +64,20 @@ export function ledgerEntryWire(
     source_id: e.sourceId,
     created_at: iso(e.createdAtMs),
   };
+}
+
+/** Challenge effects in sync event answers and reevaluate answers. */
+export function challengeEffectWire(e: ChallengeEffect): Record<string, unknown> {
+  switch (e.type) {
+    case 'challenge.progressed':
+      return { type: e.type, challenge_id: e.challengeId, period_key: e.periodKey, count: e.count, target: e.target };
+    case 'challenge.completed':
+      return { type: e.type, challenge_id: e.challengeId, period_key: e.periodKey, completions: e.completions };
+    case 'challenge.skipped':
+      return { type: e.type, challenge_id: e.challengeId, reason: e.reason };
+    case 'challenge.points_awarded':
+      return { type: e.type, challenge_id: e.challengeId, currency: e.currency, amount: e.amount, ledger_entry_id: e.entryId };
+    case 'challenge.action_skipped':
+      return { type: e.type, challenge_id: e.challengeId, action: e.action, reason: e.reason };
+  }
 }

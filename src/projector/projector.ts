@@ -10,6 +10,7 @@ import { entryRowChanges } from '../domain/ledger.js';
 import { projectorLagRecords } from '../observability/metrics.js';
 import { compareOffsets, type Journal, type Offset, offsetZero } from '../persistence/ports.js';
 import type { Projection } from '../persistence/sql/read-model.js';
+import { challengeProjection } from '../persistence/sql/challenge-read-model.js';
 
 export interface ReadModelWriter {
   apply(partition: number, offset: Offset, projections: Projection[]): Promise<void>;
@@ -267,6 +268,13 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
           });
           break;
         }
+        case 'challenge.enrolled':
+        case 'challenge.unenrolled':
+        case 'challenge.progressed':
+        case 'challenge.completed':
+        case 'challenge.revoked':
+          out.push(challengeProjection(environmentId, customerId, f));
+          break;
         case 'ledger.entry_recorded':
         case 'ledger.pending_confirmed':
         case 'ledger.pending_cancelled':

@@ -26,6 +26,7 @@ interface Ids {
   key: string;
   tierProgram: string;
   rule: string;
+  challenge: string;
   organization: string;
   /** A member (the owner) of the organization. */
   member: string;
@@ -131,6 +132,37 @@ const routes: RouteCase[] = [
   { name: 'POST rule resume', method: 'POST', openapi: '/v1/rules/{id}/resume', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/resume`, body: () => ({}) },
   { name: 'POST rule rollback', method: 'POST', openapi: '/v1/rules/{id}/rollback', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/rollback`, body: () => ({ number: 1 }) },
   { name: 'POST rule archive', method: 'POST', openapi: '/v1/rules/{id}/archive', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/archive`, body: () => ({}) },
+  { name: 'GET challenge', method: 'GET', openapi: '/v1/challenges/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/challenges/${i.challenge}` },
+  { name: 'PATCH challenge', method: 'PATCH', openapi: '/v1/challenges/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/challenges/${i.challenge}`, body: () => ({ name: 'hijacked' }) },
+  { name: 'GET challenge enrollments', method: 'GET', openapi: '/v1/challenges/{id}/enrollments', allow: management, scope: 'programs:read', path: (i) => `/v1/challenges/${i.challenge}/enrollments` },
+  {
+    name: 'POST challenge enrollments',
+    method: 'POST',
+    openapi: '/v1/challenges/{id}/enrollments',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/challenges/${i.challenge}/enrollments`,
+    body: (i) => ({ customer_id: i.customer }),
+  },
+  { name: 'GET challenge progress', method: 'GET', openapi: '/v1/challenges/{id}/progress', allow: management, scope: 'programs:read', path: (i) => `/v1/challenges/${i.challenge}/progress?customer_id=${i.customer}` },
+  {
+    name: 'POST challenge progress revoke',
+    method: 'POST',
+    openapi: '/v1/challenges/{id}/progress/revoke',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/challenges/${i.challenge}/progress/revoke`,
+    body: (i) => ({ customer_id: i.customer, contribution: 'm1', reason: 'intrusion' }),
+  },
+  {
+    name: 'POST challenge reevaluate',
+    method: 'POST',
+    openapi: '/v1/challenges/{id}/reevaluate',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/challenges/${i.challenge}/reevaluate`,
+    body: (i) => ({ customer_id: i.customer, reason: 'intrusion' }),
+  },
   { name: 'GET memberships', method: 'GET', openapi: '/v1/organizations/{id}/memberships', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships`, organizationScoped: true },
   {
     name: 'POST memberships',
@@ -179,6 +211,15 @@ const routes: RouteCase[] = [
   { name: 'POST issuance redeem', method: 'POST', openapi: '/v1/reward_issuances/{id}/redeem', allow: management, scope: 'ledger:write', path: (i) => `/v1/reward_issuances/${i.issuance}/redeem`, body: () => ({}) },
   { name: 'POST issuance cancel', method: 'POST', openapi: '/v1/reward_issuances/{id}/cancel', allow: management, scope: 'ledger:write', path: (i) => `/v1/reward_issuances/${i.issuance}/cancel`, body: () => ({}) },
   { name: 'DELETE reward', method: 'DELETE', openapi: '/v1/rewards/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/rewards/${i.reward}` },
+  {
+    name: 'DELETE challenge enrollment',
+    method: 'DELETE',
+    openapi: '/v1/challenges/{id}/enrollments/{customer_id}',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/challenges/${i.challenge}/enrollments/${i.customer}`,
+  },
+  { name: 'DELETE challenge', method: 'DELETE', openapi: '/v1/challenges/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/challenges/${i.challenge}` },
   { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
   { name: 'DELETE membership', method: 'DELETE', openapi: '/v1/organizations/{id}/memberships/{user_id}', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships/${i.member}`, organizationScoped: true },
 ];
@@ -192,6 +233,7 @@ const nowhere: Ids = {
   key: 'key_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   tierProgram: 'tp_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   rule: 'rule_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  challenge: 'chl_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   organization: 'org_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   member: 'usr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   reward: 'rw_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
@@ -265,6 +307,14 @@ t.test('tenant isolation', async (t) => {
     );
     t.equal(rule.status, 201, `${label}: rule created`);
     t.equal((await server.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200, `${label}: rule published`);
+    const challenge = await server.post(
+      '/v1/challenges',
+      { name: 'matches', qualifying: { event: 'match.completed' }, target: 3, contribution_key: 'event.properties.match_id', status: 'draft' },
+      idem(),
+    );
+    t.equal(challenge.status, 201, `${label}: challenge created`);
+    const enrolled = await server.post(`/v1/challenges/${challenge.body.id}/enrollments`, { customer_id: c.body.id });
+    t.equal(enrolled.status, 201, `${label}: customer enrolled`);
     const members = await bearer(tenant.pat).get(`/v1/organizations/${tenant.orgId}/memberships`);
     t.equal(members.status, 200, `${label}: members listed`);
     const reward = await server.post('/v1/rewards', { name: 'Mug', cost: 0, currency: 'coins', availability: 5 }, idem());
@@ -279,6 +329,7 @@ t.test('tenant isolation', async (t) => {
       key: keyId,
       tierProgram: tp.body.id,
       rule: rule.body.id,
+      challenge: challenge.body.id,
       organization: tenant.orgId,
       member: members.body.data[0].user_id,
       reward: reward.body.id,
@@ -446,6 +497,10 @@ t.test('tenant isolation', async (t) => {
     t.match(rw.body, { status: 'active', availability: 5, issued: 1, version: 1 }, "A's reward unchanged (no archive, edit or issuance by B)");
     const iss = await aServer.get(`/v1/reward_issuances/${aTest.issuance}`);
     t.match(iss.body, { status: 'issued', version: 1 }, "A's issuance neither redeemed nor cancelled");
+    const chl = await aServer.get(`/v1/challenges/${aTest.challenge}`);
+    t.match(chl.body, { name: 'matches', status: 'draft', version: 1 }, "A's challenge unchanged");
+    const enrolled = await aServer.get(`/v1/challenges/${aTest.challenge}/enrollments`);
+    t.same(enrolled.body.data.map((e: { customer_id: string }) => e.customer_id), [aTest.customer], "A's enrollment kept");
     const live = await aLiveCreds.server.get(`/v1/customers/${aLive.customer}`);
     t.match(live.body, { id: aLive.customer, version: 1, deleted_at: null }, "A's live customer unchanged");
   });

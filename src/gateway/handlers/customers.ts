@@ -80,6 +80,11 @@ export interface CustomerDeps {
   /** Checks attribute values against the environment's attribute definitions. */
   checkAttributes(environmentId: string, attributes: Record<string, unknown>): Promise<void>;
   readModel: CustomerReadModel;
+  /** Every challenge progress record of a customer (export); absent: none. */
+  challengeProgress?(
+    environmentId: string,
+    customerId: string,
+  ): Promise<Array<{ challengeId: string; periodKey: string; count: number; completedAtMs: number | null }>>;
   drainProjector(): Promise<void>;
   mintCustomerToken(req: {
     environmentId: string;
@@ -132,7 +137,7 @@ function stateWire(c: CustomerView) {
     tiers: c.tiers.map((t) => ({ program_id: t.programId, level: t.level, since: iso(t.sinceMs) })),
     segments: [],
     counters: {},
-    challenges: [],
+    challenges: c.challenges.map((x) => ({ challenge_id: x.challengeId, period_key: x.periodKey, count: x.count, status: x.status })),
     issuances: c.issuances.map((i) => ({ id: i.id, reward_id: i.rewardId, status: i.status, expires_at: iso(i.expiresAtMs) })),
     aliases: c.aliases.map((a) => aliasWire(a, c.id)),
   };
@@ -299,9 +304,10 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
         await deps.drainProjector();
-        const [events, entries] = await Promise.all([
+        const [events, entries, progress] = await Promise.all([
           deps.readModel.listCustomerEvents(env, c.id, { limit: exportEventsMax + 1 }),
           deps.readModel.listLedgerEntries(env, c.id, { limit: exportEventsMax, before: null }),
+          deps.challengeProgress?.(env, c.id) ?? [],
         ]);
         const shown = events.slice(0, exportEventsMax);
         return {
@@ -330,7 +336,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
               created_at: iso(i.createdAtMs),
             })),
             tiers: c.tiers.map((x) => ({ program: x.programId, level: x.level, since: iso(x.sinceMs) })),
-            challenge_progress: [],
+            challenge_progress: progress.map((p) => ({ challenge: p.challengeId, period_key: p.periodKey, count: p.count, completed_at: iso(p.completedAtMs) })),
           },
         };
       },

@@ -11,7 +11,7 @@ import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import { canonicalJson, hash53 } from '../../util/canonical-json.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
-import { iso } from '../wire.js';
+import { challengeEffectWire, iso } from '../wire.js';
 
 export const eventNamePattern = /^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$/;
 
@@ -147,7 +147,7 @@ async function recordOne(
   return { status: sync ? 200 : 202, body };
 }
 
-function effectWire(e: Effect): Record<string, unknown> {
+export function effectWire(e: Effect): Record<string, unknown> {
   switch (e.type) {
     case 'rule.fired':
       return { type: e.type, rule_id: e.ruleId, version: e.version };
@@ -161,6 +161,8 @@ function effectWire(e: Effect): Record<string, unknown> {
       return { type: e.type, program_id: e.programId, level: e.level, previous_level: e.previousLevel, direction: e.direction };
     case 'reward.issue_requested':
       return { type: e.type, rule_id: e.ruleId, reward_id: e.rewardId, issuance_id: e.issuanceId };
+    default:
+      return challengeEffectWire(e);
   }
 }
 

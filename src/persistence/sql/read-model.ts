@@ -6,6 +6,7 @@
 // trip per row; order across kinds within a batch is kept.
 import type postgres from 'postgres';
 import { compareOffsets, type Offset, offsetZero } from '../ports.js';
+import { type ChallengeProjection, writeChallengeEnrollments, writeChallengeProgress } from './challenge-read-model.js';
 import type { Sql } from './db.js';
 
 /** What the projector derives from journal facts. Plain data. */
@@ -47,6 +48,7 @@ export interface IssuanceRow {
 }
 
 export type Projection =
+  | ChallengeProjection
   | ({ kind: 'ledger.insert' } & LedgerRow)
   /** Upserts only move an issuance forward: a row keeps its highest version. */
   | ({ kind: 'issuance.upsert' } & IssuanceRow)
@@ -276,6 +278,8 @@ export class PgReadModel {
         'ledger.insert': [],
         'ledger.update': [],
         'issuance.upsert': [],
+        'challenge.progress': [],
+        'challenge.enrollment': [],
       };
       const moved: Array<{ partition: number; offset: Offset }> = [];
       for (const b of batches) {
@@ -285,7 +289,17 @@ export class PgReadModel {
       }
       if (moved.length === 0) return;
       // Ledger updates after inserts: an entry and the debit that consumes it may share a batch.
-      for (const kind of ['customer.upsert', 'customer.erase', 'alias.upsert', 'event.insert', 'ledger.insert', 'ledger.update', 'issuance.upsert'] as const) {
+      for (const kind of [
+        'customer.upsert',
+        'customer.erase',
+        'alias.upsert',
+        'event.insert',
+        'ledger.insert',
+        'ledger.update',
+        'issuance.upsert',
+        'challenge.progress',
+        'challenge.enrollment',
+      ] as const) {
         if (byKind[kind].length > 0) await this.applyRun(tx, byKind[kind]);
       }
       await tx`
@@ -311,6 +325,10 @@ export class PgReadModel {
         return this.updateLedger(tx, run as Array<Of<'ledger.update'>>);
       case 'issuance.upsert':
         return this.upsertIssuances(tx, run as Array<Of<'issuance.upsert'>>);
+      case 'challenge.progress':
+        return writeChallengeProgress(tx, run as Array<Of<'challenge.progress'>>);
+      case 'challenge.enrollment':
+        return writeChallengeEnrollments(tx, run as Array<Of<'challenge.enrollment'>>);
     }
   }
 

@@ -1,0 +1,214 @@
+// Challenges of an environment (spec 2.8): definitions in PostgreSQL; every node caches each
+// environment's ACTIVE challenges compiled for the actor (and the environment's time zone), loaded
+// on first use and dropped on a bus message when any node changes one. Edits are safe (version
+// compared in the UPDATE). Status transitions are the domain's canTransitionChallenge:
+// draft -> active | ended; active <-> paused; active | paused -> ended; ended is final.
+// DELETE removes only drafts and ended challenges (an active or paused one must be ended first).
+import { type ChallengeRuntime, compileChallenge, validateChallengeDefinition } from '../domain/challenge-effects.js';
+import {
+  type ChallengeConfig,
+  type ChallengeStatus,
+  canTransitionChallenge,
+  type EnrollmentMode,
+  validateChallenge,
+} from '../domain/challenges.js';
+import type { PeriodKind } from '../domain/periods.js';
+import { ApiError } from '../errors/api-error.js';
+import { newId } from '../ids.js';
+import type { Bus } from '../persistence/ports.js';
+import type { Sql } from '../persistence/sql/db.js';
+
+export interface ChallengeRecord extends ChallengeConfig {
+  campaignId: string | null;
+  version: number;
+  createdAtMs: number;
+  updatedAtMs: number;
+}
+
+export type ChallengeInput = Omit<ChallengeConfig, 'id'> & { campaignId: string | null };
+
+/** Fields a PATCH may change; undefined leaves a field as it is. */
+export type ChallengePatch = Partial<ChallengeInput>;
+
+/** What the actor needs for an environment: its active challenges and its time zone. */
+export interface ChallengeSet {
+  timeZone: string;
+  challenges: ChallengeRuntime[];
+}
+
+const channel = 'challenges.changed';
+
+function json<T>(v: unknown): T {
+  return (typeof v === 'string' ? JSON.parse(v) : v) as T;
+}
+
+function msOf(v: unknown): number | null {
+  return v === null || v === undefined ? null : (v as Date).getTime();
+}
+
+function row(r: Record<string, unknown>): ChallengeRecord {
+  return {
+    id: r.id as string,
+    name: r.name as string,
+    qualifying: json<{ event: string; conditions?: unknown }>(r.qualifying),
+    target: r.target as number,
+    period: r.period as PeriodKind,
+    contributionKey: (r.contribution_key as string | null) ?? null,
+    enrollment: r.enrollment as EnrollmentMode,
+    repeatable: r.repeatable as boolean,
+    completionActions: json<unknown[]>(r.completion_actions),
+    campaignId: (r.campaign_id as string | null) ?? null,
+    startsAtMs: msOf(r.starts_at),
+    endsAtMs: msOf(r.ends_at),
+    status: r.status as ChallengeStatus,
+    version: r.version as number,
+    createdAtMs: (r.created_at as Date).getTime(),
+    updatedAtMs: (r.updated_at as Date).getTime(),
+  };
+}
+
+/** validation_failed naming the first bad wire field, every issue in details. */
+function validated(c: ChallengeInput): void {
+  const details: Array<{ param: string; message: string }> = [];
+  const v = validateChallenge(c);
+  if (!v.ok) details.push(...v.details);
+  details.push(...validateChallengeDefinition(c.qualifying, c.completionActions));
+  const first = details[0];
+  if (first === undefined) return;
+  const more = details.length > 1 ? ` (and ${details.length - 1} more; see details)` : '';
+  throw new ApiError('validation_failed', { param: first.param, message: `${first.param}: ${first.message}${more}`, details });
+}
+
+const ts = (ms: number | null) => (ms === null ? null : new Date(ms));
+
+export class ChallengeCatalog {
+  private readonly cache = new Map<string, Promise<ChallengeSet>>();
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly bus: Bus,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
+  }
+
+  async create(environmentId: string, input: ChallengeInput): Promise<ChallengeRecord> {
+    validated(input);
+    const rows = await this.sql`
+      insert into challenges (environment_id, id, name, qualifying, target, period, contribution_key, enrollment, repeatable,
+        completion_actions, campaign_id, starts_at, ends_at, status)
+      values (${environmentId}, ${newId('chl')}, ${input.name}, (${JSON.stringify(input.qualifying)}::text)::jsonb, ${input.target},
+        ${input.period}, ${input.contributionKey}, ${input.enrollment}, ${input.repeatable},
+        (${JSON.stringify(input.completionActions)}::text)::jsonb, ${input.campaignId}, ${ts(input.startsAtMs)}, ${ts(input.endsAtMs)}, ${input.status})
+      returning *`;
+    await this.changed(environmentId);
+    return row(rows[0]!);
+  }
+
+  async list(environmentId: string, q: { status: ChallengeStatus | null; limit: number; after: string | null }): Promise<ChallengeRecord[]> {
+    const rows = await this.sql`
+      select * from challenges
+      where environment_id = ${environmentId} and (${q.status}::text is null or status = ${q.status})
+        and (${q.after}::text is null or id > ${q.after})
+      order by id limit ${q.limit}`;
+    return rows.map(row);
+  }
+
+  /** A challenge by id; another environment's id is resource_not_found. */
+  async get(environmentId: string, id: string): Promise<ChallengeRecord> {
+    const rows = await this.sql`select * from challenges where environment_id = ${environmentId} and id = ${id}`;
+    if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No challenge ${id}.`, param: 'id' });
+    return row(rows[0]!);
+  }
+
+  /**
+   * Applies a patch: If-Match (stale_write), status transition (invalid_state; an ended challenge
+   * takes no edit at all), validation (validation_failed). The write compares the version again.
+   */
+  async update(environmentId: string, id: string, patch: ChallengePatch, expectedVersion?: number): Promise<ChallengeRecord> {
+    const before = await this.get(environmentId, id);
+    if (expectedVersion !== undefined && expectedVersion !== before.version) {
+      throw new ApiError('stale_write', { details: { current_version: before.version } });
+    }
+    if (before.status === 'ended') throw new ApiError('invalid_state', { message: 'An ended challenge cannot be edited.', param: 'status' });
+    const defined = Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)) as ChallengePatch;
+    const after: ChallengeRecord = { ...before, ...defined };
+    const move = canTransitionChallenge(before.status, after.status);
+    if (!move.ok) throw new ApiError('invalid_state', { message: move.message, param: 'status' });
+    validated(after);
+    const rows = await this.sql`
+      update challenges set
+        name = ${after.name}, qualifying = (${JSON.stringify(after.qualifying)}::text)::jsonb, target = ${after.target},
+        period = ${after.period}, contribution_key = ${after.contributionKey}, enrollment = ${after.enrollment},
+        repeatable = ${after.repeatable}, completion_actions = (${JSON.stringify(after.completionActions)}::text)::jsonb,
+        campaign_id = ${after.campaignId}, starts_at = ${ts(after.startsAtMs)}, ends_at = ${ts(after.endsAtMs)},
+        status = ${after.status}, version = version + 1, updated_at = now()
+      where environment_id = ${environmentId} and id = ${before.id} and version = ${before.version}
+      returning *`;
+    if (rows.length === 0) {
+      const current = await this.get(environmentId, before.id);
+      throw new ApiError('stale_write', { details: { current_version: current.version } });
+    }
+    await this.changed(environmentId);
+    return row(rows[0]!);
+  }
+
+  /** Deletes a draft or ended challenge; active and paused ones are invalid_state (end them first). */
+  async delete(environmentId: string, id: string): Promise<void> {
+    const before = await this.get(environmentId, id);
+    if (before.status !== 'draft' && before.status !== 'ended') {
+      throw new ApiError('invalid_state', { message: `A ${before.status} challenge cannot be deleted; end it first (PATCH status: ended).`, param: 'status' });
+    }
+    await this.sql`delete from challenges where environment_id = ${environmentId} and id = ${id} and status in ('draft', 'ended')`;
+    await this.changed(environmentId);
+  }
+
+  /** Active challenges compiled for the actor, and the time zone; cached per environment. */
+  active(environmentId: string): Promise<ChallengeSet> {
+    let cached = this.cache.get(environmentId);
+    if (!cached) {
+      cached = Promise.all([
+        this.sql`select * from challenges where environment_id = ${environmentId} and status = 'active' order by id`,
+        this.sql`select timezone from environments where id = ${environmentId}`,
+      ]).then(([rows, env]) => ({
+        timeZone: (env[0]?.timezone as string | undefined) ?? 'UTC',
+        challenges: rows.map(row).map((r) => compileChallenge(r, r.version)),
+      }));
+      cached.catch(() => this.cache.delete(environmentId));
+      this.cache.set(environmentId, cached);
+    }
+    return cached;
+  }
+
+  /** The environment's time zone (cached with the active set). */
+  async timeZone(environmentId: string): Promise<string> {
+    return (await this.active(environmentId)).timeZone;
+  }
+
+  /**
+   * Ends every challenge of the environment whose ends_at is at or before nowMs (the scheduler;
+   * nowMs is the environment's clock, so a test clock ends challenges too). Returns how many.
+   */
+  async endDue(environmentId: string, nowMs: number): Promise<number> {
+    const rows = await this.sql`
+      update challenges set status = 'ended', version = version + 1, updated_at = now()
+      where environment_id = ${environmentId} and status <> 'ended' and ends_at <= to_timestamp(${nowMs} / 1000.0)
+      returning id`;
+    if (rows.length > 0) await this.changed(environmentId);
+    return rows.length;
+  }
+
+  /** Environments with a challenge past its ends_at by the real clock (a test clock only runs ahead). */
+  async environmentsWithEndsDue(nowMs: number): Promise<string[]> {
+    const rows = await this.sql`
+      select distinct environment_id from challenges
+      where status <> 'ended' and ends_at is not null and ends_at <= to_timestamp(${nowMs} / 1000.0)`;
+    return rows.map((r) => r.environment_id as string);
+  }
+
+  private async changed(environmentId: string): Promise<void> {
+    this.cache.delete(environmentId);
+    await this.bus.publish(channel, environmentId).catch(() => {});
+  }
+}

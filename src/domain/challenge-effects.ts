@@ -1,0 +1,328 @@
+// Challenges inside the customer's step: the qualifying condition and completion actions of a
+// challenge are compiled by the RULES compiler (same condition language, same action shapes), each
+// recorded event is offered to the environment's active challenges (and to the challenges named by
+// fired rules' `challenge.progress` actions), and a completion applies its actions (points.award
+// through the ledger, tier re-placement as rules do) in the SAME journal entry as the event. Pure:
+// challenge definitions, currencies, tier programs and the time zone were loaded before the step.
+import * as ch from './challenges.js';
+import * as ledger from './ledger.js';
+import type { Effect, RuleSubject } from './rule-effects.js';
+import { tierFacts } from './rule-effects.js';
+import {
+  compileRule,
+  type EvalInput,
+  evaluatePlan,
+  type ResolvedAction,
+  type RuleAction,
+  type RulePlan,
+  type RuleV2,
+  validateRule,
+} from './rules/index.js';
+import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+
+/** A challenge as the actor evaluates it: its config and its compiled qualifying plan. */
+export interface ChallengeRuntime {
+  config: ch.ChallengeConfig;
+  /** Trigger = qualifying.event, conditions = qualifying.conditions, actions = completion actions (static). */
+  plan: RulePlan;
+}
+
+export type ChallengeEffect =
+  | { type: 'challenge.progressed'; challengeId: string; periodKey: string; count: number; target: number }
+  | { type: 'challenge.completed'; challengeId: string; periodKey: string; completions: number }
+  | { type: 'challenge.skipped'; challengeId: string; reason: string }
+  | { type: 'challenge.points_awarded'; challengeId: string; currency: string; amount: number; entryId: string }
+  | { type: 'challenge.action_skipped'; challengeId: string; action: string; reason: string };
+
+/** What the step needs besides the customer: loaded before the step. */
+export interface ChallengeContext {
+  challenges: readonly ChallengeRuntime[];
+  timeZone: string;
+  currencies: readonly ledger.CurrencyConfig[];
+  tierPrograms: readonly TierProgram[];
+}
+
+type StepFact = ch.ChallengeFact | ledger.LedgerFact | TierFact;
+
+/** Compiles a challenge (never throws; a definition that did not validate compiles to an inert plan). */
+export function compileChallenge(config: ch.ChallengeConfig, version: number): ChallengeRuntime {
+  const definition = {
+    schema: 'service.rule/v2',
+    trigger: { kind: 'customer_event', event: config.qualifying.event },
+    ...(config.qualifying.conditions !== undefined && config.qualifying.conditions !== null ? { conditions: config.qualifying.conditions } : {}),
+    actions: config.completionActions as RuleAction[],
+  } as RuleV2;
+  return { config, plan: compileRule(definition, { ruleId: config.id, versionNumber: version, priority: 0 }) };
+}
+
+export interface DefinitionProblem {
+  param: string;
+  message: string;
+}
+
+/**
+ * Checks qualifying and completion_actions with the rules schema (so conditions are exactly the
+ * rule condition language) and names each problem by its wire field. Completion actions must be
+ * static (no amount_from: a completion is not one event) and cannot progress another challenge.
+ */
+export function validateChallengeDefinition(qualifying: unknown, completionActions: unknown): DefinitionProblem[] {
+  const problems: DefinitionProblem[] = [];
+  if (qualifying === null || typeof qualifying !== 'object' || Array.isArray(qualifying)) {
+    return [{ param: 'qualifying', message: 'qualifying is {event, conditions?}.' }];
+  }
+  const q = qualifying as Record<string, unknown>;
+  for (const k of Object.keys(q)) if (k !== 'event' && k !== 'conditions') problems.push({ param: `qualifying.${k}`, message: 'Unknown field.' });
+  const actions = Array.isArray(completionActions) ? completionActions : [];
+  // The rules schema wants at least one action: an empty list is checked with a harmless stand-in.
+  const doc = {
+    schema: 'service.rule/v2',
+    trigger: { kind: 'customer_event', event: q.event },
+    ...(q.conditions !== undefined && q.conditions !== null ? { conditions: q.conditions } : {}),
+    actions: actions.length > 0 ? actions : [{ type: 'tier.evaluate' }],
+  };
+  const v = validateRule(doc);
+  if (!v.ok) {
+    for (const p of v.problems) problems.push({ param: wireParam(p.path), message: p.message });
+  }
+  actions.forEach((a, i) => {
+    if (a === null || typeof a !== 'object') return;
+    const o = a as Record<string, unknown>;
+    if (o.type === 'points.award' && o.amount_from !== undefined) {
+      problems.push({ param: `completion_actions[${i}].amount_from`, message: 'Completion awards take a fixed amount.' });
+    }
+    if (o.type === 'challenge.progress') {
+      problems.push({ param: `completion_actions[${i}].type`, message: 'A completion cannot progress a challenge.' });
+    }
+  });
+  return problems;
+}
+
+function wireParam(path: string): string {
+  if (path === 'trigger.event' || path.startsWith('trigger')) return 'qualifying.event';
+  if (path.startsWith('conditions')) return `qualifying.${path}`;
+  if (path.startsWith('actions')) return `completion_${path}`;
+  return path;
+}
+
+const noCounters: Record<string, number | undefined> = {};
+const noneReady = (): boolean => false;
+const noTiers: Record<string, string> = {};
+const noSegments: readonly string[] = [];
+const noLimits = (): number => 0;
+
+/**
+ * The ledger and tiers as they will be after `earlier` (the rule facts of this step), made lazily
+ * and only when a completion awards or re-places; completion facts are applied to them as they go.
+ */
+class Book {
+  private book: ledger.LedgerState | null = null;
+  private tiersNow: TiersState | null = null;
+  readonly credited = new Set<string>();
+  evaluate: Set<string> | null = null;
+
+  constructor(
+    private readonly subject: Pick<RuleSubject, 'ledger' | 'tiers'>,
+    private readonly earlier: ReadonlyArray<{ kind: string }>,
+  ) {}
+
+  ledger(): ledger.LedgerState {
+    if (this.book === null) {
+      let b = structuredClone(this.subject.ledger);
+      for (const f of this.earlier) if (isLedgerFact(f)) b = ledger.evolve(b, f);
+      this.book = b;
+    }
+    return this.book;
+  }
+
+  setLedger(b: ledger.LedgerState): void {
+    this.book = b;
+  }
+
+  tiers(): TiersState {
+    if (this.tiersNow === null) {
+      let t = structuredClone(this.subject.tiers);
+      for (const f of this.earlier) if (isTierFact(f)) t = evolveTiers(t, f);
+      this.tiersNow = t;
+    }
+    return this.tiersNow;
+  }
+}
+
+function isLedgerFact(f: { kind: string }): f is ledger.LedgerFact {
+  return f.kind === 'ledger.entry_recorded' || f.kind === 'ledger.pending_confirmed' || f.kind === 'ledger.pending_cancelled';
+}
+
+function isTierFact(f: { kind: string }): f is TierFact {
+  return f.kind.startsWith('tier.');
+}
+
+/** Applies one completion's actions: ledger facts and effects appended; tiers are re-placed in finish(). */
+function complete(
+  fact: ch.ChallengeFact & { kind: 'challenge.completed' },
+  actions: readonly ResolvedAction[],
+  context: Pick<ChallengeContext, 'currencies'>,
+  book: Book,
+  facts: StepFact[],
+  effects: Effect[],
+  ctx: ledger.LedgerCtx,
+): void {
+  effects.push({ type: 'challenge.completed', challengeId: fact.challengeId, periodKey: fact.periodKey, completions: fact.completions });
+  for (const action of actions) {
+    if (action.type === 'tier.evaluate') {
+      book.evaluate ??= new Set();
+      book.evaluate.add(action.program ?? '*');
+      continue;
+    }
+    if (action.type !== 'points.award') {
+      effects.push({ type: 'challenge.action_skipped', challengeId: fact.challengeId, action: action.type, reason: 'action_not_available' });
+      continue;
+    }
+    const d = ledger.decide(
+      book.ledger(),
+      {
+        kind: 'ledger.award',
+        currency: action.currency,
+        amount: action.amount,
+        reason: `challenge ${fact.challengeId} ${fact.periodKey}${fact.cycle > 1 ? ` cycle ${fact.cycle}` : ''}`,
+        sourceType: 'challenge_completion',
+        sourceId: fact.challengeId,
+      },
+      context.currencies,
+      ctx,
+    );
+    if (!d.ok) {
+      effects.push({ type: 'challenge.action_skipped', challengeId: fact.challengeId, action: action.type, reason: d.code });
+      continue;
+    }
+    let b = book.ledger();
+    for (const f of d.facts) {
+      b = ledger.evolve(b, f);
+      facts.push(f);
+    }
+    book.setLedger(b);
+    book.credited.add(action.currency);
+    if (d.reply.kind === 'ledger.entry') {
+      effects.push({ type: 'challenge.points_awarded', challengeId: fact.challengeId, currency: action.currency, amount: action.amount, entryId: d.reply.entry.id });
+    }
+  }
+}
+
+/** Tier re-placement after every completion of the step (as rule-effects does after awards). */
+function finish(book: Book, programs: readonly TierProgram[], facts: StepFact[], effects: Effect[], ctx: ledger.LedgerCtx): void {
+  if (book.credited.size === 0 && book.evaluate === null) return;
+  const feeding = book.evaluate?.has('*') ? new Set(programs.map((p) => p.currency)) : book.credited;
+  const t = tierFacts(programs, feeding, book.evaluate, book.ledger(), book.tiers(), ctx);
+  for (const f of t.facts) facts.push(f);
+  for (const e of t.effects) effects.push(e);
+}
+
+function actionsOf(rt: ChallengeRuntime): readonly ResolvedAction[] {
+  // Completion actions are static by validation; a stored amount_from (never accepted) is dropped.
+  return rt.plan.actions.filter((a): a is ResolvedAction => a.type !== 'points.award_from');
+}
+
+/**
+ * Offers one recorded event to the challenges. `requested` are challenge ids named by rules that
+ * fired for this event (their challenge.progress actions): the rule's conditions stand in for the
+ * challenge's own. `earlier` are the facts this step produced before (rules), so awards see them.
+ * A challenge is contributed to at most once per event.
+ */
+export function applyChallenges(
+  context: ChallengeContext,
+  requested: ReadonlyArray<{ challengeId: string; ruleId: string }>,
+  event: { id: string; name: string; properties: Record<string, unknown>; trust: string },
+  subject: RuleSubject & { challenges: ch.ChallengesState },
+  earlier: ReadonlyArray<{ kind: string }>,
+  ctx: ledger.LedgerCtx,
+): { facts: StepFact[]; effects: Effect[] } {
+  const facts: StepFact[] = [];
+  const effects: Effect[] = [];
+  const targets = new Map<string, { rt: ChallengeRuntime; byRule: boolean }>();
+  for (const rt of context.challenges) {
+    if (rt.config.qualifying.event === event.name) targets.set(rt.config.id, { rt, byRule: false });
+  }
+  for (const r of requested) {
+    const known = targets.get(r.challengeId);
+    if (known !== undefined) {
+      known.byRule = true;
+      continue;
+    }
+    const rt = context.challenges.find((c) => c.config.id === r.challengeId);
+    if (rt === undefined) {
+      // Only active challenges are loaded: a draft, paused, ended or unknown one does not progress.
+      effects.push({ type: 'challenge.skipped', challengeId: r.challengeId, reason: 'challenge_not_active' });
+      continue;
+    }
+    targets.set(rt.config.id, { rt, byRule: true });
+  }
+  if (targets.size === 0) return { facts, effects };
+
+  const input: EvalInput = {
+    event: { name: event.name, properties: event.properties, trust: event.trust },
+    customer: {
+      attributes: subject.attributes,
+      counters: noCounters,
+      countersReady: noneReady,
+      segments: noSegments,
+      tiers: noTiers,
+      externalId: subject.externalId,
+    },
+    limitCounts: noLimits,
+  };
+  const root = { event: { id: event.id, name: event.name, properties: event.properties }, customer: { attributes: subject.attributes } };
+  const book = new Book(subject, earlier);
+  for (const { rt, byRule } of targets.values()) {
+    const qualifies = byRule || evaluatePlan(rt.plan, input).fired;
+    const d = ch.decide(
+      subject.challenges,
+      {
+        kind: 'challenge.contribute',
+        challenge: rt.config,
+        eventId: event.id,
+        contribution: ch.readContribution(rt.config.contributionKey, root),
+        qualifies,
+        timeZone: context.timeZone,
+      },
+      ctx,
+    );
+    if (!d.ok || d.reply.kind !== 'contribution') continue;
+    if (d.reply.outcome === 'skipped') {
+      effects.push({ type: 'challenge.skipped', challengeId: rt.config.id, reason: d.reply.reason ?? 'skipped' });
+      continue;
+    }
+    for (const f of d.facts) {
+      facts.push(f);
+      if (f.kind === 'challenge.progressed') {
+        effects.push({ type: 'challenge.progressed', challengeId: f.challengeId, periodKey: f.periodKey, count: f.count, target: f.target });
+      } else if (f.kind === 'challenge.completed') {
+        complete(f, actionsOf(rt), context, book, facts, effects, ctx);
+      }
+    }
+  }
+  finish(book, context.tierPrograms, facts, effects, ctx);
+  return { facts, effects };
+}
+
+/**
+ * An operator command on one customer's challenge (enroll, unenroll, revoke, reevaluate). A
+ * reevaluation that completes applies the completion actions in the same journal entry.
+ */
+export function runChallengeCommand(
+  context: ChallengeContext,
+  runtime: ChallengeRuntime | null,
+  command: ch.Command,
+  subject: Pick<RuleSubject, 'ledger' | 'tiers'> & { challenges: ch.ChallengesState },
+  ctx: ledger.LedgerCtx,
+): { ok: true; facts: StepFact[]; effects: Effect[]; reply: ch.Reply } | Extract<ch.Decision, { ok: false }> {
+  const d = ch.decide(subject.challenges, command, ctx);
+  if (!d.ok) return d;
+  const facts: StepFact[] = [];
+  const effects: Effect[] = [];
+  const book = new Book(subject, []);
+  for (const f of d.facts) {
+    facts.push(f);
+    if (f.kind === 'challenge.completed' && runtime !== null) complete(f, actionsOf(runtime), context, book, facts, effects, ctx);
+  }
+  finish(book, context.tierPrograms, facts, effects, ctx);
+  return { ok: true, facts, effects, reply: d.reply };
+}

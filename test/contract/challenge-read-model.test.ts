@@ -1,0 +1,69 @@
+// Challenge read tables, against PostgreSQL and embedded PGlite: facts of one batch fold per row in
+// fact order (progressed, completed, revoked: the row stays completed with the last count); a later
+// batch never un-completes a row; enrollments come and go; a re-delivered batch changes nothing;
+// lists page by (customer, period, cycle) and filter by customer and status.
+import t from 'tap';
+import type { ChallengeFact } from '../../src/domain/challenges.js';
+import { ChallengeReadModel, challengeProjection } from '../../src/persistence/sql/challenge-read-model.js';
+import { PgReadModel, type Projection } from '../../src/persistence/sql/read-model.js';
+import { sqlForTest, sqlKinds } from '../helpers/sql.js';
+
+const T0 = Date.UTC(2030, 5, 1, 12, 0, 0, 0);
+const env = 'env_a';
+
+const progressed = (customer: string, period: string, count: number, at = T0): Projection =>
+  challengeProjection(env, customer, { kind: 'challenge.progressed', challengeId: 'chl_1', periodKey: period, cycle: 1, contribution: `m${count}`, eventId: null, count, target: 2, atMs: at });
+const completed = (customer: string, period: string, count: number, at = T0): Projection =>
+  challengeProjection(env, customer, {
+    kind: 'challenge.completed',
+    challengeId: 'chl_1',
+    challengeName: 'x',
+    periodKey: period,
+    cycle: 1,
+    count,
+    target: 2,
+    completionActions: [],
+    completions: 1,
+    atMs: at,
+  });
+const fact = (customer: string, f: ChallengeFact): Projection => challengeProjection(env, customer, f);
+
+for (const kind of sqlKinds) {
+  t.test(`challenge read tables (${kind})`, async (t) => {
+    const { sql } = await sqlForTest(t, kind);
+    const writer = new PgReadModel(sql);
+    const reader = new ChallengeReadModel(sql);
+
+    const batch1: Projection[] = [
+      progressed('cust_a', '2030-06-01', 1),
+      progressed('cust_a', '2030-06-01', 2, T0 + 1),
+      completed('cust_a', '2030-06-01', 2, T0 + 1),
+      fact('cust_a', { kind: 'challenge.revoked', challengeId: 'chl_1', periodKey: '2030-06-01', cycle: 1, contribution: 'm2', count: 1, atMs: T0 + 2 }),
+      progressed('cust_b', '2030-06-01', 1),
+      fact('cust_a', { kind: 'challenge.enrolled', challengeId: 'chl_1', atMs: T0 }),
+      fact('cust_b', { kind: 'challenge.enrolled', challengeId: 'chl_1', atMs: T0 }),
+    ];
+    await writer.apply(0, '1-0', batch1);
+    await writer.apply(0, '1-0', batch1);
+    const rows = await reader.listProgress(env, 'chl_1', { customerId: null, status: null, after: null, limit: 10 });
+    t.match(rows, [
+      { customerId: 'cust_a', periodKey: '2030-06-01', count: 1, target: 2, status: 'completed', completedAtMs: T0 + 1, updatedAtMs: T0 + 2 },
+      { customerId: 'cust_b', count: 1, status: 'active', completedAtMs: null },
+    ]);
+    t.equal(rows.length, 2);
+
+    await writer.apply(0, '2-0', [
+      progressed('cust_a', '2030-06-01', 2, T0 + 3),
+      progressed('cust_a', '2030-06-02', 1, T0 + 86_400_000),
+      fact('cust_b', { kind: 'challenge.unenrolled', challengeId: 'chl_1', atMs: T0 + 5 }),
+    ]);
+    const a = await reader.listProgress(env, 'chl_1', { customerId: 'cust_a', status: null, after: null, limit: 10 });
+    t.match(a, [{ periodKey: '2030-06-01', count: 2, status: 'completed', completedAtMs: T0 + 1 }, { periodKey: '2030-06-02', status: 'active' }], 'a later batch never un-completes');
+    const page = await reader.listProgress(env, 'chl_1', { customerId: null, status: null, after: ['cust_a', '2030-06-01', 1], limit: 10 });
+    t.same(page.map((r) => [r.customerId, r.periodKey]), [['cust_a', '2030-06-02'], ['cust_b', '2030-06-01']]);
+    t.same((await reader.listProgress(env, 'chl_1', { customerId: null, status: 'completed', after: null, limit: 10 })).map((r) => r.customerId), ['cust_a']);
+    t.same((await reader.listEnrollments(env, 'chl_1', { after: null, limit: 10 })).map((r) => [r.customerId, r.enrolledAtMs]), [['cust_a', T0]]);
+    t.same((await reader.listProgress('env_other', 'chl_1', { customerId: null, status: null, after: null, limit: 10 })), [], 'another environment sees nothing');
+    t.same((await reader.customerProgress(env, 'cust_a')).map((r) => r.periodKey), ['2030-06-01', '2030-06-02']);
+  });
+}
