@@ -1,6 +1,7 @@
 // Read-only views of actor state that cross the engine boundary (to handlers, to other nodes).
 // Plain data only (msgpack-safe): no Maps, no references into live actor state.
 import type { CustomerState } from '../domain/customer.js';
+import { counterValue } from '../domain/counters.js';
 import { type Balance, balances } from '../domain/ledger.js';
 
 export interface CustomerView {
@@ -19,6 +20,8 @@ export interface CustomerView {
   /** Per currency, as of the view's time (due confirmations and expiries counted). */
   balances: Balance[];
   tiers: Array<{ programId: string; level: string; sinceMs: number }>;
+  /** Current window's count by counter id (the handler maps ids to names). */
+  counters: Record<string, number>;
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -36,5 +39,6 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
     eventCount: s.events.size,
     balances: balances(s.ledger, nowMs),
     tiers: Object.values(s.tiers).map((t) => ({ programId: t.programId, level: t.level, sinceMs: t.sinceMs })),
+    counters: Object.fromEntries(Object.entries(s.counters ?? {}).map(([id, c]) => [id, counterValue(c, nowMs)])),
   };
 }

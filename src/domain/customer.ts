@@ -5,10 +5,11 @@
 // the journal (evolve only) rebuilds exactly the same state. A throw in here is a bug.
 import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
+import { applyBump, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters } from './counters.js';
 import * as ledger from './ledger.js';
-import { applyRules, type Effect, type RuleFact, type RulesContext, tierFacts } from './rule-effects.js';
-import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
 import { SeenEvents } from './seen-events.js';
+import { evolveTiers, reassignTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 
 export interface Ctx {
   nowMs: number;
@@ -47,6 +48,8 @@ export interface CustomerState {
   ruleLimits: Record<string, number>;
   /** Standing in each tier program, by program id. */
   tiers: TiersState;
+  /** Historical counters, by counter id (counters.ts). */
+  counters: CountersState;
 }
 
 export type Command =
@@ -67,7 +70,15 @@ export type Command =
       trust: string;
       /** Published rules and currencies of the environment, loaded before the step; null: none. */
       rules: RulesContext | null;
+      /** The environment's counter definitions and time zone, loaded before the step; null/absent: none. */
+      counters?: CountersContext | null;
     }
+  /** A backfill's historical base for one counter; refused (no facts) when a base was already applied. */
+  | { kind: 'counter.backfill'; counterId: string; base: CounterState }
+  /** Re-evaluates the tier programs whose downgrade check is due (the due-work scheduler). */
+  | { kind: 'tier.run_due'; tierPrograms: TierProgram[] }
+  /** Moves a holder of a removed level to `toLevel` (a tier program edit with reassign_to). */
+  | { kind: 'tier.reassign'; program: TierProgram; toLevel: string }
   | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
@@ -99,7 +110,8 @@ export type Fact =
   | { kind: 'customer.merged'; into: string; atMs: number }
   | ledger.LedgerFact
   | RuleFact
-  | TierFact;
+  | TierFact
+  | CounterFact;
 
 export interface EventReply {
   kind: 'event';
@@ -117,7 +129,9 @@ export type Reply =
   | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
   | { kind: 'deleted' }
   | { kind: 'merged' }
-  | { kind: 'ledger'; reply: ledger.LedgerReply };
+  | { kind: 'ledger'; reply: ledger.LedgerReply }
+  /** counter.backfill, tier.run_due, tier.reassign: whether anything changed. */
+  | { kind: 'applied'; changed: boolean };
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -244,6 +258,24 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const t = tierFacts(cmd.tierPrograms, new Set(touched), null, book, state.tiers, ctx);
       return { ok: true, facts: [...d.facts, ...t.facts], reply: { kind: 'ledger', reply: d.reply } };
     }
+    case 'counter.backfill': {
+      if (state.counters[cmd.counterId]?.based === true) return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
+      const fact: Fact = { kind: 'counter.backfilled', id: cmd.counterId, base: cmd.base, atMs: ctx.nowMs };
+      return { ok: true, facts: [fact], reply: { kind: 'applied', changed: true } };
+    }
+    case 'tier.run_due': {
+      const facts = dueTierFacts(cmd.tierPrograms, state.ledger, state.tiers, ctx);
+      return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
+    }
+    case 'tier.reassign': {
+      const held = state.tiers[cmd.program.id];
+      if (held === undefined || cmd.program.levels.some((l) => l.key === held.level)) {
+        return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
+      }
+      const value = tierMetrics(cmd.program, state.ledger, ctx.nowMs);
+      const facts = reassignTier(cmd.program, held, cmd.toLevel, cmd.program.basis === 'balance' ? value.balance : value.earnedRolling ?? value.lifetimeEarned, ctx);
+      return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
+    }
   }
 }
 
@@ -260,10 +292,30 @@ function createdFact(externalId: string, attributes: Record<string, unknown>, ct
 
 const noEffects: Effect[] = [];
 
-/** Runs the environment's rules for a new event; appends their facts; returns the effects. */
+/**
+ * Counts the event on the environment's counters (a `counter.counted` fact after the event), then
+ * runs the rules, which read the counts including this event; appends their facts; returns the effects.
+ */
 function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerState, ctx: Ctx, facts: Fact[]): Effect[] {
+  const recorded = facts[facts.length - 1] as Fact & { kind: 'event.recorded' };
+  let counters: RuleCounters | null = null;
+  const cc = cmd.counters ?? null;
+  if (cc !== null && cc.defs.length > 0) {
+    const event = { name: cmd.name, occurredAtMs: cmd.occurredAtMs, properties: cmd.properties };
+    const bumps = counterBumps(cc, event, subject.counters, ctx.nowMs);
+    if (bumps.length > 0) facts.push({ kind: 'counter.counted', eventId: recorded.id, bumps });
+    if (cmd.rules !== null && cmd.rules.plans.length > 0) {
+      const values: Record<string, number> = {};
+      for (const def of cc.defs) {
+        let s = subject.counters[def.id];
+        for (const b of bumps) if (b.id === def.id) s = applyBump(s === undefined ? undefined : structuredClone(s), b);
+        values[def.name] = counterValue(s, ctx.nowMs);
+      }
+      counters = { values, ready: (name) => cc.defs.some((d) => d.name === name && d.status === 'ready') };
+    }
+  }
   if (cmd.rules === null || cmd.rules.plans.length === 0) return noEffects;
-  const r = applyRules(cmd.rules, { name: cmd.name, properties: cmd.properties, trust: cmd.trust }, subject, ctx);
+  const r = applyRules(cmd.rules, { name: cmd.name, properties: cmd.properties, trust: cmd.trust }, subject, ctx, counters);
   for (const f of r.facts) facts.push(f);
   return r.effects;
 }
@@ -314,6 +366,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       ledger: ledger.emptyLedger(),
       ruleLimits: {},
       tiers: {},
+      counters: {},
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -354,6 +407,10 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'tier.assigned':
     case 'tier.downgrade_check_scheduled':
       state.tiers = evolveTiers(state.tiers, fact);
+      return state;
+    case 'counter.counted':
+    case 'counter.backfilled':
+      state.counters = evolveCounters(state.counters, fact);
       return state;
   }
 }
