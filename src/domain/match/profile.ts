@@ -3,10 +3,9 @@
 // profile (camelCase), and the profile mechanic: create, update (replaces each section it names,
 // keeps the others, bumps the revision) and archive. Invariants: minimum <= maximum everywhere;
 // metric keys unique and never reserved; hold metrics name metrics of the profile. Pure; never throws.
-
+import { formatPath as formatParam } from '../../util/param-path.js';
 import { z } from 'zod';
 import type { ErrorCode } from '../../errors/codes.js';
-import { formatPath as formatParam } from '../../util/param-path.js';
 
 /** Bounds of a profile. Spec part 8 values, plus our choices for what the spec leaves open. */
 export const matchLimits = {

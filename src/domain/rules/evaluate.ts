@@ -3,7 +3,7 @@
 // only). Checks run in one fixed order and the first failure is the skip reason:
 //   trigger -> trust -> counter readiness -> limits -> segments -> conditions -> action amounts.
 // traceRule runs EVERY check (no short circuit) for simulate; its verdict equals evaluatePlan's.
-import { NodeKind, type PlanLeaf, type PlanNode, type PlanPath, type ResolvedAction, type RulePlan } from './compile.js';
+import { type PlanLeaf, type PlanNode, type PlanPath, type ResolvedAction, type RulePlan, NodeKind } from './compile.js';
 import { applyOp, Op } from './ops.js';
 import { PathSource } from './paths.js';
 import { trustRank } from './trust.js';

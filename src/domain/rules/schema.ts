@@ -3,11 +3,10 @@
 // {path: 'conditions.all[2].op', message} for a 422 rule_invalid. Pure and synchronous (zod
 // safeParse, no async refinements); never throws. Semantic checks (path prefixes, op vs value)
 // live in paths.ts / ops.ts so compile and validation agree by construction.
-
-import { z } from 'zod';
 import { formatPath as formatProblemPath } from '../../util/param-path.js';
+import { z } from 'zod';
 import { ruleBounds } from './bounds.js';
-import { checkOpValue, type OpName, opNames } from './ops.js';
+import { type OpName, checkOpValue, opNames } from './ops.js';
 import { parsePath } from './paths.js';
 import { type TrustLevel, trustLevels } from './trust.js';
 
