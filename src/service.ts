@@ -15,7 +15,11 @@ import { testClockRoutes } from './gateway/handlers/test-clock.js';
 import { DueWork } from './jobs/due-work.js';
 import { RuleCatalog } from './catalog/rules.js';
 import { RulesContexts } from './catalog/rules-context.js';
-import { TierProgramCatalog } from './catalog/tier-programs.js';
+import { TierProgramCatalog, type TierProgramRecord } from './catalog/tier-programs.js';
+import { CounterCatalog, CountersContexts } from './catalog/counters.js';
+import { tierProgramOf } from './catalog/rules-context.js';
+import { counterRoutes } from './gateway/handlers/counters.js';
+import { CounterBackfill } from './jobs/counter-backfill.js';
 import { ledgerRoutes } from './gateway/handlers/ledger.js';
 import { rulesRoutes } from './gateway/handlers/rules.js';
 import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
@@ -136,8 +140,21 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await currencies.start();
   const rules = new RuleCatalog(sql, storage.bus);
   await rules.start();
-  const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
+  // Holder counts and reassignment read the projected customer_tiers table (projector drained first).
+  const tiers = new TierProgramCatalog(
+    sql,
+    storage.bus,
+    currencies,
+    async (env, program) => {
+      await projector.drain();
+      return readModel.tierHolders(env, program.id);
+    },
+    (env, program, removed, toLevel) => reassignHolders(env, program, removed, toLevel),
+  );
   await tiers.start();
+  const counters = new CounterCatalog(sql, storage.bus);
+  await counters.start();
+  const countersContexts = new CountersContexts(counters);
   const rulesContexts = new RulesContexts(rules, currencies, tiers);
   const clocks = new EnvironmentClocks(sql, storage.bus);
   await clocks.start();
@@ -170,6 +187,22 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const forwardServer = new ForwardServer({ host: config.HOST, port: config.GRPC_PORT, handler: (payload) => engine.executeForwarded(payload) });
   forwardServerHolder.port = await forwardServer.start();
   projector.start();
+  const reassignHolders = async (env: string, program: TierProgramRecord, removed: string[], toLevel: string): Promise<void> => {
+    await projector.drain();
+    const nowMs = await now(env);
+    const evaluated = tierProgramOf(program);
+    let after = '';
+    for (;;) {
+      const ids = await readModel.tierHoldersOf(env, program.id, removed, after, 500);
+      if (ids.length === 0) break;
+      after = ids[ids.length - 1]!;
+      await Promise.all(
+        ids.map((id) => engine.execute({ env, target: { by: 'id', id }, command: { kind: 'tier.reassign', program: evaluated, toLevel }, nowMs })),
+      );
+    }
+    await projector.drain();
+  };
+  const backfill = new CounterBackfill({ sql, engine, counters, pool, drainProjector: () => projector.drain(), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX });
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
   dueWork.start();
   await placement.start();
@@ -184,6 +217,15 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         drainProjector: () => projector.drain(),
         nowMs: now,
         rules: (env) => rulesContexts.get(env),
+        counters: (env, timeZone) => countersContexts.get(env, timeZone),
+      }),
+      ...counterRoutes({
+        counters,
+        backfill,
+        hasEvents: async (env) => {
+          await projector.drain();
+          return (await sql`select exists (select 1 from events where environment_id = ${env}) as e`)[0]!.e === true;
+        },
       }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
@@ -197,6 +239,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         readModel,
         drainProjector: () => projector.drain(),
         mintCustomerToken: (req) => tenancy.customerTokens.mint(req),
+        counterNames: (env) => counters.all(env),
       }),
     ],
     authenticate: authenticator.authenticate,
@@ -238,6 +281,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         await gateway.close();
         await publicGrpc.close(2000);
         await dueWork.stop();
+        await backfill.idle();
         await placement.stop();
         await projector.stop();
         await forwardServer.stop();

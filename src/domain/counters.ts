@@ -298,3 +298,26 @@ export function compileCounterFilter(event: string, filter: unknown): { ok: true
   if (issues.length > 0) return { ok: false, issues };
   return { ok: true, plan: compileRule(v.definition, { ruleId: 'counter', versionNumber: 0, priority: 0 }) };
 }
+
+/** Historical bases of many customers for one stored definition (the backfill; runs in the pool for large histories). */
+export function historicalBasesOf(
+  source: { id: string; name: string; event: string; window: CounterWindow; filter: unknown },
+  customers: ReadonlyArray<{ customerId: string; events: ReadonlyArray<{ occurredAtMs: number; properties: Record<string, unknown> }> }>,
+  timeZone: string,
+  nowMs: number,
+): Array<{ customerId: string; base: CounterState }> {
+  const f = source.filter === null || source.filter === undefined ? null : compileCounterFilter(source.event, source.filter);
+  if (f !== null && !f.ok) return [];
+  const def: CounterDef = { id: source.id, name: source.name, event: source.event, window: source.window, filter: f === null ? null : f.plan, status: 'backfilling' };
+  const out: Array<{ customerId: string; base: CounterState }> = [];
+  for (const c of customers) {
+    const base = historicalBase(
+      def,
+      c.events.map((e) => ({ name: source.event, occurredAtMs: e.occurredAtMs, properties: e.properties })),
+      timeZone,
+      nowMs,
+    );
+    if (base !== null) out.push({ customerId: c.customerId, base });
+  }
+  return out;
+}
