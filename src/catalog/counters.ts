@@ -5,8 +5,8 @@
 // A definition that a non-archived rule reads cannot be deleted (409 resource_in_use).
 import {
   type CounterDef,
-  type CountersContext,
   type CounterStatus,
+  type CountersContext,
   type CounterWindow,
   compileCounterFilter,
   counterLimits,
