@@ -26,6 +26,7 @@ interface Ids {
   key: string;
   tierProgram: string;
   rule: string;
+  counter: string;
   organization: string;
   /** A member (the owner) of the organization. */
   member: string;
@@ -128,6 +129,16 @@ const routes: RouteCase[] = [
   { name: 'POST rule resume', method: 'POST', openapi: '/v1/rules/{id}/resume', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/resume`, body: () => ({}) },
   { name: 'POST rule rollback', method: 'POST', openapi: '/v1/rules/{id}/rollback', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/rollback`, body: () => ({ number: 1 }) },
   { name: 'POST rule archive', method: 'POST', openapi: '/v1/rules/{id}/archive', allow: management, scope: 'programs:write', path: (i) => `/v1/rules/${i.rule}/archive`, body: () => ({}) },
+  { name: 'GET counter definition', method: 'GET', openapi: '/v1/counter_definitions/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/counter_definitions/${i.counter}` },
+  {
+    name: 'POST counter backfill',
+    method: 'POST',
+    openapi: '/v1/counter_definitions/{id}/backfill',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/counter_definitions/${i.counter}/backfill`,
+    body: () => ({}),
+  },
   { name: 'GET memberships', method: 'GET', openapi: '/v1/organizations/{id}/memberships', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships`, organizationScoped: true },
   {
     name: 'POST memberships',
@@ -150,6 +161,7 @@ const routes: RouteCase[] = [
     body: () => ({ role: 'viewer' }),
     organizationScoped: true,
   },
+  { name: 'DELETE counter definition', method: 'DELETE', openapi: '/v1/counter_definitions/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/counter_definitions/${i.counter}` },
   { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
   { name: 'DELETE membership', method: 'DELETE', openapi: '/v1/organizations/{id}/memberships/{user_id}', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships/${i.member}`, organizationScoped: true },
 ];
@@ -163,6 +175,7 @@ const nowhere: Ids = {
   key: 'key_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   tierProgram: 'tp_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   rule: 'rule_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  counter: 'ctr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   organization: 'org_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   member: 'usr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
 };
@@ -234,6 +247,8 @@ t.test('tenant isolation', async (t) => {
     );
     t.equal(rule.status, 201, `${label}: rule created`);
     t.equal((await server.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200, `${label}: rule published`);
+    const ctr = await server.post('/v1/counter_definitions', { name: 'opens', event: 'app.opened', window: { kind: 'lifetime' } }, idem());
+    t.equal(ctr.status, 201, `${label}: counter definition created`);
     const members = await bearer(tenant.pat).get(`/v1/organizations/${tenant.orgId}/memberships`);
     t.equal(members.status, 200, `${label}: members listed`);
     return {
@@ -244,6 +259,7 @@ t.test('tenant isolation', async (t) => {
       key: keyId,
       tierProgram: tp.body.id,
       rule: rule.body.id,
+      counter: ctr.body.id,
       organization: tenant.orgId,
       member: members.body.data[0].user_id,
     };
@@ -396,6 +412,8 @@ t.test('tenant isolation', async (t) => {
     const keys = await anon.with({ authorization: `Bearer ${a.pat}`, 'x-service-environment': a.testEnv }).get('/v1/api_keys?limit=200');
     const k = keys.body.data.find((x: { id: string }) => x.id === aTest.key);
     t.equal(k?.revoked_at, null, "A's key is not revoked");
+    const ctr = await aServer.get(`/v1/counter_definitions/${aTest.counter}`);
+    t.match(ctr.body, { id: aTest.counter, status: 'backfilling', version: 1 }, "A's counter is neither deleted nor backfilled");
     const live = await aLiveCreds.server.get(`/v1/customers/${aLive.customer}`);
     t.match(live.body, { id: aLive.customer, version: 1, deleted_at: null }, "A's live customer unchanged");
   });
