@@ -6,31 +6,31 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { Engine } from './actors/engine.js';
-import { ClusterPlacement } from './cluster/placement.js';
-import { type Config, storageMode } from './config.js';
 import { AttributeCatalog } from './catalog/attributes.js';
 import { EnvironmentClocks } from './catalog/clock.js';
-import { CurrencyCatalog } from './catalog/currencies.js';
-import { testClockRoutes } from './gateway/handlers/test-clock.js';
-import { DueWork } from './jobs/due-work.js';
-import { RuleCatalog } from './catalog/rules.js';
-import { RulesContexts } from './catalog/rules-context.js';
-import { TierProgramCatalog, type TierProgramRecord } from './catalog/tier-programs.js';
 import { CounterCatalog, CountersContexts } from './catalog/counters.js';
-import { tierProgramOf } from './catalog/rules-context.js';
-import { counterRoutes } from './gateway/handlers/counters.js';
-import { CounterBackfill } from './jobs/counter-backfill.js';
-import { ledgerRoutes } from './gateway/handlers/ledger.js';
-import { rulesRoutes } from './gateway/handlers/rules.js';
-import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
+import { CurrencyCatalog } from './catalog/currencies.js';
+import { RuleCatalog } from './catalog/rules.js';
+import { RulesContexts, tierProgramOf } from './catalog/rules-context.js';
+import { TierProgramCatalog, type TierProgramRecord } from './catalog/tier-programs.js';
+import { ClusterPlacement } from './cluster/placement.js';
+import { type Config, storageMode } from './config.js';
+import type { TierProgram } from './domain/tiers.js';
 import { attributeRoutes } from './gateway/handlers/attributes.js';
+import { counterRoutes } from './gateway/handlers/counters.js';
 import { customerRoutes } from './gateway/handlers/customers.js';
 import { eventRoutes } from './gateway/handlers/events.js';
+import { ledgerRoutes } from './gateway/handlers/ledger.js';
 import { membershipRoutes } from './gateway/handlers/memberships.js';
+import { rulesRoutes } from './gateway/handlers/rules.js';
 import { tenancyRoutes } from './gateway/handlers/tenancy.js';
+import { testClockRoutes } from './gateway/handlers/test-clock.js';
+import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
 import { createGateway, type Gateway } from './gateway/server.js';
 import { ForwardClient, ForwardServer } from './grpc/forwarding.js';
 import { createPublicGrpcServer, type PublicGrpcServer } from './grpc/public-server.js';
+import { CounterBackfill } from './jobs/counter-backfill.js';
+import { DueWork } from './jobs/due-work.js';
 import { startEmbeddedPostgres } from './persistence/embedded-pg.js';
 import { FileJournal } from './persistence/file/file-journal.js';
 import { MemoryBus } from './persistence/memory/bus.js';
@@ -149,7 +149,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
       await projector.drain();
       return readModel.tierHolders(env, program.id);
     },
-    (env, program, removed, toLevel) => reassignHolders(env, program, removed, toLevel),
+    (env, program, removed, toLevel) => moveHolders(env, program, removed, { kind: 'tier.reassign', program: tierProgramOf(program), toLevel }),
+    (env, program) => moveHolders(env, program, program.levels.map((l) => l.key), { kind: 'tier.reevaluate', program: tierProgramOf(program) }),
   );
   await tiers.start();
   const counters = new CounterCatalog(sql, storage.bus);
@@ -187,18 +188,21 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const forwardServer = new ForwardServer({ host: config.HOST, port: config.GRPC_PORT, handler: (payload) => engine.executeForwarded(payload) });
   forwardServerHolder.port = await forwardServer.start();
   projector.start();
-  const reassignHolders = async (env: string, program: TierProgramRecord, removed: string[], toLevel: string): Promise<void> => {
+  // A tier program edit moves its holders (of the named levels) through their actors, a page at a time.
+  const moveHolders = async (
+    env: string,
+    program: TierProgramRecord,
+    levels: string[],
+    command: { kind: 'tier.reassign'; program: TierProgram; toLevel: string } | { kind: 'tier.reevaluate'; program: TierProgram },
+  ): Promise<void> => {
     await projector.drain();
     const nowMs = await now(env);
-    const evaluated = tierProgramOf(program);
     let after = '';
     for (;;) {
-      const ids = await readModel.tierHoldersOf(env, program.id, removed, after, 500);
+      const ids = await readModel.tierHoldersOf(env, program.id, levels, after, 500);
       if (ids.length === 0) break;
       after = ids[ids.length - 1]!;
-      await Promise.all(
-        ids.map((id) => engine.execute({ env, target: { by: 'id', id }, command: { kind: 'tier.reassign', program: evaluated, toLevel }, nowMs })),
-      );
+      await Promise.all(ids.map((id) => engine.execute({ env, target: { by: 'id', id }, command, nowMs })));
     }
     await projector.drain();
   };

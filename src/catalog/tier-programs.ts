@@ -4,7 +4,7 @@
 // (version compared in the UPDATE) and pass the domain's guards; per-customer holder counts come
 // from a `holdersByLevel` lookup (the customer_tiers read table in the service). With reassign_to,
 // the holders of removed levels are moved by `reassign` after the edit is stored.
-import { checkTierProgramEdit, type TierBasis, type TierLevel, type TierProgram, validateTierProgram } from '../domain/tiers.js';
+import { checkTierProgramEdit, needsReevaluation, type TierBasis, type TierLevel, type TierProgram, validateTierProgram } from '../domain/tiers.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
@@ -58,6 +58,9 @@ export const noHolders: HoldersByLevel = async () => ({});
 /** Moves the holders of `removedLevels` to `toLevel` once the edited program is stored. */
 export type ReassignHolders = (environmentId: string, program: TierProgramRecord, removedLevels: string[], toLevel: string) => Promise<void>;
 
+/** Re-places every holder of the program at once (a basis change sent with reevaluate: true). */
+export type ReevaluateHolders = (environmentId: string, program: TierProgramRecord) => Promise<void>;
+
 const channel = 'tier_programs.changed';
 
 function json<T>(v: unknown): T {
@@ -109,6 +112,7 @@ export class TierProgramCatalog {
     private readonly currencies: Pick<CurrencyCatalog, 'all'>,
     private readonly holdersByLevel: HoldersByLevel = noHolders,
     private readonly reassign: ReassignHolders | null = null,
+    private readonly reevaluate: ReevaluateHolders | null = null,
   ) {}
 
   async start(): Promise<void> {
@@ -187,6 +191,7 @@ export class TierProgramCatalog {
     const stored = row(rows[0]!);
     const removed = before.levels.filter((l) => !after.levels.some((a) => a.key === l.key) && (holders[l.key] ?? 0) > 0).map((l) => l.key);
     if (reassignTo !== null && removed.length > 0 && this.reassign !== null) await this.reassign(environmentId, stored, removed, reassignTo);
+    if (opts.reevaluate === true && needsReevaluation(before, after) && this.reevaluate !== null) await this.reevaluate(environmentId, stored);
     return stored;
   }
 

@@ -9,7 +9,7 @@ import { applyBump, type CounterFact, type CounterState, type CountersContext, t
 import * as ledger from './ledger.js';
 import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
 import { SeenEvents } from './seen-events.js';
-import { evolveTiers, reassignTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+import { evaluateTier, evolveTiers, reassignTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 
 export interface Ctx {
   nowMs: number;
@@ -79,6 +79,8 @@ export type Command =
   | { kind: 'tier.run_due'; tierPrograms: TierProgram[] }
   /** Moves a holder of a removed level to `toLevel` (a tier program edit with reassign_to). */
   | { kind: 'tier.reassign'; program: TierProgram; toLevel: string }
+  /** Re-places a holder at once after a basis change with reevaluate: true (downgrades need no check). */
+  | { kind: 'tier.reevaluate'; program: TierProgram }
   | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
@@ -265,6 +267,12 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     }
     case 'tier.run_due': {
       const facts = dueTierFacts(cmd.tierPrograms, state.ledger, state.tiers, ctx);
+      return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
+    }
+    case 'tier.reevaluate': {
+      const held = state.tiers[cmd.program.id];
+      if (held === undefined) return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
+      const facts = evaluateTier(cmd.program, held, tierMetrics(cmd.program, state.ledger, ctx.nowMs), ctx, { immediate: true }).facts;
       return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
     }
     case 'tier.reassign': {

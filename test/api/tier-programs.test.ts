@@ -274,6 +274,20 @@ t.test('held levels: removal needs reassign_to, which moves the holders', async 
   t.equal(await levelOf(customers[0]!), 'bronze', 'the holders were moved to reassign_to');
   t.equal(await levelOf(customers[1]!), 'bronze');
   t.equal(await levelOf(customers[2]!), 'bronze', 'others keep their level');
+
+  // A basis change with reevaluate: true re-places every holder at once, even before a downgrade check.
+  const vip = await api.post(
+    '/v1/tier_programs',
+    { key: 'vip', name: 'VIP', currency: 'coins', basis: 'lifetime_earned', levels: levels.slice(0, 2), downgrade_check: { every_days: 30 } },
+    idem(),
+  );
+  const vipLevel = async (id: string) => (await api.get(`/v1/customers/${id}/state`)).body.tiers.find((x: { program_id: string }) => x.program_id === vip.body.id)?.level;
+  await api.post('/v1/ledger_entries', { customer_id: customers[0], currency: 'coins', amount: 1, reason: 'bonus' }, idem());
+  await api.post('/v1/ledger_entries', { customer_id: customers[0], currency: 'coins', amount: -1451, reason: 'spent' }, idem());
+  t.equal(await vipLevel(customers[0]!), 'silver', 'lifetime earned 1501 keeps silver');
+  const rebased = await api.patch(`/v1/tier_programs/${vip.body.id}`, { basis: 'balance', reevaluate: true });
+  t.equal(rebased.status, 200);
+  t.equal(await vipLevel(customers[0]!), 'bronze', 'a balance of 50 places bronze at once');
 });
 
 t.test('rolling tiers: earnings by day, upgrade at once, downgrade at the due check as the test clock moves', async (t) => {
