@@ -4,7 +4,7 @@
 // effects a sync answer reports. Pure: plans and currency configs were loaded before the step.
 // Actions whose mechanics are not in the engine yet are reported as skipped, never half-applied.
 import * as ledger from './ledger.js';
-import { type EvalInput, evaluatePlan, type RulePlan } from './rules/index.js';
+import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
 import { evaluateTier, type TierFact, type TierMetrics, type TierProgram, type TiersState } from './tiers.js';
 
 export interface RulesContext {
