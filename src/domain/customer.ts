@@ -312,7 +312,8 @@ function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerStat
     const event = { name: cmd.name, occurredAtMs: cmd.occurredAtMs, properties: cmd.properties };
     const bumps = counterBumps(cc, event, subject.counters, ctx.nowMs);
     if (bumps.length > 0) facts.push({ kind: 'counter.counted', eventId: recorded.id, bumps });
-    if (cmd.rules !== null && cmd.rules.plans.length > 0) {
+    // Counter values are computed only when a rule on this event reads counters.
+    if (cmd.rules !== null && cmd.rules.plans.some((p) => p.event === cmd.name && p.counters.length > 0)) {
       const values: Record<string, number> = {};
       for (const def of cc.defs) {
         let s = subject.counters[def.id];
