@@ -313,7 +313,7 @@ function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerStat
     const bumps = counterBumps(cc, event, subject.counters, ctx.nowMs);
     if (bumps.length > 0) facts.push({ kind: 'counter.counted', eventId: recorded.id, bumps });
     // Counter values are computed only when a rule on this event reads counters.
-    if (cmd.rules !== null && cmd.rules.plans.some((p) => p.event === cmd.name && p.counters.length > 0)) {
+    if (cmd.rules?.plans.some((p) => p.event === cmd.name && p.counters.length > 0)) {
       const values: Record<string, number> = {};
       for (const def of cc.defs) {
         let s = subject.counters[def.id];
