@@ -10,7 +10,7 @@
 import type { Logger } from 'pino';
 import type { Engine } from '../actors/engine.js';
 import type { CounterCatalog, CounterRecord } from '../catalog/counters.js';
-import { historicalBasesOf } from '../domain/counters.js';
+import { type CounterState, historicalBasesOf } from '../domain/counters.js';
 import type { Sql } from '../persistence/sql/db.js';
 import type { WorkerPool } from '../workers/pool.js';
 import type { BackfillCustomer, CounterDefSource } from '../workers/tasks.worker.js';
@@ -104,7 +104,7 @@ export class CounterBackfill {
         entry.events.push({ occurredAtMs: r.o as number, properties: (r.properties as Record<string, unknown> | null) ?? {} });
       }
       const customers = [...byCustomer.values()];
-      let bases: Array<{ customerId: string; base: import('../domain/counters.js').CounterState }>;
+      let bases: Array<{ customerId: string; base: CounterState }>;
       if (inPool) {
         const r = await this.deps.pool.run({ kind: 'counter.bases', def: source, timeZone, nowMs, customers });
         if (r.kind !== 'counter.bases') throw new Error('unexpected worker result');
@@ -119,7 +119,7 @@ export class CounterBackfill {
   private async handOver(
     environmentId: string,
     counterId: string,
-    bases: Array<{ customerId: string; base: import('../domain/counters.js').CounterState }>,
+    bases: Array<{ customerId: string; base: CounterState }>,
     nowMs: number,
   ): Promise<void> {
     let next = 0;

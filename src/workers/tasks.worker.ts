@@ -1,5 +1,5 @@
 // Piscina worker: CPU-only tasks that must never run on the event loop of the hot path (rule
-// compilation and simulation join here with the Core mechanics issue). Pure functions of their
+// compilation and simulation, counter backfill bases). Pure functions of their
 // input: no I/O, no shared state, so any thread can run any task.
 import { threadId } from 'node:worker_threads';
 import type { CounterState, CounterWindow } from '../domain/counters.js';
