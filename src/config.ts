@@ -36,6 +36,8 @@ export const configSchema = z.object({
   EMBEDDED_FSYNC: bool.default(true),
   SNAPSHOT_EVERY_MS: z.coerce.number().int().min(50).default(limits.snapshotEveryMs),
   ACTIVE_ACTORS_MAX: z.coerce.number().int().min(100).default(limits.activeActorsMax),
+  /** Uncounted events up to which a counter backfill runs inline in the request (else as a job). */
+  COUNTER_BACKFILL_INLINE_MAX: z.coerce.number().int().min(0).default(2000),
 });
 
 export type Config = z.infer<typeof configSchema>;

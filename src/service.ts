@@ -18,12 +18,17 @@ import { RewardCatalog } from './catalog/rewards.js';
 import { rewardRoutes } from './gateway/handlers/rewards.js';
 import { RuleCatalog } from './catalog/rules.js';
 import { RulesContexts } from './catalog/rules-context.js';
-import { TierProgramCatalog } from './catalog/tier-programs.js';
+import { TierProgramCatalog, type TierProgramRecord } from './catalog/tier-programs.js';
 import { ChallengeCatalog } from './catalog/challenges.js';
 import { challengeRoutes } from './gateway/handlers/challenges.js';
 import { ChallengeEnds } from './jobs/challenge-ends.js';
 import { AuditLog } from './persistence/sql/audit-log.js';
 import { ChallengeReadModel } from './persistence/sql/challenge-read-model.js';
+import { CounterCatalog, CountersContexts } from './catalog/counters.js';
+import { tierProgramOf } from './catalog/rules-context.js';
+import type { TierProgram } from './domain/tiers.js';
+import { counterRoutes } from './gateway/handlers/counters.js';
+import { CounterBackfill } from './jobs/counter-backfill.js';
 import { ledgerRoutes } from './gateway/handlers/ledger.js';
 import { rulesRoutes } from './gateway/handlers/rules.js';
 import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
@@ -146,12 +151,26 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await currencies.start();
   const rules = new RuleCatalog(sql, storage.bus);
   await rules.start();
-  const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
+  // Holder counts and reassignment read the projected customer_tiers table (projector drained first).
+  const tiers = new TierProgramCatalog(
+    sql,
+    storage.bus,
+    currencies,
+    async (env, program) => {
+      await projector.drain();
+      return readModel.tierHolders(env, program.id);
+    },
+    (env, program, removed, toLevel) => moveHolders(env, program, removed, { kind: 'tier.reassign', program: tierProgramOf(program), toLevel }),
+    (env, program) => moveHolders(env, program, program.levels.map((l) => l.key), { kind: 'tier.reevaluate', program: tierProgramOf(program) }),
+  );
   await tiers.start();
   const challenges = new ChallengeCatalog(sql, storage.bus);
   await challenges.start();
   const rulesContexts = new RulesContexts(rules, currencies, tiers, challenges);
   const challengeReadModel = new ChallengeReadModel(sql);
+  const counters = new CounterCatalog(sql, storage.bus);
+  await counters.start();
+  const countersContexts = new CountersContexts(counters);
   const clocks = new EnvironmentClocks(sql, storage.bus);
   await clocks.start();
   const now = (env: string) => clocks.now(env);
@@ -183,6 +202,25 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const forwardServer = new ForwardServer({ host: config.HOST, port: config.GRPC_PORT, handler: (payload) => engine.executeForwarded(payload) });
   forwardServerHolder.port = await forwardServer.start();
   projector.start();
+  // A tier program edit moves its holders (of the named levels) through their actors, a page at a time.
+  const moveHolders = async (
+    env: string,
+    program: TierProgramRecord,
+    levels: string[],
+    command: { kind: 'tier.reassign'; program: TierProgram; toLevel: string } | { kind: 'tier.reevaluate'; program: TierProgram },
+  ): Promise<void> => {
+    await projector.drain();
+    const nowMs = await now(env);
+    let after = '';
+    for (;;) {
+      const ids = await readModel.tierHoldersOf(env, program.id, levels, after, 500);
+      if (ids.length === 0) break;
+      after = ids[ids.length - 1]!;
+      await Promise.all(ids.map((id) => engine.execute({ env, target: { by: 'id', id }, command, nowMs })));
+    }
+    await projector.drain();
+  };
+  const backfill = new CounterBackfill({ sql, engine, counters, pool, drainProjector: () => projector.drain(), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX });
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
   dueWork.start();
   const rewards = new RewardCatalog(sql, currencies);
@@ -203,6 +241,15 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         nowMs: now,
         rules: (env) => rulesContexts.get(env),
         afterEvent: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),
+        counters: (env, timeZone) => countersContexts.get(env, timeZone),
+      }),
+      ...counterRoutes({
+        counters,
+        backfill,
+        hasEvents: async (env) => {
+          await projector.drain();
+          return (await sql`select exists (select 1 from events where environment_id = ${env}) as e`)[0]!.e === true;
+        },
       }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
@@ -234,6 +281,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         challengeProgress: (env, id) => challengeReadModel.customerProgress(env, id),
         drainProjector: () => projector.drain(),
         mintCustomerToken: (req) => tenancy.customerTokens.mint(req),
+        counterNames: (env) => counters.all(env),
       }),
     ],
     authenticate: authenticator.authenticate,
@@ -278,6 +326,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         await dueWork.stop();
         await rewardDue.stop();
         await challengeEnds.stop();
+        await backfill.idle();
         await placement.stop();
         await projector.stop();
         await forwardServer.stop();

@@ -58,6 +58,8 @@ type SnapshotV1 = [
   rewards?: RewardsState,
   /** Added with challenges; absent in older snapshots (then empty). */
   challenges?: CustomerState['challenges'],
+  /** Added with counters; absent in older snapshots (then empty). */
+  counters?: CustomerState['counters'],
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -82,6 +84,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.tiers,
     s.rewards,
     s.challenges,
+    s.counters,
   ];
   return packr.pack(v1);
 }
@@ -110,6 +113,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     tiers: v[15] ?? {},
     rewards: v[16] ?? emptyRewards(),
     challenges: v[17] ?? emptyChallengesState(),
+    counters: v[18] ?? {},
   };
 }
 

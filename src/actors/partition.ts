@@ -43,6 +43,7 @@ export type ReplyView =
   | { kind: 'ledger'; reply: LedgerReply }
   | { kind: 'reward'; reply: RewardReply }
   | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[]; customerId: string }
+  | { kind: 'applied'; changed: boolean }
   | { kind: 'done' };
 
 export type CallResult =
@@ -501,6 +502,8 @@ export class Partition {
       case 'event':
         return reply;
       case 'alias':
+        return reply;
+      case 'applied':
         return reply;
       case 'deleted':
       case 'merged':

@@ -1,6 +1,7 @@
 // Read-only views of actor state that cross the engine boundary (to handlers, to other nodes).
 // Plain data only (msgpack-safe): no Maps, no references into live actor state.
 import type { CustomerState } from '../domain/customer.js';
+import { counterValue } from '../domain/counters.js';
 import { type Balance, balances } from '../domain/ledger.js';
 import type { Issuance } from '../domain/rewards.js';
 
@@ -24,6 +25,8 @@ export interface CustomerView {
   issuances: Issuance[];
   /** The latest progress record per challenge (the period it was last counted in). */
   challenges: Array<{ challengeId: string; periodKey: string; cycle: number; count: number; target: number; status: string; completedAtMs: number | null }>;
+  /** Current window's count by counter id (the handler maps ids to names). */
+  counters: Record<string, number>;
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -51,5 +54,6 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
       status: p.status,
       completedAtMs: p.completedAtMs,
     })),
+    counters: Object.fromEntries(Object.entries(s.counters ?? {}).map(([id, c]) => [id, counterValue(c, nowMs)])),
   };
 }

@@ -2,8 +2,9 @@
 // an optional downgrade check. Definitions live in PostgreSQL; every node caches each environment's
 // list (loaded on first use, dropped on a bus message when any node changes it). Edits are safe
 // (version compared in the UPDATE) and pass the domain's guards; per-customer holder counts come
-// from a `holdersByLevel` lookup, which answers 0 holders until customer tiers are tracked.
-import { checkTierProgramEdit, type TierBasis, type TierLevel, type TierProgram, validateTierProgram } from '../domain/tiers.js';
+// from a `holdersByLevel` lookup (the customer_tiers read table in the service). With reassign_to,
+// the holders of removed levels are moved by `reassign` after the edit is stored.
+import { checkTierProgramEdit, needsReevaluation, type TierBasis, type TierLevel, type TierProgram, validateTierProgram } from '../domain/tiers.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
@@ -46,13 +47,19 @@ export interface TierProgramEditOptions {
 }
 
 /**
- * Customers holding each level of a program, by level key. Customer tiers are not tracked yet
- * (the actor integration comes later), so the service wires `noHolders` and the API answers as
- * if nobody held any level; the guard itself is already in place.
+ * Customers holding each level of a program, by level key. The service counts them in the
+ * customer_tiers read table (projected from tier.assigned / tier.changed); `noHolders` is for
+ * catalog tests without customers.
  */
 export type HoldersByLevel = (environmentId: string, program: TierProgramRecord) => Promise<Readonly<Record<string, number>>>;
 
 export const noHolders: HoldersByLevel = async () => ({});
+
+/** Moves the holders of `removedLevels` to `toLevel` once the edited program is stored. */
+export type ReassignHolders = (environmentId: string, program: TierProgramRecord, removedLevels: string[], toLevel: string) => Promise<void>;
+
+/** Re-places every holder of the program at once (a basis change sent with reevaluate: true). */
+export type ReevaluateHolders = (environmentId: string, program: TierProgramRecord) => Promise<void>;
 
 const channel = 'tier_programs.changed';
 
@@ -104,6 +111,8 @@ export class TierProgramCatalog {
     private readonly bus: Bus,
     private readonly currencies: Pick<CurrencyCatalog, 'all'>,
     private readonly holdersByLevel: HoldersByLevel = noHolders,
+    private readonly reassign: ReassignHolders | null = null,
+    private readonly reevaluate: ReevaluateHolders | null = null,
   ) {}
 
   async start(): Promise<void> {
@@ -166,7 +175,6 @@ export class TierProgramCatalog {
     const holders = removesLevels ? await this.holdersByLevel(environmentId, before) : {};
     const guard = checkTierProgramEdit(before, after, holders, { reassignTo, reevaluate: opts.reevaluate === true });
     if (!guard.ok) throw new ApiError(guard.code, { param: guard.param, message: guard.message });
-    // reevaluate / reassign_to take effect on customers once their tiers are tracked (0 holders today).
     const rows = await this.sql`
       update tier_programs set
         name = ${after.name}, basis = ${after.basis}, rolling_days = ${after.rollingDays},
@@ -180,7 +188,11 @@ export class TierProgramCatalog {
       throw new ApiError('stale_write', { details: { current_version: current.version } });
     }
     await this.changed(environmentId);
-    return row(rows[0]!);
+    const stored = row(rows[0]!);
+    const removed = before.levels.filter((l) => !after.levels.some((a) => a.key === l.key) && (holders[l.key] ?? 0) > 0).map((l) => l.key);
+    if (reassignTo !== null && removed.length > 0 && this.reassign !== null) await this.reassign(environmentId, stored, removed, reassignTo);
+    if (opts.reevaluate === true && needsReevaluation(before, after) && this.reevaluate !== null) await this.reevaluate(environmentId, stored);
+    return stored;
   }
 
   /** Every program of the environment, cached (for evaluation on the actors). */

@@ -7,11 +7,12 @@ import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
 import { applyChallenges, type ChallengeContext, type ChallengeRuntime, runChallengeCommand } from './challenge-effects.js';
 import * as challenges from './challenges.js';
+import { applyBump, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters } from './counters.js';
 import * as ledger from './ledger.js';
-import { applyRules, type Effect, type RuleFact, type RulesContext, tierFacts } from './rule-effects.js';
-import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
 import * as rewards from './rewards.js';
 import { SeenEvents } from './seen-events.js';
+import { evaluateTier, evolveTiers, reassignTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 
 export interface Ctx {
   nowMs: number;
@@ -54,6 +55,8 @@ export interface CustomerState {
   rewards: rewards.RewardsState;
   /** Challenge enrollments, latest progress record and completions per challenge. */
   challenges: challenges.ChallengesState;
+  /** Historical counters, by counter id (counters.ts). */
+  counters: CountersState;
 }
 
 export type Command =
@@ -74,7 +77,17 @@ export type Command =
       trust: string;
       /** Published rules and currencies of the environment, loaded before the step; null: none. */
       rules: RulesContext | null;
+      /** The environment's counter definitions and time zone, loaded before the step; null/absent: none. */
+      counters?: CountersContext | null;
     }
+  /** A backfill's historical base for one counter; refused (no facts) when a base was already applied. */
+  | { kind: 'counter.backfill'; counterId: string; base: CounterState }
+  /** Re-evaluates the tier programs whose downgrade check is due (the due-work scheduler). */
+  | { kind: 'tier.run_due'; tierPrograms: TierProgram[] }
+  /** Moves a holder of a removed level to `toLevel` (a tier program edit with reassign_to). */
+  | { kind: 'tier.reassign'; program: TierProgram; toLevel: string }
+  /** Re-places a holder at once after a basis change with reevaluate: true (downgrades need no check). */
+  | { kind: 'tier.reevaluate'; program: TierProgram }
   | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
@@ -115,7 +128,8 @@ export type Fact =
   | RuleFact
   | TierFact
   | rewards.RewardFact
-  | challenges.ChallengeFact;
+  | challenges.ChallengeFact
+  | CounterFact;
 
 export interface EventReply {
   kind: 'event';
@@ -135,7 +149,9 @@ export type Reply =
   | { kind: 'merged' }
   | { kind: 'ledger'; reply: ledger.LedgerReply }
   | { kind: 'reward'; reply: rewards.RewardReply }
-  | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string };
+  | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string }
+  /** counter.backfill, tier.run_due, tier.reassign: whether anything changed. */
+  | { kind: 'applied'; changed: boolean };
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -280,6 +296,30 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       if (!r.ok) return fail(r.code, r.message, r.param);
       return { ok: true, facts: r.facts, reply: { kind: 'challenge', reply: r.reply, effects: r.effects, customerId: state.id } };
     }
+    case 'counter.backfill': {
+      if (state.counters[cmd.counterId]?.based === true) return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
+      const fact: Fact = { kind: 'counter.backfilled', id: cmd.counterId, base: cmd.base, atMs: ctx.nowMs };
+      return { ok: true, facts: [fact], reply: { kind: 'applied', changed: true } };
+    }
+    case 'tier.run_due': {
+      const facts = dueTierFacts(cmd.tierPrograms, state.ledger, state.tiers, ctx);
+      return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
+    }
+    case 'tier.reevaluate': {
+      const held = state.tiers[cmd.program.id];
+      if (held === undefined) return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
+      const facts = evaluateTier(cmd.program, held, tierMetrics(cmd.program, state.ledger, ctx.nowMs), ctx, { immediate: true }).facts;
+      return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
+    }
+    case 'tier.reassign': {
+      const held = state.tiers[cmd.program.id];
+      if (held === undefined || cmd.program.levels.some((l) => l.key === held.level)) {
+        return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
+      }
+      const value = tierMetrics(cmd.program, state.ledger, ctx.nowMs);
+      const facts = reassignTier(cmd.program, held, cmd.toLevel, cmd.program.basis === 'balance' ? value.balance : value.earnedRolling ?? value.lifetimeEarned, ctx);
+      return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
+    }
   }
 }
 
@@ -296,22 +336,43 @@ function createdFact(externalId: string, attributes: Record<string, unknown>, ct
 
 const noEffects: Effect[] = [];
 
-/** Runs the environment's rules, then its challenges, for a new event; appends their facts; returns the effects. */
+/**
+ * Counts the event on the environment's counters (a `counter.counted` fact after the event), then
+ * runs the rules, which read the counts including this event, then the challenges (automatic ones
+ * and those named by fired rules); appends their facts; returns the effects.
+ */
 function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerState, ctx: Ctx, facts: Fact[]): Effect[] {
+  const recorded = facts[facts.length - 1] as Fact & { kind: 'event.recorded' };
+  let counters: RuleCounters | null = null;
+  const cc = cmd.counters ?? null;
+  if (cc !== null && cc.defs.length > 0) {
+    const event = { name: cmd.name, occurredAtMs: cmd.occurredAtMs, properties: cmd.properties };
+    const bumps = counterBumps(cc, event, subject.counters, ctx.nowMs);
+    if (bumps.length > 0) facts.push({ kind: 'counter.counted', eventId: recorded.id, bumps });
+    // Counter values are computed only when a rule on this event reads counters.
+    if (cmd.rules?.plans.some((p) => p.event === cmd.name && p.counters.length > 0)) {
+      const values: Record<string, number> = {};
+      for (const def of cc.defs) {
+        let s = subject.counters[def.id];
+        for (const b of bumps) if (b.id === def.id) s = applyBump(s === undefined ? undefined : structuredClone(s), b);
+        values[def.name] = counterValue(s, ctx.nowMs);
+      }
+      counters = { values, ready: (name) => cc.defs.some((d) => d.name === name && d.status === 'ready') };
+    }
+  }
   const rules = cmd.rules;
   if (rules === null) return noEffects;
   const active = rules.challenges ?? [];
   if (rules.plans.length === 0 && active.length === 0) return noEffects;
   const event = { name: cmd.name, properties: cmd.properties, trust: cmd.trust };
-  const r = rules.plans.length === 0 ? null : applyRules(rules, event, subject, ctx);
+  const r = rules.plans.length === 0 ? null : applyRules(rules, event, subject, ctx, counters);
   if (r !== null) for (const f of r.facts) facts.push(f);
   const requested = r?.challengeProgress ?? [];
   if (active.length === 0 && requested.length === 0) return r?.effects ?? noEffects;
-  const recorded = facts.find((f) => f.kind === 'event.recorded');
   const c = applyChallenges(
     { challenges: active, timeZone: rules.timeZone ?? 'UTC', currencies: rules.currencies, tierPrograms: rules.tierPrograms },
     requested,
-    { id: recorded?.kind === 'event.recorded' ? recorded.id : cmd.clientEventId, ...event },
+    { id: recorded.id, ...event },
     subject,
     r?.facts ?? [],
     ctx,
@@ -368,6 +429,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       tiers: {},
       rewards: rewards.emptyRewards(),
       challenges: challenges.emptyChallengesState(),
+      counters: {},
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -424,6 +486,10 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'challenge.completed':
     case 'challenge.revoked':
       state.challenges = challenges.evolve(state.challenges, fact);
+      return state;
+    case 'counter.counted':
+    case 'counter.backfilled':
+      state.counters = evolveCounters(state.counters, fact);
       return state;
   }
 }

@@ -71,7 +71,16 @@ export interface CurrencyBook {
   debt: number;
   /** Sum of posted awards and positive adjustments (not reversals); never decreases. */
   lifetimeEarned: number;
+  /**
+   * Earned (what lifetimeEarned adds) per UTC day it was posted: [day index, amount], ascending,
+   * at most `earnedDaysKept` days back from the newest. Feeds earned_rolling_days tier programs.
+   * Absent in books from before it existed (then nothing earned by date).
+   */
+  earned?: Array<[number, number]>;
 }
+
+/** Days of earnings by date a book keeps (the longest rolling tier window allowed). */
+export const earnedDaysKept = 366;
 
 export interface LedgerState {
   /** One book per currency the customer ever touched, in first-touch order. */
@@ -507,7 +516,7 @@ function applyToBook(book: CurrencyBook, fact: LedgerFact): void {
         return;
       }
       if (e.amount > 0) {
-        postCredit(book, e.id, e.type, e.amount, e.remaining, e.debtPaid, e.expiresAtMs, e.createdAtMs);
+        postCredit(book, e.id, e.type, e.amount, e.remaining, e.debtPaid, e.expiresAtMs, e.createdAtMs, e.createdAtMs);
         return;
       }
       let emptied = false;
@@ -523,7 +532,7 @@ function applyToBook(book: CurrencyBook, fact: LedgerFact): void {
     }
     case 'ledger.pending_confirmed': {
       book.pending = book.pending.filter((p) => p.entryId !== fact.entryId);
-      postCredit(book, fact.entryId, fact.type, fact.amount, fact.remaining, fact.debtPaid, fact.expiresAtMs, fact.createdAtMs);
+      postCredit(book, fact.entryId, fact.type, fact.amount, fact.remaining, fact.debtPaid, fact.expiresAtMs, fact.createdAtMs, fact.atMs);
       return;
     }
     case 'ledger.pending_cancelled':
@@ -541,10 +550,40 @@ function postCredit(
   debtPaid: number,
   expiresAtMs: number | null,
   createdAtMs: number,
+  postedAtMs: number,
 ): void {
   book.debt -= debtPaid;
-  if (type === 'award' || type === 'adjustment') book.lifetimeEarned += amount;
+  if (type === 'award' || type === 'adjustment') {
+    book.lifetimeEarned += amount;
+    addEarned(book, Math.floor(postedAtMs / dayMs), amount);
+  }
   if (remaining > 0) insertLot(book.lots, { entryId, amount, remaining, expiresAtMs, createdAtMs });
+}
+
+/** Adds to the day's earnings and drops days older than earnedDaysKept before the newest. */
+function addEarned(book: CurrencyBook, day: number, amount: number): void {
+  const e = (book.earned ??= []);
+  let i = e.length;
+  while (i > 0 && e[i - 1]![0] > day) i--;
+  if (i > 0 && e[i - 1]![0] === day) e[i - 1]![1] += amount;
+  else e.splice(i, 0, [day, amount]);
+  const newest = e[e.length - 1]![0];
+  let drop = 0;
+  while (drop < e.length && e[drop]![0] <= newest - earnedDaysKept) drop++;
+  if (drop > 0) e.splice(0, drop);
+}
+
+/**
+ * What a customer earned in one currency over the last `days` UTC days, today included (as of
+ * nowMs). `days` beyond earnedDaysKept counts only the days kept.
+ */
+export function earnedInDays(state: LedgerState, currency: string, days: number, nowMs: number): number {
+  const b = findBook(state, currency);
+  if (b?.earned === undefined) return 0;
+  const from = Math.floor(nowMs / dayMs) - days;
+  let sum = 0;
+  for (const [day, amount] of b.earned) if (day > from) sum += amount;
+  return sum;
 }
 
 /** Spending order: expiry ascending, no expiry last, then creation time; equal keys keep insertion order. */
@@ -585,6 +624,7 @@ function cloneBook(b: CurrencyBook): CurrencyBook {
     pending: b.pending.map((p) => ({ ...p })),
     debt: b.debt,
     lifetimeEarned: b.lifetimeEarned,
+    ...(b.earned === undefined ? {} : { earned: b.earned.map((d): [number, number] => [d[0], d[1]]) }),
   };
 }
 

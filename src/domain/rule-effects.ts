@@ -6,7 +6,7 @@
 import type { ChallengeEffect, ChallengeRuntime } from './challenge-effects.js';
 import * as ledger from './ledger.js';
 import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
-import { evaluateTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+import { evaluateTier, type TierFact, type TierMetrics, type TierProgram, type TiersState } from './tiers.js';
 import { type RewardFact, requested } from './rewards.js';
 
 export interface RulesContext {
@@ -43,8 +43,8 @@ export interface RuleSubject {
 
 /**
  * Re-places the customer in every tier program fed by one of `currencies` (or named in `only`),
- * from the ledger as it will be after this step. Rolling-window programs need earnings by date,
- * which the ledger state does not keep yet: they are not evaluated here.
+ * from the ledger as it will be after this step. Rolling-window programs read the book's
+ * earnings by day (ledger.earnedInDays) over their rolling_days.
  */
 export function tierFacts(
   programs: readonly TierProgram[],
@@ -57,10 +57,8 @@ export function tierFacts(
   const facts: TierFact[] = [];
   const effects: Effect[] = [];
   for (const program of programs) {
-    if (program.basis === 'earned_rolling_days') continue;
     if (!currencies.has(program.currency) && !(only?.has(program.key) || only?.has(program.id))) continue;
-    const b = ledger.balanceOf(book, program.currency, ctx.nowMs);
-    const r = evaluateTier(program, tiers[program.id] ?? null, { lifetimeEarned: b.lifetimeEarned, balance: b.available }, ctx);
+    const r = evaluateTier(program, tiers[program.id] ?? null, tierMetrics(program, book, ctx.nowMs), ctx);
     for (const f of r.facts) {
       facts.push(f);
       if (f.kind === 'tier.changed') {
@@ -69,6 +67,34 @@ export function tierFacts(
     }
   }
   return { facts, effects };
+}
+
+/** The metrics a program places by, from the ledger at nowMs. */
+export function tierMetrics(program: TierProgram, book: ledger.LedgerState, nowMs: number): TierMetrics {
+  const b = ledger.balanceOf(book, program.currency, nowMs);
+  const m: TierMetrics = { lifetimeEarned: b.lifetimeEarned, balance: b.available };
+  if (program.basis === 'earned_rolling_days') m.earnedRolling = ledger.earnedInDays(book, program.currency, program.rollingDays ?? 0, nowMs);
+  return m;
+}
+
+/**
+ * Tier programs whose downgrade check is due at nowMs for this customer, re-evaluated (the
+ * scheduler's tier.run_due). Rolling programs are how a customer loses a level as earnings age out.
+ */
+export function dueTierFacts(programs: readonly TierProgram[], book: ledger.LedgerState, tiers: TiersState, ctx: { nowMs: number }): TierFact[] {
+  const facts: TierFact[] = [];
+  for (const program of programs) {
+    const held = tiers[program.id];
+    if (held === undefined || held.nextDowngradeCheckMs === null || held.nextDowngradeCheckMs > ctx.nowMs) continue;
+    for (const f of evaluateTier(program, held, tierMetrics(program, book, ctx.nowMs), ctx).facts) facts.push(f);
+  }
+  return facts;
+}
+
+/** Counter values (by name) and readiness the rules read; none when the environment has no counters. */
+export interface RuleCounters {
+  values: Record<string, number | undefined>;
+  ready: (name: string) => boolean;
 }
 
 const noCounters: Record<string, number | undefined> = {};
@@ -90,6 +116,7 @@ export function applyRules(
   event: { name: string; properties: Record<string, unknown>; trust: string },
   subject: RuleSubject,
   ctx: ledger.LedgerCtx,
+  counters: RuleCounters | null = null,
 ): {
   facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact>;
   effects: Effect[];
@@ -108,8 +135,8 @@ export function applyRules(
     event,
     customer: {
       attributes: subject.attributes,
-      counters: noCounters,
-      countersReady: noneReady,
+      counters: counters?.values ?? noCounters,
+      countersReady: counters?.ready ?? noneReady,
       segments: noSegments,
       tiers: noTiers,
       externalId: subject.externalId,

@@ -116,7 +116,8 @@ export const tierLimits = {
   levelsMax: 50,
   levelKeyCharsMax: 64,
   levelTitleCharsMax: 120,
-  rollingDaysMax: 3650,
+  /** Earnings by date are kept for 366 days (ledger earnedDaysKept). */
+  rollingDaysMax: 366,
   downgradeEveryDaysMax: 3650,
 } as const;
 

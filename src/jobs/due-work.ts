@@ -3,6 +3,9 @@
 // actor settle it (ledger.run_due, which journals the confirmation and expiry entries and
 // re-places the customer in its tiers). It runs on the real clock every minute and right after a
 // test clock moves. Settling is idempotent, so a customer found twice (or by two nodes) is harmless.
+// Tier downgrade checks that fall due (customer_tiers.next_check_at, projected from tier facts) are
+// run the same way (tier.run_due): that is how rolling-window programs drop customers whose
+// earnings aged out.
 import type { Logger } from 'pino';
 import type { Engine } from '../actors/engine.js';
 import type { CurrencyCatalog } from '../catalog/currencies.js';
@@ -51,7 +54,9 @@ export class DueWork {
     const envs = await this.deps.sql`
       select distinct environment_id from ledger_entries
       where (status = 'pending' and confirm_after <= to_timestamp(${nowMs} / 1000.0))
-         or (status = 'posted' and remaining > 0 and expires_at <= to_timestamp(${nowMs} / 1000.0))`;
+         or (status = 'posted' and remaining > 0 and expires_at <= to_timestamp(${nowMs} / 1000.0))
+      union
+      select distinct environment_id from customer_tiers where next_check_at <= to_timestamp(${nowMs} / 1000.0)`;
     for (const r of envs) {
       const env = r.environment_id as string;
       await this.runForEnvironment(env, await this.deps.now(env));
@@ -61,6 +66,34 @@ export class DueWork {
   /** Settles every customer of the environment with ledger work due at nowMs; returns how many. */
   async runForEnvironment(environmentId: string, nowMs: number): Promise<number> {
     await this.deps.drainProjector();
+    const settled = await this.runLedger(environmentId, nowMs);
+    return settled + (await this.runTierChecks(environmentId, nowMs));
+  }
+
+  /** Customers whose tier downgrade check is due re-evaluate those programs (tier.run_due). */
+  private async runTierChecks(environmentId: string, nowMs: number): Promise<number> {
+    const rows = await this.deps.sql`
+      select distinct customer_id from customer_tiers
+      where environment_id = ${environmentId} and next_check_at <= to_timestamp(${nowMs} / 1000.0)`;
+    if (rows.length === 0) return 0;
+    const tierPrograms = (await this.deps.tiers.all(environmentId)).map(tierProgramOf);
+    const ids = rows.map((r) => r.customer_id as string);
+    let next = 0;
+    const worker = async () => {
+      while (next < ids.length) {
+        const id = ids[next++]!;
+        const result = await this.deps.engine.execute({ env: environmentId, target: { by: 'id', id }, command: { kind: 'tier.run_due', tierPrograms }, nowMs });
+        if (result.ok === false && result.code !== 'resource_not_found') {
+          this.deps.logger.warn({ customer: id, code: result.code }, 'due tier check not run; next sweep retries');
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, ids.length) }, worker));
+    await this.deps.drainProjector();
+    return ids.length;
+  }
+
+  private async runLedger(environmentId: string, nowMs: number): Promise<number> {
     const rows = await this.deps.sql`
       select distinct customer_id from ledger_entries
       where environment_id = ${environmentId}

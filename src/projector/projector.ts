@@ -275,6 +275,27 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
         case 'challenge.revoked':
           out.push(challengeProjection(environmentId, customerId, f));
           break;
+        case 'counter.counted': {
+          // Journaled right after its event.recorded: mark that row (no extra statement).
+          const last = out[out.length - 1];
+          if (last?.kind === 'event.insert' && last.id === f.eventId) last.counted = f.bumps.map((b) => b.id);
+          break;
+        }
+        case 'tier.assigned':
+        case 'tier.changed':
+          out.push({
+            kind: 'tier.set',
+            environmentId,
+            customerId,
+            programId: f.programId,
+            level: f.level,
+            sinceMs: f.atMs,
+            nextCheckMs: f.nextDowngradeCheckMs,
+          });
+          break;
+        case 'tier.downgrade_check_scheduled':
+          out.push({ kind: 'tier.set', environmentId, customerId, programId: f.programId, level: null, sinceMs: null, nextCheckMs: f.nextDowngradeCheckMs });
+          break;
         case 'ledger.entry_recorded':
         case 'ledger.pending_confirmed':
         case 'ledger.pending_cancelled':

@@ -1,7 +1,8 @@
 // Piscina worker: CPU-only tasks that must never run on the event loop of the hot path (rule
-// compilation and simulation join here with the Core mechanics issue). Pure functions of their
+// compilation and simulation, counter backfill bases). Pure functions of their
 // input: no I/O, no shared state, so any thread can run any task.
 import { threadId } from 'node:worker_threads';
+import type { CounterState, CounterWindow } from '../domain/counters.js';
 import type { RuleMeta, RulePlan } from '../domain/rules/compile.js';
 import type { RuleProblem } from '../domain/rules/schema.js';
 import type { SimulationInput, SimulationResult } from '../domain/rules/simulate.js';
@@ -15,14 +16,31 @@ export type Task =
   /** Validate a rule definition document and compile it into an evaluation plan (plain data). */
   | { kind: 'rule.compile'; definition: unknown; meta: RuleMeta }
   /** Compile a definition and trace it against one event and customer snapshot (simulate). */
-  | { kind: 'rule.simulate'; definition: unknown; meta: RuleMeta; input: SimulationInput };
+  | { kind: 'rule.simulate'; definition: unknown; meta: RuleMeta; input: SimulationInput }
+  /** A counter backfill's historical bases for a page of customers (their past events). */
+  | { kind: 'counter.bases'; def: CounterDefSource; timeZone: string; nowMs: number; customers: BackfillCustomer[] };
 
 export type TaskResult =
   | { kind: 'pong'; nonce: number; threadId: number }
   | { kind: 'fingerprints'; values: number[] }
   | { kind: 'rule.compiled'; ok: true; plan: RulePlan; threadId: number }
   | { kind: 'rule.simulated'; ok: true; plan: RulePlan; result: SimulationResult; threadId: number }
-  | { kind: 'rule.compiled' | 'rule.simulated'; ok: false; problems: RuleProblem[]; threadId: number };
+  | { kind: 'rule.compiled' | 'rule.simulated'; ok: false; problems: RuleProblem[]; threadId: number }
+  | { kind: 'counter.bases'; bases: Array<{ customerId: string; base: CounterState }>; threadId: number };
+
+/** A counter definition as stored (the filter uncompiled: plans are compiled in the thread). */
+export interface CounterDefSource {
+  id: string;
+  name: string;
+  event: string;
+  window: CounterWindow;
+  filter: unknown;
+}
+
+export interface BackfillCustomer {
+  customerId: string;
+  events: Array<{ occurredAtMs: number; properties: Record<string, unknown> }>;
+}
 
 // The rules code (and zod) loads on the first rule task, not at thread start, so a fresh thread
 // answers the health ping as fast as before.
@@ -42,6 +60,14 @@ async function runRuleTask(task: Extract<Task, { kind: 'rule.compile' | 'rule.si
   return { kind: 'rule.simulated', ok: true, plan: c.plan, result: simulateRule(c.plan, task.input), threadId };
 }
 
+let counters: Promise<typeof import('../domain/counters.js')> | null = null;
+
+async function runBases(task: Extract<Task, { kind: 'counter.bases' }>): Promise<TaskResult> {
+  counters ??= import('../domain/counters.js');
+  const { historicalBasesOf } = await counters;
+  return { kind: 'counter.bases', bases: historicalBasesOf(task.def, task.customers, task.timeZone, task.nowMs), threadId };
+}
+
 export default function run(task: Task): TaskResult | Promise<TaskResult> {
   switch (task.kind) {
     case 'ping':
@@ -51,5 +77,7 @@ export default function run(task: Task): TaskResult | Promise<TaskResult> {
     case 'rule.compile':
     case 'rule.simulate':
       return runRuleTask(task);
+    case 'counter.bases':
+      return runBases(task);
   }
 }

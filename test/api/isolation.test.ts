@@ -27,6 +27,7 @@ interface Ids {
   tierProgram: string;
   rule: string;
   challenge: string;
+  counter: string;
   organization: string;
   /** A member (the owner) of the organization. */
   member: string;
@@ -163,6 +164,16 @@ const routes: RouteCase[] = [
     path: (i) => `/v1/challenges/${i.challenge}/reevaluate`,
     body: (i) => ({ customer_id: i.customer, reason: 'intrusion' }),
   },
+  { name: 'GET counter definition', method: 'GET', openapi: '/v1/counter_definitions/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/counter_definitions/${i.counter}` },
+  {
+    name: 'POST counter backfill',
+    method: 'POST',
+    openapi: '/v1/counter_definitions/{id}/backfill',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/counter_definitions/${i.counter}/backfill`,
+    body: () => ({}),
+  },
   { name: 'GET memberships', method: 'GET', openapi: '/v1/organizations/{id}/memberships', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships`, organizationScoped: true },
   {
     name: 'POST memberships',
@@ -220,6 +231,7 @@ const routes: RouteCase[] = [
     path: (i) => `/v1/challenges/${i.challenge}/enrollments/${i.customer}`,
   },
   { name: 'DELETE challenge', method: 'DELETE', openapi: '/v1/challenges/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/challenges/${i.challenge}` },
+  { name: 'DELETE counter definition', method: 'DELETE', openapi: '/v1/counter_definitions/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/counter_definitions/${i.counter}` },
   { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
   { name: 'DELETE membership', method: 'DELETE', openapi: '/v1/organizations/{id}/memberships/{user_id}', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships/${i.member}`, organizationScoped: true },
 ];
@@ -234,6 +246,7 @@ const nowhere: Ids = {
   tierProgram: 'tp_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   rule: 'rule_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   challenge: 'chl_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  counter: 'ctr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   organization: 'org_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   member: 'usr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   reward: 'rw_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
@@ -315,6 +328,8 @@ t.test('tenant isolation', async (t) => {
     t.equal(challenge.status, 201, `${label}: challenge created`);
     const enrolled = await server.post(`/v1/challenges/${challenge.body.id}/enrollments`, { customer_id: c.body.id });
     t.equal(enrolled.status, 201, `${label}: customer enrolled`);
+    const ctr = await server.post('/v1/counter_definitions', { name: 'opens', event: 'app.opened', window: { kind: 'lifetime' } }, idem());
+    t.equal(ctr.status, 201, `${label}: counter definition created`);
     const members = await bearer(tenant.pat).get(`/v1/organizations/${tenant.orgId}/memberships`);
     t.equal(members.status, 200, `${label}: members listed`);
     const reward = await server.post('/v1/rewards', { name: 'Mug', cost: 0, currency: 'coins', availability: 5 }, idem());
@@ -330,6 +345,7 @@ t.test('tenant isolation', async (t) => {
       tierProgram: tp.body.id,
       rule: rule.body.id,
       challenge: challenge.body.id,
+      counter: ctr.body.id,
       organization: tenant.orgId,
       member: members.body.data[0].user_id,
       reward: reward.body.id,
@@ -501,6 +517,8 @@ t.test('tenant isolation', async (t) => {
     t.match(chl.body, { name: 'matches', status: 'draft', version: 1 }, "A's challenge unchanged");
     const enrolled = await aServer.get(`/v1/challenges/${aTest.challenge}/enrollments`);
     t.same(enrolled.body.data.map((e: { customer_id: string }) => e.customer_id), [aTest.customer], "A's enrollment kept");
+    const ctr = await aServer.get(`/v1/counter_definitions/${aTest.counter}`);
+    t.match(ctr.body, { id: aTest.counter, status: 'backfilling', version: 1 }, "A's counter is neither deleted nor backfilled");
     const live = await aLiveCreds.server.get(`/v1/customers/${aLive.customer}`);
     t.match(live.body, { id: aLive.customer, version: 1, deleted_at: null }, "A's live customer unchanged");
   });

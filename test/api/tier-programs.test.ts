@@ -1,6 +1,7 @@
 // Black-box API tests of tier programs (create, list, get by id or key, PATCH with If-Match and the
-// edit guards) plus the catalog over a real database with a stub holder count, because the API
-// answers with 0 holders per level until per-customer tiers are tracked.
+// edit guards, the held-level guard counting real holders and reassign_to moving them), rolling
+// tiers driven by the test clock (earnings age out, the downgrade check drops the level), plus the
+// catalog over a real database with a stub holder count.
 import t from 'tap';
 import type { Currency } from '../../src/catalog/currencies.js';
 import { type HoldersByLevel, TierProgramCatalog } from '../../src/catalog/tier-programs.js';
@@ -191,7 +192,7 @@ t.test('tier programs over the API', async (t) => {
     const leaveRolling = await api.patch('/v1/tier_programs/season', { basis: 'balance', reevaluate: true });
     t.match(leaveRolling.body, { basis: 'balance', rolling_days: null }, 'leaving a rolling basis drops rolling_days');
 
-    // Nobody holds a level yet (customer tiers are not tracked), so removal needs no reassign_to.
+    // No customer holds a level of this program, so removal needs no reassign_to.
     const removed = await api.patch(`/v1/tier_programs/${id}`, { levels: levels.slice(0, 2) }, { 'if-match': '"3"' });
     t.equal(removed.status, 200);
     t.same(
@@ -241,4 +242,87 @@ t.test('catalog guards with a stub holder count', async (t) => {
   t.equal(await code(() => catalog.update(env, p.id, { name: 'Renamed' })), 'ok');
   t.same(asked, [], 'holders are only counted when an edit removes levels');
   t.equal(await code(() => catalog.get('env_other', p.id)), 'resource_not_found:id');
+});
+
+t.test('held levels: removal needs reassign_to, which moves the holders', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const p = await api.post('/v1/tier_programs', { key: 'status', name: 'Status', currency: 'coins', basis: 'lifetime_earned', levels }, idem());
+  t.equal(p.status, 201);
+  const customers: string[] = [];
+  for (const [ext, amount] of [['ann', 1500], ['ben', 1200], ['cat', 10]] as const) {
+    const c = await api.post('/v1/customers', { external_id: ext }, idem());
+    customers.push(c.body.id);
+    const e = await api.post('/v1/ledger_entries', { customer_id: c.body.id, currency: 'coins', amount, reason: 'welcome' }, idem());
+    t.equal(e.status, 201);
+  }
+  const levelOf = async (id: string) => (await api.get(`/v1/customers/${id}/state`)).body.tiers.find((x: { program_id: string }) => x.program_id === p.body.id)?.level;
+  t.equal(await levelOf(customers[0]!), 'silver');
+
+  const held = await api.patch(`/v1/tier_programs/${p.body.id}`, { levels: [levels[0], levels[2]] });
+  t.equal(held.status, 409);
+  t.equal(held.body.error.code, 'resource_in_use');
+  t.equal(held.body.error.param, 'levels');
+  t.match(held.body.error.message, /held by 2 customer/);
+  const unheld = await api.patch(`/v1/tier_programs/${p.body.id}`, { levels: levels.slice(0, 2) });
+  t.equal(unheld.status, 200, 'gold is held by nobody: removed freely');
+
+  const moved = await api.patch(`/v1/tier_programs/${p.body.id}`, { levels: [levels[0]], reassign_to: 'bronze' });
+  t.equal(moved.status, 200);
+  t.equal(await levelOf(customers[0]!), 'bronze', 'the holders were moved to reassign_to');
+  t.equal(await levelOf(customers[1]!), 'bronze');
+  t.equal(await levelOf(customers[2]!), 'bronze', 'others keep their level');
+
+  // A basis change with reevaluate: true re-places every holder at once, even before a downgrade check.
+  const vip = await api.post(
+    '/v1/tier_programs',
+    { key: 'vip', name: 'VIP', currency: 'coins', basis: 'lifetime_earned', levels: levels.slice(0, 2), downgrade_check: { every_days: 30 } },
+    idem(),
+  );
+  const vipLevel = async (id: string) => (await api.get(`/v1/customers/${id}/state`)).body.tiers.find((x: { program_id: string }) => x.program_id === vip.body.id)?.level;
+  await api.post('/v1/ledger_entries', { customer_id: customers[0], currency: 'coins', amount: 1, reason: 'bonus' }, idem());
+  await api.post('/v1/ledger_entries', { customer_id: customers[0], currency: 'coins', amount: -1451, reason: 'spent' }, idem());
+  t.equal(await vipLevel(customers[0]!), 'silver', 'lifetime earned 1501 keeps silver');
+  const rebased = await api.patch(`/v1/tier_programs/${vip.body.id}`, { basis: 'balance', reevaluate: true });
+  t.equal(rebased.status, 200);
+  t.equal(await vipLevel(customers[0]!), 'bronze', 'a balance of 50 places bronze at once');
+});
+
+t.test('rolling tiers: earnings by day, upgrade at once, downgrade at the due check as the test clock moves', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const p = await api.post(
+    '/v1/tier_programs',
+    { key: 'season', name: 'Season', currency: 'coins', basis: 'earned_rolling_days', rolling_days: 7, levels, downgrade_check: { every_days: 1 } },
+    idem(),
+  );
+  t.equal(p.status, 201);
+  const tooLong = await api.post(
+    '/v1/tier_programs',
+    { key: 'year', name: 'Year', currency: 'coins', basis: 'earned_rolling_days', rolling_days: 400, levels },
+    idem(),
+  );
+  t.equal(tooLong.body.error.param, 'rolling_days', 'earnings by day are kept for 366 days at most');
+
+  const c = await api.post('/v1/customers', { external_id: 'dee' }, idem());
+  const credit = (amount: number) => api.post('/v1/ledger_entries', { customer_id: c.body.id, currency: 'coins', amount, reason: 'match' }, idem());
+  const level = async () => (await api.get(`/v1/customers/${c.body.id}/state`)).body.tiers.find((x: { program_id: string }) => x.program_id === p.body.id)?.level;
+
+  t.equal((await credit(600)).status, 201);
+  t.equal(await level(), 'bronze');
+  await api.post('/v1/test_clock/advance', { seconds: 3 * 86_400 });
+  await credit(600);
+  t.equal(await level(), 'silver', '1200 earned within 7 days');
+
+  // Five days later the first 600 left the window: the daily check drops the customer to bronze.
+  await api.post('/v1/test_clock/advance', { seconds: 5 * 86_400 });
+  t.equal(await level(), 'bronze', 'the due downgrade check re-placed the customer');
+  await credit(5000);
+  t.equal(await level(), 'gold');
+  await api.post('/v1/test_clock/advance', { seconds: 8 * 86_400 });
+  t.equal(await level(), 'bronze', 'nothing earned in the last 7 days');
 });

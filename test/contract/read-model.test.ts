@@ -291,6 +291,36 @@ for (const kind of sqlKinds) {
       t.equal(await rm.projectedOffset(p), '1-0');
     });
 
+    t.test('events keep the counters that counted them; customer tiers fold per program, in both apply paths', async (t) => {
+      const p = next();
+      const counted = { ...(event('ce1', 'tc1', T0) as Extract<Projection, { kind: 'event.insert' }>), counted: ['ctr_a', 'ctr_b'] };
+      const tier = (customerId: string, level: string | null, nextCheckMs: number | null, sinceMs: number | null = T0): Projection => ({
+        kind: 'tier.set',
+        environmentId: 'env_a',
+        customerId,
+        programId: 'tp_1',
+        level,
+        sinceMs: level === null ? null : sinceMs,
+        nextCheckMs,
+      });
+      await rm.apply(p, '1-0', [counted, event('ce2', 'tc1', T0 + 1), tier('tc1', 'silver', T0 + 10), tier('tc1', null, T0 + 20), tier('tc2', 'silver', null)]);
+      const rows = await sql`select id, counted from events where environment_id = 'env_a' and id in ('ce1', 'ce2') order by id`;
+      t.same(
+        rows.map((r) => [r.id, r.counted]),
+        [
+          ['ce1', ['ctr_a', 'ctr_b']],
+          ['ce2', null],
+        ],
+      );
+      t.same(await rm.tierHolders('env_a', 'tp_1'), { silver: 2 });
+      const [check] = await sql`select (extract(epoch from next_check_at) * 1000)::float8 as n from customer_tiers where customer_id = 'tc1'`;
+      t.equal(check?.n, T0 + 20, 'the later check date of the same batch wins');
+      await rm.applyMany([{ partition: p, offset: '2-0', projections: [tier('tc2', 'gold', null, T0 + 5), tier('tc3', null, T0)] }]);
+      t.same(await rm.tierHolders('env_a', 'tp_1'), { silver: 1, gold: 1 }, 'a check date alone never creates a holder');
+      t.same(await rm.tierHoldersOf('env_a', 'tp_1', ['gold', 'silver'], '', 10), ['tc1', 'tc2']);
+      t.same(await rm.tierHoldersOf('env_a', 'tp_1', ['gold', 'silver'], 'tc1', 10), ['tc2']);
+    });
+
     t.test('thousands of projections in one batch', async (t) => {
       const p = next();
       const batch: Projection[] = [];

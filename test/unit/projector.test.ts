@@ -6,7 +6,7 @@ import { encodeEntry, type JournalRecord } from '../../src/actors/codec.js';
 import { MemoryJournal } from '../../src/persistence/memory/journal.js';
 import { compareOffsets, type Offset } from '../../src/persistence/ports.js';
 import type { Projection } from '../../src/persistence/sql/read-model.js';
-import { Projector, type ReadModelWriter } from '../../src/projector/projector.js';
+import { Projector, type ReadModelWriter, toProjections } from '../../src/projector/projector.js';
 
 class FakeReadModel implements ReadModelWriter {
   readonly offsets = new Map<number, Offset>();
@@ -53,4 +53,29 @@ t.test('every acknowledged record is projected once, across the in-memory path a
   t.equal(rm.events.length, n, 'nothing lost');
   t.equal(new Set(rm.events).size, n, 'nothing twice');
   t.ok(projector.catchUps > 0, `the journal catch-up path ran (${projector.catchUps} times)`);
+});
+
+t.test('counter.counted marks its event row; tier facts become customer tier rows', async (t) => {
+  const out: Projection[] = [];
+  toProjections(
+    [
+      [
+        'env',
+        'cust_1',
+        [
+          { kind: 'event.recorded', id: 'evt_1', clientEventId: 'e1', name: 'purchase', occurredAtMs: 1, receivedAtMs: 2, properties: {}, fp: 1 },
+          { kind: 'counter.counted', eventId: 'evt_1', bumps: [{ id: 'ctr_a', w: 'l' }, { id: 'ctr_b', w: 'r', d: 1, days: 7 }] },
+          { kind: 'tier.changed', programId: 'tp_1', programKey: 's', level: 'gold', levelTitle: 'Gold', previousLevel: 'bronze', previousLevelTitle: 'Bronze', direction: 'up', value: 9, atMs: 5, nextDowngradeCheckMs: 99 },
+          { kind: 'tier.downgrade_check_scheduled', programId: 'tp_1', nextDowngradeCheckMs: 199, atMs: 99 },
+        ],
+      ],
+    ],
+    out,
+  );
+  t.match(out, [
+    { kind: 'event.insert', id: 'evt_1', counted: ['ctr_a', 'ctr_b'] },
+    { kind: 'tier.set', customerId: 'cust_1', programId: 'tp_1', level: 'gold', sinceMs: 5, nextCheckMs: 99 },
+    { kind: 'tier.set', programId: 'tp_1', level: null, nextCheckMs: 199 },
+  ]);
+  t.equal(out.length, 3, 'the counter marker adds no projection of its own');
 });

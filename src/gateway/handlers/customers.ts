@@ -86,6 +86,8 @@ export interface CustomerDeps {
     customerId: string,
   ): Promise<Array<{ challengeId: string; periodKey: string; count: number; completedAtMs: number | null }>>;
   drainProjector(): Promise<void>;
+  /** Names of the environment's counter definitions by id (the state view's counters); absent: none. */
+  counterNames?(environmentId: string): Promise<ReadonlyArray<{ id: string; name: string }>>;
   mintCustomerToken(req: {
     environmentId: string;
     customerId: string;
@@ -130,13 +132,15 @@ async function view(deps: CustomerDeps, env: string, target: Target): Promise<Cu
   return reply.customer;
 }
 
-function stateWire(c: CustomerView) {
+function stateWire(c: CustomerView, counterNames: ReadonlyArray<{ id: string; name: string }>) {
+  const counters: Record<string, number> = {};
+  for (const d of counterNames) counters[d.name] = c.counters?.[d.id] ?? 0;
   return {
     customer: customerWire(c),
     balances: c.balances.map(balanceWire),
     tiers: c.tiers.map((t) => ({ program_id: t.programId, level: t.level, since: iso(t.sinceMs) })),
     segments: [],
-    counters: {},
+    counters,
     challenges: c.challenges.map((x) => ({ challenge_id: x.challengeId, period_key: x.periodKey, count: x.count, status: x.status })),
     issuances: c.issuances.map((i) => ({ id: i.id, reward_id: i.rewardId, status: i.status, expires_at: iso(i.expiresAtMs) })),
     aliases: c.aliases.map((a) => aliasWire(a, c.id)),
@@ -275,7 +279,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
         await checkSelf(deps, env, ctx.principal, id);
-        return { status: 200, body: stateWire(await view(deps, env, idTarget(id))) };
+        const [v, names] = await Promise.all([view(deps, env, idTarget(id)), deps.counterNames?.(env) ?? []]);
+        return { status: 200, body: stateWire(v, names) };
       },
     }),
     route({

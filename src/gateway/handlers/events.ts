@@ -7,6 +7,7 @@ import type { Engine } from '../../actors/engine.js';
 import type { CallResult } from '../../actors/partition.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
+import type { CountersContext } from '../../domain/counters.js';
 import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import { canonicalJson, hash53 } from '../../util/canonical-json.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
@@ -72,6 +73,8 @@ export interface EventDeps {
   rules(environmentId: string): RulesContext | null | Promise<RulesContext | null>;
   /** Called with the effects of a journaled event (after the ack), e.g. to deliver requested rewards. */
   afterEvent?(environmentId: string, customerId: string, effects: readonly Effect[]): void;
+  /** Counter definitions and the environment's time zone (sync when cached); absent: no counters. */
+  counters?(environmentId: string, timeZone: string): CountersContext | null | Promise<CountersContext | null>;
 }
 
 type ItemResult = { status: number; body: Record<string, unknown> };
@@ -95,6 +98,7 @@ async function recordOne(
   sync: boolean,
   param: string,
   trust: string,
+  timeZone = 'UTC',
 ): Promise<ItemResult> {
   const occurredAtMs = Date.parse(ev.occurred_at);
   const clock = deps.nowMs(env);
@@ -105,6 +109,8 @@ async function recordOne(
   const fp = hash53(canonicalJson([ev.name, ev.customer_id, occurredAtMs, ev.properties]));
   const loaded = deps.rules(env);
   const rules = loaded instanceof Promise ? await loaded : loaded;
+  const countersLoaded = deps.counters?.(env, timeZone) ?? null;
+  const counters = countersLoaded instanceof Promise ? await countersLoaded : countersLoaded;
   const pending = deps.engine.execute({
     env,
     target: { by: 'key', key: ev.customer_id },
@@ -118,6 +124,7 @@ async function recordOne(
       fp,
       trust,
       rules,
+      counters,
     },
     nowMs,
   });
@@ -212,7 +219,7 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
           const { mode: _m, ...raw } = b;
           const ev = parseEvent(raw, ctx.rawBody.length, '');
           checkAllowed(ev.name, 'name');
-          const r = await recordOne(deps, env.id, ev, sync, '', trust);
+          const r = await recordOne(deps, env.id, ev, sync, '', trust, env.timezone);
           return { status: r.status, body: r.body };
         }
         const items = b.events;
@@ -226,7 +233,7 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
             try {
               const ev = parseEvent(raw, mayBeLarge ? Buffer.byteLength(JSON.stringify(raw)) : 0, at);
               checkAllowed(ev.name, `${at}.name`);
-              const r = await recordOne(deps, env.id, ev, sync, at, trust);
+              const r = await recordOne(deps, env.id, ev, sync, at, trust, env.timezone);
               return r.body;
             } catch (err) {
               const clientEventId = raw && typeof raw === 'object' && typeof (raw as { id?: unknown }).id === 'string' ? (raw as { id: string }).id : null;

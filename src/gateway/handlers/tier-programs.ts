@@ -1,7 +1,7 @@
 // Tier programs: POST /v1/tier_programs (idempotent), GET list and one (id or key, ETag = version),
 // PATCH with If-Match. Removing a held level without reassign_to, or changing the basis (or a rolling
-// basis's rolling_days) without reevaluate: true, is 409 resource_in_use. Customer tiers are not
-// tracked yet, so the holder counts behind the level guard are 0 until the actor integration lands.
+// basis's rolling_days) without reevaluate: true, is 409 resource_in_use. Holders are counted in
+// the projected customer_tiers table; with reassign_to they are moved before the answer.
 import { z } from 'zod';
 import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import type { TierProgramCatalog, TierProgramRecord } from '../../catalog/tier-programs.js';

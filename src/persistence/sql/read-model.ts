@@ -94,6 +94,18 @@ export type Projection =
       receivedAtMs: number;
       properties: Record<string, unknown>;
       status: string;
+      /** Counter ids that counted this event live (counter.counted in the same journal record). */
+      counted?: string[];
+    }
+  | {
+      /** A customer's level in a tier program (level null: only the next downgrade check moved). */
+      kind: 'tier.set';
+      environmentId: string;
+      customerId: string;
+      programId: string;
+      level: string | null;
+      sinceMs: number | null;
+      nextCheckMs: number | null;
     };
 
 export interface CustomerRow {
@@ -280,6 +292,7 @@ export class PgReadModel {
         'issuance.upsert': [],
         'challenge.progress': [],
         'challenge.enrollment': [],
+        'tier.set': [],
       };
       const moved: Array<{ partition: number; offset: Offset }> = [];
       for (const b of batches) {
@@ -299,6 +312,7 @@ export class PgReadModel {
         'issuance.upsert',
         'challenge.progress',
         'challenge.enrollment',
+        'tier.set',
       ] as const) {
         if (byKind[kind].length > 0) await this.applyRun(tx, byKind[kind]);
       }
@@ -329,6 +343,8 @@ export class PgReadModel {
         return writeChallengeProgress(tx, run as Array<Of<'challenge.progress'>>);
       case 'challenge.enrollment':
         return writeChallengeEnrollments(tx, run as Array<Of<'challenge.enrollment'>>);
+      case 'tier.set':
+        return this.setTiers(tx, run as Array<Of<'tier.set'>>);
     }
   }
 
@@ -424,16 +440,18 @@ export class PgReadModel {
           r: p.receivedAtMs,
           p: p.properties,
           s: p.status,
+          k: p.counted ?? null,
         })),
       );
       await tx`
-        insert into events (environment_id, id, client_event_id, customer_id, name, occurred_at, received_at, properties, status)
+        insert into events (environment_id, id, client_event_id, customer_id, name, occurred_at, received_at, properties, status, counted)
         select u.e, u.i, u.ce, u.c, u.n, to_timestamp(u.o / 1000), to_timestamp(u.r / 1000),
                case when exists (
                  select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
                ) then null else u.p end,
-               u.s
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text)
+               u.s,
+               case when u.k is null then null else array(select jsonb_array_elements_text(u.k)) end
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text, k jsonb)
         on conflict (environment_id, id) do nothing`;
     }
   }
@@ -468,6 +486,47 @@ export class PgReadModel {
           r bigint, x float8, ca float8, re text, st text, si text, rv text, at float8)
         on conflict (environment_id, id) do nothing`;
     }
+  }
+
+  /** In fact order, folded per (customer, program): the last level and the last check date win. */
+  private async setTiers(tx: Tx, run: Array<Of<'tier.set'>>): Promise<void> {
+    const folded = new Map<string, Of<'tier.set'>>();
+    for (const p of run) {
+      const key = `${pairKey(p.environmentId, p.customerId)}\u0000${p.programId}`;
+      const seen = folded.get(key);
+      if (seen === undefined || p.level !== null) folded.set(key, { ...p });
+      else seen.nextCheckMs = p.nextCheckMs;
+    }
+    for (const part of chunks([...folded.values()], rowsPerStatementMax)) {
+      const doc = json(part.map((p) => ({ e: p.environmentId, c: p.customerId, p: p.programId, l: p.level, s: p.sinceMs, n: p.nextCheckMs })));
+      await tx`
+        insert into customer_tiers as t (environment_id, customer_id, program_id, level, since, next_check_at)
+        select u.e, u.c, u.p, u.l, to_timestamp(u.s / 1000), to_timestamp(u.n / 1000)
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p text, l text, s float8, n float8)
+        where u.l is not null
+        on conflict (environment_id, customer_id, program_id) do update
+        set level = excluded.level, since = excluded.since, next_check_at = excluded.next_check_at`;
+      await tx`
+        update customer_tiers t set next_check_at = to_timestamp(u.n / 1000)
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p text, l text, s float8, n float8)
+        where u.l is null and t.environment_id = u.e and t.customer_id = u.c and t.program_id = u.p`;
+    }
+  }
+
+  /** Customers holding each level of a tier program (projected tiers). */
+  async tierHolders(environmentId: string, programId: string): Promise<Record<string, number>> {
+    const rows = await this.sql`
+      select level, count(*)::int as n from customer_tiers where environment_id = ${environmentId} and program_id = ${programId} group by level`;
+    return Object.fromEntries(rows.map((r) => [r.level as string, r.n as number]));
+  }
+
+  /** Customer ids holding one of `levels` in a program, after `after`, a page at a time. */
+  async tierHoldersOf(environmentId: string, programId: string, levels: string[], after: string, limit: number): Promise<string[]> {
+    const rows = await this.sql`
+      select customer_id from customer_tiers
+      where environment_id = ${environmentId} and program_id = ${programId} and level = any(${levels}::text[]) and customer_id > ${after}
+      order by customer_id limit ${limit}`;
+    return rows.map((r) => r.customer_id as string);
   }
 
   /** In fact order: the last change of an entry in the batch wins. */

@@ -1,0 +1,323 @@
+// Historical counters: how many events of one name (optionally filtered on event.properties.*) a
+// customer sent within a window. Windows: `lifetime`, `rolling_days` (the last N UTC days,
+// today included, kept as one bucket per day) and `period` (the current calendar day, week or
+// month in the environment's time zone). Counting happens in the customer's step: decide computes
+// one bump per counter the event matches (`counterBumps`), the `counter.counted` fact carries the
+// bumps, and evolve applies them; a backfill hands the customer a historical base
+// (`counter.backfilled`) built by the very same bump and apply functions over past events, so
+// live and historical counts agree. Per-customer state is self-describing (window length, period
+// end) so reading a count needs only the instant. Pure: no clock, no I/O, never throws.
+
+import { type PeriodKind, periodBounds } from './periods.js';
+import { type Condition, compileRule, type EvalInput, evaluatePlan, type RulePlan, validateRule } from './rules/index.js';
+
+export const dayMs = 86_400_000;
+
+export type CounterPeriod = 'day' | 'week' | 'month';
+export const counterPeriods: readonly CounterPeriod[] = ['day', 'week', 'month'];
+
+export type CounterWindow = { kind: 'lifetime' } | { kind: 'rolling_days'; days: number } | { kind: 'period'; period: CounterPeriod };
+
+export const counterLimits = {
+  rollingDaysMax: 365,
+  /** Counter definitions per environment (each is evaluated for every event of its name). */
+  perEnvironmentMax: 200,
+} as const;
+
+export type CounterStatus = 'backfilling' | 'ready';
+
+/** What the actor needs of one definition (loaded before the step). */
+export interface CounterDef {
+  id: string;
+  name: string;
+  event: string;
+  window: CounterWindow;
+  /** The compiled filter (a rule plan whose conditions read only event.properties.*); null: every event counts. */
+  filter: RulePlan | null;
+  status: CounterStatus;
+}
+
+/** The environment's counters, passed with each event like RulesContext. */
+export interface CountersContext {
+  defs: readonly CounterDef[];
+  timeZone: string;
+}
+
+/** One customer's count for one counter. Plain data (msgpack-safe). */
+export interface CounterState {
+  /** lifetime: the total; period: the count of period `key`; rolling: unused (0). */
+  n: number;
+  /** period only: the period counted and its end (first instant of the next period). */
+  key?: string;
+  endMs?: number;
+  /** rolling only: the window length in days and day buckets [utc day index, count], ascending. */
+  days?: number;
+  b?: Array<[number, number]>;
+  /** Set once the historical base of a backfill was applied (a second base is refused). */
+  based?: boolean;
+}
+
+/** A customer's counters, by counter id. */
+export type CountersState = Record<string, CounterState>;
+
+/** One counter moved by one event. */
+export type CounterBump =
+  | { id: string; w: 'l' }
+  | { id: string; w: 'r'; d: number; days: number }
+  | { id: string; w: 'p'; key: string; endMs: number };
+
+export type CounterFact =
+  /** The counters an event bumped (journaled with the event; the projector marks the event row). */
+  | { kind: 'counter.counted'; eventId: string; bumps: CounterBump[] }
+  /** The historical base of a backfill (events recorded before live counting began for this customer). */
+  | { kind: 'counter.backfilled'; id: string; base: CounterState; atMs: number };
+
+export interface CountedEvent {
+  name: string;
+  occurredAtMs: number;
+  properties: Record<string, unknown>;
+}
+
+const periodKinds: Record<CounterPeriod, PeriodKind> = { day: 'daily', week: 'weekly', month: 'monthly' };
+
+export function utcDay(ms: number): number {
+  return Math.floor(ms / dayMs);
+}
+
+function noLimits(): number {
+  return 0;
+}
+const emptyCounters: Record<string, number | undefined> = {};
+const noneReady = (): boolean => false;
+
+/** True when the event passes the definition's name and filter. */
+export function counterMatches(def: CounterDef, event: CountedEvent): boolean {
+  if (def.event !== event.name) return false;
+  if (def.filter === null) return true;
+  const input: EvalInput = {
+    event: { name: event.name, properties: event.properties, trust: 'merchant_asserted' },
+    customer: { attributes: emptyCounters, counters: emptyCounters, countersReady: noneReady, segments: [], tiers: {}, externalId: null },
+    limitCounts: noLimits,
+  };
+  // The filter plan has no trust minimum, counters, limits or segments: only its conditions decide.
+  return evaluatePlan(def.filter, input).fired;
+}
+
+/**
+ * The bump an event makes on one counter at nowMs, or null. Events are placed by occurred_at; an
+ * event older than a rolling window, or in a period before the one the customer's count is in,
+ * changes nothing now (it would only count in a window that is already over).
+ */
+export function bumpFor(def: CounterDef, event: CountedEvent, state: CounterState | undefined, timeZone: string, nowMs: number): CounterBump | null {
+  if (!counterMatches(def, event)) return null;
+  const w = def.window;
+  switch (w.kind) {
+    case 'lifetime':
+      return { id: def.id, w: 'l' };
+    case 'rolling_days': {
+      const d = utcDay(event.occurredAtMs);
+      if (d <= utcDay(nowMs) - w.days) return null;
+      return { id: def.id, w: 'r', d, days: w.days };
+    }
+    case 'period': {
+      const p = periodBounds(periodKinds[w.period], event.occurredAtMs, timeZone);
+      if (p.endMs === null || p.endMs <= nowMs) return null;
+      if (state?.key !== undefined && p.key < state.key) return null;
+      return { id: def.id, w: 'p', key: p.key, endMs: p.endMs };
+    }
+  }
+}
+
+/** The bumps of one event over the environment's counters (empty when none matches). */
+export function counterBumps(ctx: CountersContext, event: CountedEvent, counters: CountersState, nowMs: number): CounterBump[] {
+  let out: CounterBump[] | null = null;
+  for (const def of ctx.defs) {
+    if (def.event !== event.name) continue;
+    const b = bumpFor(def, event, counters[def.id], ctx.timeZone, nowMs);
+    if (b !== null) (out ??= []).push(b);
+  }
+  return out ?? noBumps;
+}
+const noBumps: CounterBump[] = [];
+
+/** Applies one bump. Mutates and returns the counter's state. */
+export function applyBump(state: CounterState | undefined, bump: CounterBump): CounterState {
+  const s: CounterState = state ?? { n: 0 };
+  switch (bump.w) {
+    case 'l':
+      s.n += 1;
+      return s;
+    case 'r':
+      addBucket(s, bump.d, 1, bump.days);
+      return s;
+    case 'p':
+      if (s.key === bump.key) s.n += 1;
+      else if (s.key === undefined || bump.key > s.key) {
+        s.key = bump.key;
+        s.endMs = bump.endMs;
+        s.n = 1;
+      }
+      return s;
+  }
+}
+
+/** Adds to a day bucket and keeps only the `days` most recent days (relative to the newest bucket). */
+function addBucket(s: CounterState, day: number, count: number, days: number): void {
+  s.days = days;
+  const b = (s.b ??= []);
+  let i = b.length;
+  while (i > 0 && b[i - 1]![0] > day) i--;
+  if (i > 0 && b[i - 1]![0] === day) b[i - 1]![1] += count;
+  else b.splice(i, 0, [day, count]);
+  const newest = b[b.length - 1]![0];
+  let drop = 0;
+  while (drop < b.length && b[drop]![0] <= newest - days) drop++;
+  if (drop > 0) b.splice(0, drop);
+}
+
+/** Merges a historical base into the live state (sums in the same window; the later period wins). */
+export function applyBase(state: CounterState | undefined, base: CounterState): CounterState {
+  const s: CounterState = state ?? { n: 0 };
+  s.based = true;
+  if (base.b !== undefined && base.days !== undefined) {
+    for (const [day, count] of base.b) addBucket(s, day, count, base.days);
+    return s;
+  }
+  if (base.key !== undefined) {
+    if (s.key === base.key) s.n += base.n;
+    else if (s.key === undefined || base.key > s.key) {
+      s.key = base.key;
+      s.endMs = base.endMs;
+      s.n = base.n;
+    }
+    return s;
+  }
+  s.n += base.n;
+  return s;
+}
+
+/** The count a rule or the state view reads at nowMs. */
+export function counterValue(state: CounterState | undefined, nowMs: number): number {
+  if (state === undefined) return 0;
+  if (state.b !== undefined) {
+    const from = utcDay(nowMs) - (state.days ?? 0);
+    let sum = 0;
+    for (const [day, count] of state.b) if (day > from) sum += count;
+    return sum;
+  }
+  if (state.key !== undefined) return state.endMs !== undefined && nowMs < state.endMs ? state.n : 0;
+  return state.n;
+}
+
+/** Applies one counter fact to a customer's counters. Mutates and returns `counters`. */
+export function evolveCounters(counters: CountersState, fact: CounterFact): CountersState {
+  if (fact.kind === 'counter.counted') {
+    for (const bump of fact.bumps) counters[bump.id] = applyBump(counters[bump.id], bump);
+    return counters;
+  }
+  counters[fact.id] = applyBase(counters[fact.id], fact.base);
+  return counters;
+}
+
+/**
+ * The historical base of one customer for one counter: its past events (any order) counted as
+ * live counting would have at nowMs. Null when none of them counts now.
+ */
+export function historicalBase(def: CounterDef, events: readonly CountedEvent[], timeZone: string, nowMs: number): CounterState | null {
+  const sorted = [...events].sort((a, b) => a.occurredAtMs - b.occurredAtMs);
+  let s: CounterState | undefined;
+  for (const e of sorted) {
+    const bump = bumpFor(def, e, s, timeZone, nowMs);
+    if (bump !== null) s = applyBump(s, bump);
+  }
+  if (s === undefined) return null;
+  // A rolling window's state has no n; a base for a customer with nothing in the window is empty.
+  if (counterValue(s, nowMs) === 0 && def.window.kind !== 'lifetime') return null;
+  return s;
+}
+
+/** Counter values by name for the definitions given (rules, the state view). */
+export function counterValues(defs: readonly CounterDef[], counters: CountersState, nowMs: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const def of defs) out[def.name] = counterValue(counters[def.id], nowMs);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation of a definition as a client wrote it
+
+export interface CounterIssue {
+  param: string;
+  message: string;
+}
+
+export function validateWindow(window: unknown): CounterIssue | null {
+  if (window === null || typeof window !== 'object') return { param: 'window', message: 'window is {kind: "lifetime" | "rolling_days" | "period", ...}.' };
+  const w = window as Record<string, unknown>;
+  switch (w.kind) {
+    case 'lifetime':
+      if (Object.keys(w).some((k) => k !== 'kind')) return { param: 'window', message: 'A lifetime window has no other field.' };
+      return null;
+    case 'rolling_days': {
+      if (Object.keys(w).some((k) => k !== 'kind' && k !== 'days')) return { param: 'window', message: 'A rolling_days window has only kind and days.' };
+      const d = w.days;
+      if (typeof d !== 'number' || !Number.isSafeInteger(d) || d < 1 || d > counterLimits.rollingDaysMax) {
+        return { param: 'window.days', message: `days is an integer from 1 to ${counterLimits.rollingDaysMax}.` };
+      }
+      return null;
+    }
+    case 'period':
+      if (Object.keys(w).some((k) => k !== 'kind' && k !== 'period')) return { param: 'window', message: 'A period window has only kind and period.' };
+      if (!counterPeriods.includes(w.period as CounterPeriod)) return { param: 'window.period', message: `period is one of ${counterPeriods.join(', ')}.` };
+      return null;
+    default:
+      return { param: 'window.kind', message: 'kind is one of lifetime, rolling_days, period.' };
+  }
+}
+
+/**
+ * Validates and compiles a filter: a condition in the rule language over event.properties.* only.
+ * Problems name the wire path (`filter.all[0].op`). The plan is a rule plan whose conditions are
+ * the filter (no trust minimum, limits or counters), evaluated with evaluatePlan.
+ */
+export function compileCounterFilter(event: string, filter: unknown): { ok: true; plan: RulePlan } | { ok: false; issues: CounterIssue[] } {
+  const v = validateRule({ schema: 'service.rule/v2', trigger: { kind: 'customer_event', event }, conditions: filter, actions: [{ type: 'tier.evaluate' }] });
+  if (!v.ok) {
+    return { ok: false, issues: v.problems.map((p) => ({ param: p.path.replace(/^conditions/, 'filter').replace(/^trigger\.event/, 'event'), message: p.message })) };
+  }
+  const issues: CounterIssue[] = [];
+  const walk = (c: Condition, at: string): void => {
+    if ('all' in c) {
+      for (let i = 0; i < c.all.length; i++) walk(c.all[i]!, `${at}.all[${i}]`);
+    } else if ('any' in c) {
+      for (let i = 0; i < c.any.length; i++) walk(c.any[i]!, `${at}.any[${i}]`);
+    } else if ('not' in c) walk(c.not, `${at}.not`);
+    else if (!c.path.startsWith('event.properties.')) issues.push({ param: `${at}.path`, message: 'A counter filter reads only event.properties.<name>.' });
+  };
+  if (v.definition.schema === 'service.rule/v2' && v.definition.conditions !== undefined) walk(v.definition.conditions, 'filter');
+  if (issues.length > 0) return { ok: false, issues };
+  return { ok: true, plan: compileRule(v.definition, { ruleId: 'counter', versionNumber: 0, priority: 0 }) };
+}
+
+/** Historical bases of many customers for one stored definition (the backfill; runs in the pool for large histories). */
+export function historicalBasesOf(
+  source: { id: string; name: string; event: string; window: CounterWindow; filter: unknown },
+  customers: ReadonlyArray<{ customerId: string; events: ReadonlyArray<{ occurredAtMs: number; properties: Record<string, unknown> }> }>,
+  timeZone: string,
+  nowMs: number,
+): Array<{ customerId: string; base: CounterState }> {
+  const f = source.filter === null || source.filter === undefined ? null : compileCounterFilter(source.event, source.filter);
+  if (f !== null && !f.ok) return [];
+  const def: CounterDef = { id: source.id, name: source.name, event: source.event, window: source.window, filter: f === null ? null : f.plan, status: 'backfilling' };
+  const out: Array<{ customerId: string; base: CounterState }> = [];
+  for (const c of customers) {
+    const base = historicalBase(
+      def,
+      c.events.map((e) => ({ name: source.event, occurredAtMs: e.occurredAtMs, properties: e.properties })),
+      timeZone,
+      nowMs,
+    );
+    if (base !== null) out.push({ customerId: c.customerId, base });
+  }
+  return out;
+}
