@@ -5,6 +5,7 @@
 import { Packr } from 'msgpackr';
 import type { CustomerState, Fact } from '../domain/customer.js';
 import { emptyLedger, type LedgerState } from '../domain/ledger.js';
+import { inventoryFromPairs, inventoryPairs } from '../domain/inventory.js';
 import { SeenEvents } from '../domain/seen-events.js';
 import { emptyRewards, type RewardsState } from '../domain/rewards.js';
 import { emptyChallengesState } from '../domain/challenges.js';
@@ -60,6 +61,8 @@ type SnapshotV1 = [
   challenges?: CustomerState['challenges'],
   /** Added with counters; absent in older snapshots (then empty). */
   counters?: CustomerState['counters'],
+  /** Added with item.grant: [item, quantity] pairs; absent in older snapshots (then empty). */
+  inventory?: Array<[string, number]>,
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -85,6 +88,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.rewards,
     s.challenges,
     s.counters,
+    inventoryPairs(s.inventory),
   ];
   return packr.pack(v1);
 }
@@ -114,6 +118,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     rewards: v[16] ?? emptyRewards(),
     challenges: v[17] ?? emptyChallengesState(),
     counters: v[18] ?? {},
+    inventory: inventoryFromPairs(v[19] ?? []),
   };
 }
 

@@ -2,6 +2,7 @@
 // Plain data only (msgpack-safe): no Maps, no references into live actor state.
 import type { CustomerState } from '../domain/customer.js';
 import { counterValue } from '../domain/counters.js';
+import { inventoryList } from '../domain/inventory.js';
 import { type Balance, balances } from '../domain/ledger.js';
 import type { Issuance } from '../domain/rewards.js';
 
@@ -27,6 +28,8 @@ export interface CustomerView {
   challenges: Array<{ challengeId: string; periodKey: string; cycle: number; count: number; target: number; status: string; completedAtMs: number | null }>;
   /** Current window's count by counter id (the handler maps ids to names). */
   counters: Record<string, number>;
+  /** Items granted by rules, sorted by item key. */
+  inventory: Array<{ item: string; quantity: number }>;
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -54,6 +57,7 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
       status: p.status,
       completedAtMs: p.completedAtMs,
     })),
+    inventory: inventoryList(s.inventory),
     counters: Object.fromEntries(Object.entries(s.counters ?? {}).map(([id, c]) => [id, counterValue(c, nowMs)])),
   };
 }

@@ -8,6 +8,7 @@ import { limits } from '../limits.js';
 import { applyChallenges, type ChallengeContext, type ChallengeRuntime, runChallengeCommand } from './challenge-effects.js';
 import * as challenges from './challenges.js';
 import { applyBump, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters } from './counters.js';
+import { emptyInventory, evolveInventory, type InventoryFact, type InventoryState } from './inventory.js';
 import * as ledger from './ledger.js';
 import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
 import * as rewards from './rewards.js';
@@ -57,6 +58,8 @@ export interface CustomerState {
   challenges: challenges.ChallengesState;
   /** Historical counters, by counter id (counters.ts). */
   counters: CountersState;
+  /** Items granted by rules (`item.grant`), by item key. */
+  inventory: InventoryState;
 }
 
 export type Command =
@@ -129,7 +132,8 @@ export type Fact =
   | TierFact
   | rewards.RewardFact
   | challenges.ChallengeFact
-  | CounterFact;
+  | CounterFact
+  | InventoryFact;
 
 export interface EventReply {
   kind: 'event';
@@ -430,6 +434,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       rewards: rewards.emptyRewards(),
       challenges: challenges.emptyChallengesState(),
       counters: {},
+      inventory: emptyInventory(),
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -490,6 +495,9 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'counter.counted':
     case 'counter.backfilled':
       state.counters = evolveCounters(state.counters, fact);
+      return state;
+    case 'item.granted':
+      state.inventory = evolveInventory(state.inventory, fact);
       return state;
   }
 }

@@ -2,8 +2,9 @@
 // whose trigger is the event (priority order), and turn what fires into facts in the SAME journal
 // entry as the event: `rule.fired` (limit counts) and ledger entries for points.award. Returns the
 // effects a sync answer reports. Pure: plans and currency configs were loaded before the step.
-// Actions whose mechanics are not in the engine yet are reported as skipped, never half-applied.
+// An action that cannot apply (full inventory, ledger refusal) is reported as skipped, never half-applied.
 import type { ChallengeEffect, ChallengeRuntime } from './challenge-effects.js';
+import { evolveInventory, grant, type InventoryFact, type InventoryState, inventoryFromPairs, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
 import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
 import { evaluateTier, type TierFact, type TierMetrics, type TierProgram, type TiersState } from './tiers.js';
@@ -31,6 +32,7 @@ export type Effect =
   | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' }
   /** A reward.issue action: the request is journaled (outbox); the service reserves the unit after the ack. */
   | { type: 'reward.issue_requested'; ruleId: string; rewardId: string; issuanceId: string }
+  | { type: 'item.granted'; ruleId: string; item: string; quantity: number }
   | ChallengeEffect;
 
 export interface RuleSubject {
@@ -39,6 +41,7 @@ export interface RuleSubject {
   ledger: ledger.LedgerState;
   ruleLimits: Record<string, number>;
   tiers: TiersState;
+  inventory: InventoryState;
 }
 
 /**
@@ -118,13 +121,16 @@ export function applyRules(
   ctx: ledger.LedgerCtx,
   counters: RuleCounters | null = null,
 ): {
-  facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact>;
+  facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact | InventoryFact>;
   effects: Effect[];
   /** challenge.progress actions of the rules that fired (applied by challenge-effects.ts). */
   challengeProgress: Array<{ challengeId: string; ruleId: string }>;
 } {
-  const facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact> = [];
+  const facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact | InventoryFact> = [];
   const challengeProgress: Array<{ challengeId: string; ruleId: string }> = [];
+  // Later grants in this event must see earlier ones: grant on a private copy once one is made.
+  let inventory = subject.inventory;
+  let inventoryIsCopy = false;
   const credited = new Set<string>();
   let evaluate: Set<string> | null = null;
   const effects: Effect[] = [];
@@ -178,10 +184,22 @@ export function applyRules(
         challengeProgress.push({ challengeId: action.challengeId, ruleId: plan.ruleId });
         continue;
       }
-      if (action.type !== 'points.award') {
-        effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: 'action_not_available' });
+      if (action.type === 'item.grant') {
+        const g = grant(inventory, action.item, action.quantity, plan.ruleId, ctx);
+        if (!g.ok) {
+          effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: g.reason });
+          continue;
+        }
+        if (!inventoryIsCopy) {
+          inventory = inventoryFromPairs(inventoryPairs(inventory));
+          inventoryIsCopy = true;
+        }
+        inventory = evolveInventory(inventory, g.fact);
+        facts.push(g.fact);
+        effects.push({ type: 'item.granted', ruleId: plan.ruleId, item: action.item, quantity: action.quantity });
         continue;
       }
+      // points.award (every other action type was handled above).
       const d = ledger.decide(
         book,
         {

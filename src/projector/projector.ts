@@ -241,6 +241,7 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
           break;
         case 'customer.merged':
         case 'reward.reservation_voided':
+        case 'item.granted':
           break;
         case 'reward.issue_requested':
         case 'reward.issued':

@@ -58,18 +58,35 @@ t.test('published rules award points on events', async (t) => {
   const fromClient = await web.post('/v1/events', { id: 'w-1', name: 'level.completed', customer_id: 'other', occurred_at: now(), properties: { level: 5 }, mode: 'sync' });
   t.match(fromClient.body.effects, [{ type: 'rule.skipped', reason: 'trust_below_minimum' }]);
 
-  // Actions whose mechanics are not in the engine yet are reported, never half-applied.
+  // item.grant adds to the customer's inventory in the same journal record as the event.
   const grant = await api.post(
     '/v1/rules',
     {
       name: 'chest',
-      definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'chest.opened' }, actions: [{ type: 'item.grant', item: 'sword', quantity: 1 }] },
+      definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'chest.opened' }, actions: [{ type: 'item.grant', item: 'sword', quantity: 1 }, { type: 'item.grant', item: 'gem', quantity: 5 }, { type: 'item.grant', item: 'sword', quantity: 2 }] },
     },
     idem(),
   );
   await api.post(`/v1/rules/${grant.body.id}/publish`, {});
   const chest = await api.post('/v1/events', { id: 'c-1', name: 'chest.opened', customer_id: 'hero', occurred_at: now(), mode: 'sync' });
-  t.match(chest.body.effects, [{ type: 'rule.fired' }, { type: 'action.skipped', action: 'item.grant', reason: 'action_not_available' }]);
+  t.match(chest.body.effects, [
+    { type: 'rule.fired' },
+    { type: 'item.granted', rule_id: grant.body.id, item: 'sword', quantity: 1 },
+    { type: 'item.granted', item: 'gem', quantity: 5 },
+    { type: 'item.granted', item: 'sword', quantity: 2 },
+  ]);
+  const inventory = [
+    { item: 'gem', quantity: 5 },
+    { item: 'sword', quantity: 3 },
+  ];
+  t.same((await api.get(`/v1/customers/${cid}/state`)).body.inventory, inventory, 'the state view lists the inventory');
+  t.same((await api.get(`/v1/customers/${cid}/export`)).body.inventory, inventory, 'so does the export');
+  const again = await api.post('/v1/events', { id: 'c-2', name: 'chest.opened', customer_id: 'hero', occurred_at: now(), mode: 'sync' });
+  t.match(again.body.effects, [{ type: 'rule.fired' }, { type: 'item.granted' }, { type: 'item.granted' }, { type: 'item.granted' }]);
+  t.same((await api.get(`/v1/customers/${cid}/state`)).body.inventory, [
+    { item: 'gem', quantity: 10 },
+    { item: 'sword', quantity: 6 },
+  ]);
 
   // Paused rules stop firing.
   await api.post(`/v1/rules/${rule.body.id}/pause`, {});

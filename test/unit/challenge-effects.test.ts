@@ -138,7 +138,7 @@ t.test('given a completion into an unknown currency, then the action is reported
 });
 
 t.test('given a rule that progresses a challenge, when it fires, then the challenge counts once even if its own event also matches', async (t) => {
-  const subject = { externalId: 'p1', attributes: {}, ledger: { currencies: {} } as never, ruleLimits: {}, tiers: {}, challenges: { enrollments: {}, progress: {}, completions: {} } };
+  const subject = { externalId: 'p1', attributes: {}, ledger: { currencies: {} } as never, ruleLimits: {}, tiers: {}, inventory: {}, challenges: { enrollments: {}, progress: {}, completions: {} } };
   const ctx = context([config({ contributionKey: null, qualifying: { event: 'quest.done' }, target: 5 })]);
   const ids = { nowMs: T0, newId: (p: string) => `${p}_x` };
   const r = applyChallenges(ctx, [{ challengeId: 'chl_1', ruleId: 'rule_1' }], { id: 'evt_1', name: 'quest.done', properties: {}, trust: 'merchant_asserted' }, subject, [], ids);

@@ -71,3 +71,24 @@ t.test('property: every held quantity is the sum of its grants and positive', as
   );
   t.pass('held');
 });
+
+t.test('a customer snapshot carries the inventory (pairs), and an older snapshot without it decodes empty', async (t) => {
+  const { decide, evolve } = await import('../../src/domain/customer.js');
+  const { decodeSnapshot, encodeSnapshot } = await import('../../src/actors/codec.js');
+  const { Packr } = await import('msgpackr');
+  const ids = { nowMs: 5, environmentId: 'env_1', newId: (p: string) => `${p}_1`, newCustomerId: () => 'cust_1', newEventId: () => 'evt_1' };
+  const created = decide(null, { kind: 'customer.create', externalId: 'p1', attributes: {} }, ids);
+  if (!created.ok) throw new Error(created.code);
+  let state = evolve(null, created.facts[0]!);
+  state = evolve(state, { kind: 'item.granted', item: '__proto__', quantity: 3, sourceId: 'rule_1', atMs: 5 });
+  state = evolve(state, { kind: 'item.granted', item: 'sword', quantity: 1, sourceId: 'rule_1', atMs: 5 });
+  const copy = decodeSnapshot(encodeSnapshot(state));
+  t.same(inventoryList(copy.inventory), [
+    { item: '__proto__', quantity: 3 },
+    { item: 'sword', quantity: 1 },
+  ]);
+  // A format-1 snapshot written before inventories existed has 19 slots or fewer.
+  const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
+  const old = (packr.unpack(encodeSnapshot(state)) as unknown[]).slice(0, 19);
+  t.same(inventoryList(decodeSnapshot(packr.pack(old)).inventory), []);
+});

@@ -143,6 +143,8 @@ function stateWire(c: CustomerView, counterNames: ReadonlyArray<{ id: string; na
     counters,
     challenges: c.challenges.map((x) => ({ challenge_id: x.challengeId, period_key: x.periodKey, count: x.count, status: x.status })),
     issuances: c.issuances.map((i) => ({ id: i.id, reward_id: i.rewardId, status: i.status, expires_at: iso(i.expiresAtMs) })),
+    // Beyond the spec's fields: items granted by rules (item.grant), sorted by item key.
+    inventory: c.inventory,
     aliases: c.aliases.map((a) => aliasWire(a, c.id)),
   };
 }
@@ -341,6 +343,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
               created_at: iso(i.createdAtMs),
             })),
             tiers: c.tiers.map((x) => ({ program: x.programId, level: x.level, since: iso(x.sinceMs) })),
+            inventory: c.inventory,
             challenge_progress: progress.map((p) => ({ challenge: p.challengeId, period_key: p.periodKey, count: p.count, completed_at: iso(p.completedAtMs) })),
           },
         };

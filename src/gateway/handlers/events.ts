@@ -168,6 +168,8 @@ export function effectWire(e: Effect): Record<string, unknown> {
       return { type: e.type, program_id: e.programId, level: e.level, previous_level: e.previousLevel, direction: e.direction };
     case 'reward.issue_requested':
       return { type: e.type, rule_id: e.ruleId, reward_id: e.rewardId, issuance_id: e.issuanceId };
+    case 'item.granted':
+      return { type: e.type, rule_id: e.ruleId, item: e.item, quantity: e.quantity };
     default:
       return challengeEffectWire(e);
   }
