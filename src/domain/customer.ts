@@ -9,6 +9,8 @@ import * as ledger from './ledger.js';
 import { applyRules, type Effect, type RuleFact, type RulesContext, tierFacts } from './rule-effects.js';
 import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 import { SeenEvents } from './seen-events.js';
+import { type MatchCommand, type MatchFact, type MatchPlayerReply, decideMatch, evolveMatch } from './match/actor.js';
+import type { RateState } from './match/rate.js';
 
 export interface Ctx {
   nowMs: number;
@@ -47,6 +49,8 @@ export interface CustomerState {
   ruleLimits: Record<string, number>;
   /** Standing in each tier program, by program id. */
   tiers: TiersState;
+  /** Match rate windows of this customer's ownership group, by match profile id (merged customers' books are joined in). */
+  matchRates: RateState;
 }
 
 export type Command =
@@ -68,10 +72,19 @@ export type Command =
       /** Published rules and currencies of the environment, loaded before the step; null: none. */
       rules: RulesContext | null;
     }
-  | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
+  | {
+      kind: 'alias.add';
+      alias: string;
+      aliasKind: string;
+      mergedFrom: string | null;
+      /** The merged customer's match rate books (joined into this group's). */
+      matchRates?: RateState;
+    }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
-  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] };
+  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] }
+  /** Match admission of one player and reviews (domain/match/actor.ts). */
+  | MatchCommand;
 
 export type Fact =
   | {
@@ -99,7 +112,8 @@ export type Fact =
   | { kind: 'customer.merged'; into: string; atMs: number }
   | ledger.LedgerFact
   | RuleFact
-  | TierFact;
+  | TierFact
+  | MatchFact;
 
 export interface EventReply {
   kind: 'event';
@@ -117,7 +131,8 @@ export type Reply =
   | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
   | { kind: 'deleted' }
   | { kind: 'merged' }
-  | { kind: 'ledger'; reply: ledger.LedgerReply };
+  | { kind: 'ledger'; reply: ledger.LedgerReply }
+  | MatchPlayerReply;
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -151,6 +166,12 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         facts,
         reply: { kind: 'event', id: recorded.id, clientEventId: cmd.clientEventId, duplicate: false, customerId: created.id, effects },
       };
+    }
+    if (cmd.kind === 'match.admit' && cmd.externalId !== null) {
+      // A player named by an unknown external id: created on first sight, then admitted.
+      const created = createdFact(cmd.externalId, {}, ctx);
+      const d = decideMatch(evolve(null, created), cmd, ctx, matchHooks);
+      return d.ok ? { ok: true, facts: [created, ...d.facts], reply: d.reply } : d;
     }
     return fail('resource_not_found', 'No customer with this id.', 'id');
   }
@@ -217,9 +238,11 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         mergedFrom: cmd.mergedFrom,
         atMs: ctx.nowMs,
       };
+      const rateFacts: Fact[] =
+        cmd.matchRates !== undefined && Object.keys(cmd.matchRates).length > 0 ? [{ kind: 'match_rate.merged', from: cmd.matchRates }] : [];
       return {
         ok: true,
-        facts: [fact],
+        facts: [fact, ...rateFacts],
         reply: {
           kind: 'alias',
           alias: { alias: cmd.alias, kind: cmd.aliasKind, createdAtMs: ctx.nowMs },
@@ -244,8 +267,26 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const t = tierFacts(cmd.tierPrograms, new Set(touched), null, book, state.tiers, ctx);
       return { ok: true, facts: [...d.facts, ...t.facts], reply: { kind: 'ledger', reply: d.reply } };
     }
+    case 'match.admit':
+    case 'match.review':
+      return decideMatch(state, cmd, ctx, matchHooks);
   }
 }
+
+/** What the match commands reuse of event recording (the same path as POST /v1/events). */
+const matchHooks = {
+  recordEvent(
+    state: CustomerState,
+    ev: { clientEventId: string; name: string; occurredAtMs: number; properties: Record<string, unknown>; fp: number; trust: string; rules: RulesContext | null },
+    ctx: Ctx,
+  ): { facts: Fact[]; eventId: string; effects: Effect[] } {
+    const cmd: Command & { kind: 'event.record' } = { kind: 'event.record', externalId: state.externalId ?? '', ...ev };
+    const recorded = recordedFact(cmd, ctx);
+    const facts: Fact[] = [recorded];
+    const effects = rulesFor(cmd, state, ctx, facts);
+    return { facts, eventId: recorded.id, effects };
+  },
+};
 
 function createdFact(externalId: string, attributes: Record<string, unknown>, ctx: Ctx): Fact & { kind: 'customer.created' } {
   return {
@@ -314,6 +355,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       ledger: ledger.emptyLedger(),
       ruleLimits: {},
       tiers: {},
+      matchRates: {},
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -354,6 +396,11 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'tier.assigned':
     case 'tier.downgrade_check_scheduled':
       state.tiers = evolveTiers(state.tiers, fact);
+      return state;
+    case 'match_rate.counted':
+    case 'match_rate.released':
+    case 'match_rate.merged':
+      state.matchRates = evolveMatch(state.matchRates ?? {}, fact);
       return state;
   }
 }
