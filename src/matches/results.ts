@@ -366,6 +366,7 @@ export class MatchResults {
         }
         const command: EngineCommand = {
           kind: 'match.admit',
+          customerId: p.customerId ?? '',
           externalId: null,
           profileId: profile.id,
           rateLimits: profile.rateLimits,
@@ -460,7 +461,7 @@ export class MatchResults {
       const r = await this.deps.engine.execute({
         env,
         target: { by: 'id', id: p.customerId ?? '' },
-        command: { kind: 'match.review', decision, profileId: m.profileId, event: this.eventSpec(m, m.event, p, rules) },
+        command: { kind: 'match.review', decision, customerId: p.customerId ?? '', profileId: m.profileId, event: this.eventSpec(m, m.event, p, rules) },
         nowMs,
       });
       if (r.ok !== true) {

@@ -30,6 +30,12 @@ export interface MatchEventSpec {
 export type MatchCommand =
   | {
       kind: 'match.admit';
+      /**
+       * The player's customer id as the report resolved it. After a merge the command reaches the
+       * survivor's actor while this stays the merged customer's id: the rate book tells another
+       * player of the same group in the same match (duplicate_player_after_merge) from a retry.
+       */
+      customerId: string;
       /** Set when the report named the player by external id: an unknown customer is created. */
       externalId: string | null;
       profileId: string;
@@ -44,6 +50,8 @@ export type MatchCommand =
       /** A review decision of a held player: admit records the event, reject releases the rate count. */
       kind: 'match.review';
       decision: 'admit' | 'reject';
+      /** The player's customer id as stored on the match result player. */
+      customerId: string;
       profileId: string;
       event: MatchEventSpec;
     };
@@ -80,13 +88,14 @@ export function matchEventProperties(e: Pick<MatchEventSpec, 'metrics' | 'matchI
 /** Records the event unless this id is already recorded; a recorded id with other content is refused. */
 function recordOnce(
   state: CustomerState,
+  playerId: string,
   e: MatchEventSpec,
   ctx: Ctx,
   hooks: MatchHooks,
 ): { refused: string } | { facts: Fact[]; eventId: string; effects: Effect[] } {
-  const id = clientEventId(e.matchId, state.id);
+  const id = clientEventId(e.matchId, playerId);
   const properties = matchEventProperties(e);
-  const fp = hash53(canonicalJson([e.name, state.id, e.occurredAtMs, properties]));
+  const fp = hash53(canonicalJson([e.name, playerId, e.occurredAtMs, properties]));
   const seen = state.events.get(id);
   if (seen !== undefined) {
     if (seen.fp !== fp) return { refused: `Event ${id} was already recorded with different content.` };
@@ -98,24 +107,26 @@ function recordOnce(
 export function decideMatch(state: CustomerState, cmd: MatchCommand, ctx: Ctx, hooks: MatchHooks): Decision {
   const rates = state.matchRates ?? {};
   const matchId = cmd.event.matchId;
+  // '' only for a customer created by this very command (the report named an unknown external id).
+  const playerId = cmd.customerId === '' ? state.id : cmd.customerId;
   const reply = (status: PlayerStatus, reasons: Reason[], eventId: string | null, effects: Effect[] = []): MatchPlayerReply => ({
     kind: 'match_player',
-    customerId: state.id,
+    customerId: playerId,
     status,
     reasons,
     eventId,
-    clientEventId: clientEventId(matchId, state.id),
+    clientEventId: clientEventId(matchId, playerId),
     effects,
   });
 
   if (cmd.kind === 'match.review') {
     if (cmd.decision === 'reject') {
-      const r = decideRate(rates, { kind: 'match_rate.release', profileId: cmd.profileId, matchId, customerId: state.id }, ctx);
+      const r = decideRate(rates, { kind: 'match_rate.release', profileId: cmd.profileId, matchId, customerId: playerId }, ctx);
       return { ok: true, facts: r.facts, reply: reply('rejected', [], null) };
     }
-    const rec = recordOnce(state, cmd.event, ctx, hooks);
+    const rec = recordOnce(state, playerId, cmd.event, ctx, hooks);
     if ('refused' in rec) {
-      const r = decideRate(rates, { kind: 'match_rate.release', profileId: cmd.profileId, matchId, customerId: state.id }, ctx);
+      const r = decideRate(rates, { kind: 'match_rate.release', profileId: cmd.profileId, matchId, customerId: playerId }, ctx);
       return { ok: true, facts: r.facts, reply: reply('rejected', [{ code: 'event_refused', message: rec.refused }], null) };
     }
     return { ok: true, facts: rec.facts, reply: reply('admitted', [], rec.eventId, rec.effects) };
@@ -128,7 +139,7 @@ export function decideMatch(state: CustomerState, cmd: MatchCommand, ctx: Ctx, h
       profileId: cmd.profileId,
       rateLimits: cmd.rateLimits,
       matchId,
-      customerId: state.id,
+      customerId: playerId,
       endedAtMs: cmd.endedAtMs,
       pending: cmd.pending,
     },
@@ -137,12 +148,12 @@ export function decideMatch(state: CustomerState, cmd: MatchCommand, ctx: Ctx, h
   const outcome = counted.reply;
   if (outcome.result === 'rejected') return { ok: true, facts: [], reply: reply('rejected', outcome.reasons, null) };
   if (cmd.pending !== 'admitted') return { ok: true, facts: counted.facts, reply: reply(cmd.pending, cmd.outlierReasons, null) };
-  const rec = recordOnce(state, cmd.event, ctx, hooks);
+  const rec = recordOnce(state, playerId, cmd.event, ctx, hooks);
   if ('refused' in rec) {
     // Stage 5: a permanent refusal; the count is not recorded (or released if a retry finds it).
     const released =
       outcome.result === 'replayed'
-        ? decideRate(rates, { kind: 'match_rate.release', profileId: cmd.profileId, matchId, customerId: state.id }, ctx).facts
+        ? decideRate(rates, { kind: 'match_rate.release', profileId: cmd.profileId, matchId, customerId: playerId }, ctx).facts
         : [];
     return { ok: true, facts: released, reply: reply('rejected', [{ code: 'event_refused', message: rec.refused }], null) };
   }
