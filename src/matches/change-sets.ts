@@ -197,7 +197,8 @@ export class MatchProfileStore {
     nowMs: number,
   ): Promise<{ changeSet: ChangeSetRecord; awaiting: boolean }> {
     const env = await this.autonomy(environmentId);
-    const result = await this.sql.begin(async (tx) => {
+    const result = await this.sql
+      .begin(async (tx) => {
       const rows = await tx`select * from change_sets where environment_id = ${environmentId} and id = ${id} for update`;
       if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No change set ${id}.`, param: mode === 'apply' ? 'change_set_id' : 'id' });
       const cs = changeSetRow(rows[0]!);
@@ -250,7 +251,12 @@ export class MatchProfileStore {
           applied_by = ${actor}, confirmed_by = ${mode === 'confirm' ? actor : null}, applied_at = now(), updated_at = now()
         where environment_id = ${environmentId} and id = ${id} returning *`;
       return { changeSet: changeSetRow(done[0]!), awaiting: false };
-    });
+      })
+      .catch((err: unknown) => {
+        // Another set created the same key concurrently (unique (environment_id, key)).
+        if ((err as { code?: unknown }).code === '23505') throw new ApiError('already_exists', { message: 'A match profile with this key was created concurrently.' });
+        throw err;
+      });
     if (!result.awaiting) {
       this.cache.delete(environmentId);
       await this.bus.publish(channel, environmentId).catch(() => {});
