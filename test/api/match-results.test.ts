@@ -212,12 +212,13 @@ t.test('match results over the API', async (t) => {
     const pat = await tenant.admin.post('/v1/match_results', report([{ ext: 'x' }]));
     t.equal(pat.status, 403);
     t.equal(pat.body.error.code, 'forbidden');
-    const tok = await api.post('/v1/customer_sessions', { customer_id: 'x' }, idem());
-    if (tok.status === 201 || tok.status === 200) {
-      const cust = anon.with({ authorization: `Bearer ${tok.body.customer_token}` });
-      const c = await cust.post('/v1/match_results', report([{ ext: 'x' }]));
-      t.equal(c.status, 403, 'a customer session is refused');
-    }
+    const minter = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'minter', scopes: ['customer_sessions:write', 'customers:read'] }, idem());
+    const someone = await api.post('/v1/customers', { external_id: 'session-holder' }, idem());
+    const tok = await anon.with({ authorization: `Bearer ${minter.body.token}` }).post(`/v1/customers/${someone.body.id}/client_token`, {});
+    t.equal(tok.status, 200);
+    const c = await anon.with({ authorization: `Bearer ${tok.body.customer_token}` }).post('/v1/match_results', report([{ ext: 'x' }]));
+    t.equal(c.status, 403, 'a customer session is refused');
+    t.equal(c.body.error.code, 'forbidden');
     const narrow = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'narrow', scopes: ['events:read'] }, idem());
     const n = await anon.with({ authorization: `Bearer ${narrow.body.token}` }).post('/v1/match_results', report([{ ext: 'x' }]));
     t.equal(n.body.error.code, 'insufficient_scope');
