@@ -5,7 +5,9 @@
 // rate windows under concurrency (N simultaneous reports for one player never admit more than
 // max_matches).
 import t from 'tap';
-import { type Client, idem, signUp, startForTest } from '../helpers/service.js';
+import { parseReport, reportFingerprint } from '../../src/domain/match/report.js';
+import { openSql } from '../../src/persistence/sql/db.js';
+import { type Client, databaseUrl, idem, signUp, startForTest } from '../helpers/service.js';
 
 const minutesAgo = (m: number) => new Date(Date.now() - m * 60_000).toISOString();
 
@@ -46,10 +48,13 @@ function report(players: Array<{ ext?: string; id?: string; kills?: number; scor
 }
 
 t.test('match results over the API', async (t) => {
-  const { anon } = await startForTest(t);
+  const { anon, config } = await startForTest(t);
   const tenant = await signUp(anon);
   const api = tenant.server;
   await applyCommands(api, [arena]);
+  // Only to stage what an interrupted request leaves behind (a player still pending).
+  const sql = openSql({ url: databaseUrl, schema: config.DB_SCHEMA, max: 1 });
+  t.teardown(() => sql.end());
 
   await t.test('a clean report admits every player and records the rule-6 event', async (t) => {
     const body = report([{ ext: 'alice', won: true }, { ext: 'bob', won: false }]);
@@ -353,6 +358,50 @@ t.test('match results over the API', async (t) => {
     t.equal(rev.body.player.status, 'admitted');
     const bh = await api.get(`/v1/customers/${held.body.players[0].customer_id}/balances`);
     t.match(bh.body.data, [{ currency: 'coins', available: 25 }]);
+  });
+
+  await t.test('rule 5: a repeat completes a player an interrupted request left pending, exactly once', async (t) => {
+    const body = report([{ ext: 'rc-1', won: true }, { ext: 'rc-2', won: false }]);
+    const first = await api.post('/v1/match_results', body);
+    t.equal(first.body.status, 'admitted');
+    const p1 = first.body.players[0];
+    t.match((await api.get(`/v1/customers/${p1.customer_id}/balances`)).body.data, [{ currency: 'coins', available: 25 }]);
+    // The request died after the actor step and before the verdict was stored.
+    const errors = [{ player_id: p1.id, customer_id: p1.customer_id, code: 'internal_error', message: 'interrupted' }];
+    await sql`update match_result_players set status = 'pending', event_id = null where id = ${p1.id}`;
+    await sql`update match_results set admission_errors = (${JSON.stringify(errors)}::text)::jsonb where id = ${first.body.id}`;
+    const shown = await api.get(`/v1/match_results/${first.body.id}`);
+    t.match(shown.body.players[0], { status: 'admitted', event_id: null }, 'a pending player shows admitted with event_id null');
+    t.same(shown.body.admission_errors, errors);
+    const again = await api.post('/v1/match_results', body);
+    t.equal(again.status, 200);
+    t.equal(again.body.replayed, true);
+    t.same(again.body.admission_errors, []);
+    t.match(again.body.players[0], { status: 'admitted', event_id: p1.event_id }, 'completed with the event recorded the first time');
+    t.match((await api.get(`/v1/customers/${p1.customer_id}/balances`)).body.data, [{ currency: 'coins', available: 25 }], 'the event ran once');
+  });
+
+  await t.test('duplicate_player_after_merge: a pending player whose customer was merged into another player of the match', async (t) => {
+    const body = report([{ ext: 'dm-a' }, { ext: 'dm-b' }]);
+    const single = { ...body, players: [body.players[0]!] };
+    const first = await api.post('/v1/match_results', single);
+    t.equal(first.body.players[0].status, 'admitted');
+    const a = first.body.players[0].customer_id;
+    const b = await api.post('/v1/customers', { external_id: 'dm-b' }, idem());
+    t.equal((await api.post(`/v1/customers/${a}/aliases`, { alias: 'dm-b', kind: 'anonymous' }, idem())).status, 201);
+    // Stage the report as if dm-b (then its own customer) was stored pending and never reached its actor.
+    const parsed = parseReport(body, Date.now());
+    if (!parsed.ok) throw new Error(parsed.message);
+    await sql`update match_results set fingerprint = ${reportFingerprint(parsed.value)} where id = ${first.body.id}`;
+    await sql`
+      insert into match_result_players (environment_id, id, match_result_id, position, customer_ref, customer_id, metrics, won, status,
+        pending_verdict, client_event_id, created_at, updated_at)
+      values (${tenant.testEnv}, ${`mrp_staged_${process.pid}`}, ${first.body.id}, 1, (${JSON.stringify({ by: 'external_id', value: 'dm-b' })}::text)::jsonb,
+        ${b.body.id}, (${JSON.stringify(body.players[1]!.metrics)}::text)::jsonb, null, 'pending', 'admitted', ${`${body.match_id}:${b.body.id}`}, now(), now())`;
+    const again = await api.post('/v1/match_results', body);
+    t.equal(again.status, 200, JSON.stringify(again.body));
+    t.match(again.body.players[1], { customer_id: b.body.id, status: 'rejected', reasons: [{ code: 'duplicate_player_after_merge' }], event_id: null });
+    t.equal(again.body.status, 'partially_admitted');
   });
 
   await t.test('rate windows under concurrency: N simultaneous reports for one player admit exactly max_matches', async (t) => {

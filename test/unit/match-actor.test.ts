@@ -174,3 +174,13 @@ t.test('snapshots keep the rate books', async (t) => {
   const s = run(evolve(null, created('cust_A', 'a')), admit('m1', 'cust_A')).state!;
   t.same(decodeSnapshot(encodeSnapshot(s)).matchRates, s.matchRates);
 });
+
+t.test('a retry after a merge of a player the merged customer already admitted records nothing again', async (t) => {
+  const bState = run(evolve(null, created('cust_B', 'b')), admit('m1', 'cust_B')).state!;
+  const a = run(evolve(null, created('cust_A', 'a')), { kind: 'alias.add', alias: 'b', aliasKind: 'anonymous', mergedFrom: 'cust_B', matchRates: bState.matchRates }).state;
+  const retry = run(a, admit('m1', 'cust_B'));
+  t.ok(retry.d.ok);
+  if (!retry.d.ok) return;
+  t.same(retry.d.facts, [], 'no second event');
+  t.match(retry.d.reply, { customerId: 'cust_B', status: 'admitted', eventId: null });
+});

@@ -148,6 +148,11 @@ export function decideMatch(state: CustomerState, cmd: MatchCommand, ctx: Ctx, h
   const outcome = counted.reply;
   if (outcome.result === 'rejected') return { ok: true, facts: [], reply: reply('rejected', outcome.reasons, null) };
   if (cmd.pending !== 'admitted') return { ok: true, facts: counted.facts, reply: reply(cmd.pending, cmd.outlierReasons, null) };
+  if (outcome.result === 'replayed' && playerId !== state.id && state.events.get(clientEventId(matchId, playerId)) === undefined) {
+    // Counted by the merged customer's actor before the merge, in the same step as its event: the
+    // event exists in that customer's history (its id is not carried over); never record it twice.
+    return { ok: true, facts: [], reply: reply('admitted', [], null) };
+  }
   const rec = recordOnce(state, playerId, cmd.event, ctx, hooks);
   if ('refused' in rec) {
     // Stage 5: a permanent refusal; the count is not recorded (or released if a retry finds it).
