@@ -267,6 +267,7 @@ export class MatchResults {
     const at = new Date(nowMs);
     const fingerprint = reportFingerprint(report);
     const status = deriveMatchStatus(pre.map((p) => (p.stage === 'final' ? p.verdict.status : p.pending)));
+    const ids = report.players.map(() => newId('mrp', nowMs));
     const inserted = await this.deps.sql.begin(async (tx) => {
       const r = await tx`
         insert into match_results (environment_id, id, match_id, profile_id, profile_key, profile_revision, event, fingerprint,
@@ -276,23 +277,68 @@ export class MatchResults {
           ${status}, ${at}, ${at})
         on conflict (environment_id, match_id) do nothing returning id`;
       if (r.length === 0) return false;
-      for (let i = 0; i < report.players.length; i++) {
-        const p = report.players[i]!;
-        const pp = pre[i]!;
-        const final = pp.stage === 'final';
-        await tx`
-          insert into match_result_players (environment_id, id, match_result_id, position, customer_ref, customer_id, metrics, won,
-            status, pending_verdict, reasons, client_event_id, created_at, updated_at)
-          values (${env}, ${newId('mrp', nowMs)}, ${matchResultId}, ${i}, (${JSON.stringify(p.customer)}::text)::jsonb, ${customerIds[i]!},
-            (${JSON.stringify(p.metrics)}::text)::jsonb, ${p.won}, ${final ? 'rejected' : 'pending'},
-            ${final ? 'rejected' : pp.pending}, (${JSON.stringify(final ? pp.verdict.reasons : [])}::text)::jsonb,
-            ${`${report.matchId}:${customerIds[i]!}`}, ${at}, ${at})`;
-      }
+      // One statement for every player (unnest of parallel arrays).
+      const refs = report.players.map((p) => JSON.stringify(p.customer));
+      const metricsJson = report.players.map((p) => JSON.stringify(p.metrics));
+      const won = report.players.map((p) => (p.won === null ? null : String(p.won)));
+      const statuses = pre.map((pp) => (pp.stage === 'final' ? 'rejected' : 'pending'));
+      const verdicts = pre.map((pp) => (pp.stage === 'final' ? 'rejected' : pp.pending));
+      const reasons = pre.map((pp) => JSON.stringify(pp.stage === 'final' ? pp.verdict.reasons : []));
+      const clientIds = customerIds.map((c) => `${report.matchId}:${c}`);
+      await tx`
+        insert into match_result_players (environment_id, id, match_result_id, position, customer_ref, customer_id, metrics, won,
+          status, pending_verdict, reasons, client_event_id, created_at, updated_at)
+        select ${env}, v.id, ${matchResultId}, v.ord - 1, v.ref::jsonb, v.customer_id, v.metrics::jsonb, v.won::boolean,
+          v.status, v.verdict, v.reasons::jsonb, v.client_event_id, ${at}, ${at}
+        from unnest(${ids}::text[], ${refs}::text[], ${customerIds}::text[], ${metricsJson}::text[], ${won}::text[],
+          ${statuses}::text[], ${verdicts}::text[], ${reasons}::text[], ${clientIds}::text[])
+          with ordinality as v(id, ref, customer_id, metrics, won, status, verdict, reasons, client_event_id, ord)`;
       return true;
     });
-    const stored = await this.load(env, { matchId: report.matchId });
-    if (stored === null) throw new ApiError('internal_error');
-    if (!inserted) return this.repeat(env, stored, report);
+    if (!inserted) {
+      const other = await this.load(env, { matchId: report.matchId });
+      if (other === null) throw new ApiError('internal_error');
+      return this.repeat(env, other, report);
+    }
+    // The record as just inserted (no read back).
+    const stored: MatchRow = {
+      id: matchResultId,
+      matchId: report.matchId,
+      profileId: profile.id,
+      profileKey: profile.key,
+      profileRevision: profile.revision,
+      event: profile.event,
+      fingerprint,
+      startedAtMs: report.startedAtMs,
+      endedAtMs: report.endedAtMs,
+      durationSeconds: report.durationSeconds,
+      reportingKeyId,
+      status,
+      admissionErrors: [],
+      revision: 1,
+      createdAtMs: nowMs,
+      updatedAtMs: nowMs,
+      players: report.players.map((p, i): PlayerRow => {
+        const pp = pre[i]!;
+        return {
+          id: ids[i]!,
+          matchResultId,
+          position: i,
+          customerRef: p.customer,
+          customerId: customerIds[i]!,
+          metrics: p.metrics,
+          won: p.won,
+          status: pp.stage === 'final' ? 'rejected' : 'pending',
+          pendingVerdict: pp.stage === 'final' ? 'rejected' : pp.pending,
+          reasons: pp.stage === 'final' ? pp.verdict.reasons : [],
+          eventId: null,
+          clientEventId: `${report.matchId}:${customerIds[i]!}`,
+          review: null,
+          createdAtMs: nowMs,
+          updatedAtMs: nowMs,
+        };
+      }),
+    };
     const done = await this.complete(env, stored, profile, report, pre);
     return { status: 201, body: matchWire(done, false) };
   }
@@ -354,7 +400,8 @@ export class MatchResults {
   ): Promise<MatchRow> {
     const nowMs = await this.now(env);
     const rules = await this.rules(env);
-    const players = [...m.players].sort((a, b) => a.position - b.position);
+    // Copies: the stored rows (m.players) keep telling which players were pending.
+    const players = [...m.players].sort((a, b) => a.position - b.position).map((p) => ({ ...p }));
     const errors: AdmissionError[] = [];
     await Promise.all(
       players.map(async (p, i) => {
@@ -394,21 +441,26 @@ export class MatchResults {
       }),
     );
     const status = statusOf(players);
-    const updated = await this.deps.sql.begin(async (tx) => {
-      for (const p of players) {
+    const completed = players.filter((p) => p.status !== 'pending' && m.players.some((q) => q.id === p.id && q.status === 'pending'));
+    const updatedAt = new Date(nowMs);
+    const rows = await this.deps.sql.begin(async (tx) => {
+      if (completed.length > 0) {
+        // Only players still pending: a concurrent repeat that completed them first wins (same verdicts).
         await tx`
-          update match_result_players set status = ${p.status}, reasons = (${JSON.stringify(p.reasons)}::text)::jsonb,
-            event_id = ${p.eventId}, client_event_id = ${p.clientEventId}, updated_at = now()
-          where environment_id = ${env} and id = ${p.id} and status = 'pending'`;
+          update match_result_players p set status = v.status, reasons = v.reasons::jsonb, event_id = v.event_id,
+            client_event_id = v.client_event_id, updated_at = ${updatedAt}
+          from unnest(${completed.map((p) => p.id)}::text[], ${completed.map((p) => p.status)}::text[],
+            ${completed.map((p) => JSON.stringify(p.reasons))}::text[], ${completed.map((p) => p.eventId)}::text[],
+            ${completed.map((p) => p.clientEventId)}::text[]) as v(id, status, reasons, event_id, client_event_id)
+          where p.environment_id = ${env} and p.id = v.id and p.status = 'pending'`;
       }
-      await tx`
+      return tx`
         update match_results set status = ${status}, admission_errors = (${JSON.stringify(errors)}::text)::jsonb,
-          revision = revision + 1, updated_at = now()
-        where environment_id = ${env} and id = ${m.id}`;
-      return this.load(env, { id: m.id }, tx as unknown as Sql);
+          revision = revision + 1, updated_at = ${updatedAt}
+        where environment_id = ${env} and id = ${m.id} returning revision`;
     });
-    if (updated === null) throw new ApiError('internal_error');
-    return updated;
+    for (const p of completed) p.updatedAtMs = nowMs;
+    return { ...m, players, status, admissionErrors: errors, revision: (rows[0]?.revision as number | undefined) ?? m.revision + 1, updatedAtMs: nowMs };
   }
 
   private eventSpec(m: MatchRow, eventName: string, p: PlayerRow, rules: RulesContext | null): MatchEventSpec {
