@@ -480,7 +480,9 @@ export class Partition {
       this.keysAdded.push({ environmentId: call.env, key, customerId: cmd.customerId, partition: this.id });
       this.batch.records.push([call.env, owner.id, [merged]]);
       this.batch.records.push([call.env, '', [{ kind: 'key.bound', key, customerId: cmd.customerId }]]);
-      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id, matchRates: owner.matchRates } }, actor, resolve);
+      // The merged customer's match rate books travel to the survivor (only when it has any).
+      const rates = owner.matchRates !== undefined && Object.keys(owner.matchRates).length > 0 ? { matchRates: owner.matchRates } : {};
+      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id, ...rates } }, actor, resolve);
     }
     return this.reply(
       { ok: false, code: 'alias_conflict', message: 'The alias belongs to another customer.', param: 'alias' },
