@@ -212,7 +212,10 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['events:write'], allow: ['secret'] },
       docBody: reportBodySchema,
       responses: {
-        201: { description: 'The match result with a verdict per player.' },
+        201: {
+          description:
+            'The match result with a verdict per player. admission_errors items are {player_id, customer_id, code, message}: a player whose admission did not finish shows status admitted with event_id null until the same report is sent again.',
+        },
         200: { description: 'An identical repeat: the stored result with replayed: true (pending players completed).' },
       },
       handler: async (ctx: RequestContext) => {
