@@ -113,6 +113,41 @@ export const eventBatch = (n) => (/** @type {ScenarioCtx} */ ctx) => [
   { method: 'POST', path: '/v1/events', headers: jsonHeaders(ctx), body: batchJson(n) },
 ];
 
+/**
+ * A match report of n players for POST /v1/match_results: match_id from {{seq}}, ended_at
+ * {{now}}, started_at fixed at setup (10 minutes before the run). Player k is `m<k>-{{cust}}`, so
+ * the players of one report are always distinct customers.
+ * @param {number} n
+ */
+export const matchReport = (n) => (/** @type {ScenarioCtx} */ ctx) => {
+  const startedAt = ctx.vars.matchStartedAt ?? new Date(Date.now() - 600_000).toISOString();
+  const players = Array.from({ length: n }, (_, k) => `{"customer":{"external_id":"m${k}-{{cust}}"},"metrics":{"score":${10 + k}},"won":${k === 0}}`);
+  const body = `{"profile":"bench","match_id":"bm-{{seq}}","started_at":"${startedAt}","ended_at":"{{now}}","players":[${players.join(',')}]}`;
+  return [{ method: 'POST', path: '/v1/match_results', headers: jsonHeaders(ctx), body }];
+};
+
+/**
+ * Creates the bench match profile once per service instance (through a change set).
+ * @param {ScenarioCtx} ctx
+ */
+async function matchProfileSetup(ctx) {
+  if (!ctx.api || !ctx.auth || ctx.vars.matchProfile) return {};
+  const headers = { Authorization: `Bearer ${ctx.auth.osk}`, 'Idempotency-Key': `bench-mp-${Date.now()}` };
+  const profile = {
+    type: 'match_profile.create',
+    key: 'bench',
+    metrics: [{ key: 'score', minimum: 0, maximum: 1000 }],
+    players: { minimum: 1, maximum: 100 },
+    rate_limits: [{ window_seconds: 3600, max_matches: 10000 }],
+    outliers: { action: 'hold', hold_metrics: [{ key: 'score', above: 900 }] },
+  };
+  const cs = await ctx.api('POST', '/v1/change_sets', { commands: [profile] }, headers);
+  if (cs.status !== 201) throw new Error(`POST /v1/change_sets answered ${cs.status}: ${JSON.stringify(cs.json)}`);
+  const ap = await ctx.api('POST', '/v1/change_set_applications', { change_set_id: cs.json.id }, { ...headers, 'Idempotency-Key': `bench-ap-${Date.now()}` });
+  if (ap.status !== 201) throw new Error(`POST /v1/change_set_applications answered ${ap.status}: ${JSON.stringify(ap.json)}`);
+  return { matchProfile: true, matchStartedAt: new Date(Date.now() - 600_000).toISOString() };
+}
+
 /** @type {Scenario[]} */
 export const scenarios = [
   {
@@ -264,5 +299,53 @@ export const scenarios = [
     expect: { bare: 202, service: 207 },
     failBody: itemError,
     targets: [{ metric: 'restart_ms', op: '<=', value: 10000 }],
+  },
+  {
+    name: 'match-4-closed',
+    title: '4-player match reports, closed loop (matches/s; 4 verdicts each)',
+    kind: 'load',
+    servers: ['bare', 'service'],
+    loop: 'closed',
+    connections: 64,
+    setup: matchProfileSetup,
+    requests: matchReport(4),
+    expect: { bare: 202, service: 201 },
+    eventsPerRequest: 4,
+    unit: 'requests',
+    ratioOf: 'rps',
+    targets: [{ metric: 'rps', op: '>=', value: 10000 }],
+  },
+  {
+    name: 'match-4-open-5k',
+    title: '4-player match reports, open loop at 5k matches/s (admission latency)',
+    kind: 'load',
+    servers: ['bare', 'service'],
+    loop: 'open',
+    rate: 5000,
+    connections: 128,
+    setup: matchProfileSetup,
+    requests: matchReport(4),
+    expect: { bare: 202, service: 201 },
+    eventsPerRequest: 4,
+    unit: 'requests',
+    ratioOf: 'p99_ms',
+    targets: [{ metric: 'p99_ms', op: '<=', value: 10 }],
+  },
+  {
+    name: 'match-16-open-1k',
+    title: '16-player match reports, open loop at 1k matches/s (admission latency)',
+    kind: 'load',
+    servers: ['bare', 'service'],
+    loop: 'open',
+    rate: 1000,
+    connections: 128,
+    setup: matchProfileSetup,
+    requests: matchReport(16),
+    expect: { bare: 202, service: 201 },
+    eventsPerRequest: 16,
+    unit: 'requests',
+    ratioOf: 'p99_ms',
+    targets: [],
+    note: 'no stated target for 16 players; reported for comparison with the 4-player rows',
   },
 ];

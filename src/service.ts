@@ -37,6 +37,9 @@ import { customerRoutes } from './gateway/handlers/customers.js';
 import { eventRoutes } from './gateway/handlers/events.js';
 import { membershipRoutes } from './gateway/handlers/memberships.js';
 import { tenancyRoutes } from './gateway/handlers/tenancy.js';
+import { matchRoutes } from './gateway/handlers/matches.js';
+import { MatchProfileStore } from './matches/change-sets.js';
+import { MatchResults } from './matches/results.js';
 import { createGateway, type Gateway } from './gateway/server.js';
 import { ForwardClient, ForwardServer } from './grpc/forwarding.js';
 import { createPublicGrpcServer, type PublicGrpcServer } from './grpc/public-server.js';
@@ -174,6 +177,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const clocks = new EnvironmentClocks(sql, storage.bus);
   await clocks.start();
   const now = (env: string) => clocks.now(env);
+  const matchProfiles = new MatchProfileStore(sql, storage.bus);
+  await matchProfiles.start();
   // Expired idempotency results are purged in batches; the index keeps this cheap.
   const purgeTimer = setInterval(() => {
     void idempotency.purgeExpired().catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
@@ -230,6 +235,14 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   challengeEnds.start();
   await placement.start();
 
+  const matchResults = new MatchResults({
+    sql,
+    engine,
+    profiles: matchProfiles,
+    nowMs: now,
+    rules: (env) => rulesContexts.get(env),
+    counters: async (env) => countersContexts.get(env, await challenges.timeZone(env)),
+  });
   const gateway = createGateway({
     routes: [
       ...tenancyRoutes({ tenancy }),
@@ -283,6 +296,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         mintCustomerToken: (req) => tenancy.customerTokens.mint(req),
         counterNames: (env) => counters.all(env),
       }),
+      ...matchRoutes({ profiles: matchProfiles, results: matchResults, nowMs: now }),
     ],
     authenticate: authenticator.authenticate,
     idempotency,

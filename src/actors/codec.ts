@@ -63,6 +63,8 @@ type SnapshotV1 = [
   counters?: CustomerState['counters'],
   /** Added with item.grant: [item, quantity] pairs; absent in older snapshots (then empty). */
   inventory?: Array<[string, number]>,
+  /** Added with match results; absent in older snapshots (then empty). */
+  matchRates?: CustomerState['matchRates'],
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -89,6 +91,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.challenges,
     s.counters,
     inventoryPairs(s.inventory),
+    s.matchRates,
   ];
   return packr.pack(v1);
 }
@@ -119,6 +122,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     challenges: v[17] ?? emptyChallengesState(),
     counters: v[18] ?? {},
     inventory: inventoryFromPairs(v[19] ?? []),
+    matchRates: v[20] ?? {},
   };
 }
 

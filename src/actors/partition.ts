@@ -18,6 +18,8 @@ import { mailboxDepth } from '../observability/metrics.js';
 import { decodeEntry, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
 import { KeyFilter } from './key-filter.js';
 import { type CustomerView, toView } from './views.js';
+import type { MatchPlayerReply } from '../domain/match/actor.js';
+import type { RateState } from '../domain/match/rate.js';
 
 export type Target = { by: 'id'; id: string } | { by: 'key'; key: string };
 
@@ -39,11 +41,12 @@ export type ReplyView =
   | { kind: 'customer'; customer: CustomerView }
   | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string; effects: Effect[] }
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
-  | { kind: 'claimed'; mergedFrom: string | null }
+  | { kind: 'claimed'; mergedFrom: string | null; matchRates?: RateState }
   | { kind: 'ledger'; reply: LedgerReply }
   | { kind: 'reward'; reply: RewardReply }
   | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[]; customerId: string }
   | { kind: 'applied'; changed: boolean }
+  | MatchPlayerReply
   | { kind: 'done' };
 
 export type CallResult =
@@ -411,7 +414,7 @@ export class Partition {
     }
     if (cmd.kind === 'key.release') return this.reply({ ok: true, reply: { kind: 'done' } }, null, resolve);
     if (cmd.kind === 'customer.view') return this.reply(notFound, null, resolve);
-    if ((cmd.kind === 'customer.create' || cmd.kind === 'event.record') && call.target.by === 'key') {
+    if ((cmd.kind === 'customer.create' || cmd.kind === 'event.record' || cmd.kind === 'match.admit') && call.target.by === 'key') {
       const d = decide(null, cmd, this.ctx(call));
       if (!d.ok) return this.reply({ ok: false, code: d.code, message: d.message, param: d.param }, null, resolve);
       let actor: Actor | null = null;
@@ -482,7 +485,9 @@ export class Partition {
       this.keysAdded.push({ environmentId: call.env, key, customerId: cmd.customerId, partition: this.id });
       this.batch.records.push([call.env, owner.id, [merged]]);
       this.batch.records.push([call.env, '', [{ kind: 'key.bound', key, customerId: cmd.customerId }]]);
-      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id } }, actor, resolve);
+      // The merged customer's match rate books travel to the survivor (only when it has any).
+      const rates = owner.matchRates !== undefined && Object.keys(owner.matchRates).length > 0 ? { matchRates: owner.matchRates } : {};
+      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id, ...rates } }, actor, resolve);
     }
     return this.reply(
       { ok: false, code: 'alias_conflict', message: 'The alias belongs to another customer.', param: 'alias' },
@@ -504,6 +509,7 @@ export class Partition {
       case 'alias':
         return reply;
       case 'applied':
+      case 'match_player':
         return reply;
       case 'deleted':
       case 'merged':

@@ -14,6 +14,8 @@ import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact
 import * as rewards from './rewards.js';
 import { SeenEvents } from './seen-events.js';
 import { evaluateTier, evolveTiers, reassignTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+import { type MatchCommand, type MatchFact, type MatchPlayerReply, decideMatch, evolveMatch } from './match/actor.js';
+import type { RateState } from './match/rate.js';
 
 export interface Ctx {
   nowMs: number;
@@ -60,6 +62,8 @@ export interface CustomerState {
   counters: CountersState;
   /** Items granted by rules (`item.grant`), by item key. */
   inventory: InventoryState;
+  /** Match rate windows of this customer's ownership group, by match profile id (merged customers' books are joined in). */
+  matchRates: RateState;
 }
 
 export type Command =
@@ -91,7 +95,14 @@ export type Command =
   | { kind: 'tier.reassign'; program: TierProgram; toLevel: string }
   /** Re-places a holder at once after a basis change with reevaluate: true (downgrades need no check). */
   | { kind: 'tier.reevaluate'; program: TierProgram }
-  | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
+  | {
+      kind: 'alias.add';
+      alias: string;
+      aliasKind: string;
+      mergedFrom: string | null;
+      /** The merged customer's match rate books (joined into this group's). */
+      matchRates?: RateState;
+    }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
   | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] }
@@ -101,7 +112,9 @@ export type Command =
    * An operator command on one of the customer's challenges. `challenge` is the runtime of the
    * command's challenge (completion actions); `context` gives currencies, tier programs, time zone.
    */
-  | { kind: 'challenge.run'; command: challenges.Command; challenge: ChallengeRuntime | null; context: ChallengeContext };
+  | { kind: 'challenge.run'; command: challenges.Command; challenge: ChallengeRuntime | null; context: ChallengeContext }
+  /** Match admission of one player and reviews (domain/match/actor.ts). */
+  | MatchCommand;
 
 export type Fact =
   | {
@@ -133,7 +146,8 @@ export type Fact =
   | rewards.RewardFact
   | challenges.ChallengeFact
   | CounterFact
-  | InventoryFact;
+  | InventoryFact
+  | MatchFact;
 
 export interface EventReply {
   kind: 'event';
@@ -155,7 +169,8 @@ export type Reply =
   | { kind: 'reward'; reply: rewards.RewardReply }
   | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string }
   /** counter.backfill, tier.run_due, tier.reassign: whether anything changed. */
-  | { kind: 'applied'; changed: boolean };
+  | { kind: 'applied'; changed: boolean }
+  | MatchPlayerReply;
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -189,6 +204,12 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         facts,
         reply: { kind: 'event', id: recorded.id, clientEventId: cmd.clientEventId, duplicate: false, customerId: created.id, effects },
       };
+    }
+    if (cmd.kind === 'match.admit' && cmd.externalId !== null) {
+      // A player named by an unknown external id: created on first sight, then admitted.
+      const created = createdFact(cmd.externalId, {}, ctx);
+      const d = decideMatch(evolve(null, created), cmd, ctx, matchHooks);
+      return d.ok ? { ok: true, facts: [created, ...d.facts], reply: d.reply } : d;
     }
     return fail('resource_not_found', 'No customer with this id.', 'id');
   }
@@ -255,9 +276,11 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         mergedFrom: cmd.mergedFrom,
         atMs: ctx.nowMs,
       };
+      const rateFacts: Fact[] =
+        cmd.matchRates !== undefined && Object.keys(cmd.matchRates).length > 0 ? [{ kind: 'match_rate.merged', from: cmd.matchRates }] : [];
       return {
         ok: true,
-        facts: [fact],
+        facts: [fact, ...rateFacts],
         reply: {
           kind: 'alias',
           alias: { alias: cmd.alias, kind: cmd.aliasKind, createdAtMs: ctx.nowMs },
@@ -324,8 +347,35 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const facts = reassignTier(cmd.program, held, cmd.toLevel, cmd.program.basis === 'balance' ? value.balance : value.earnedRolling ?? value.lifetimeEarned, ctx);
       return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
     }
+    case 'match.admit':
+    case 'match.review':
+      return decideMatch(state, cmd, ctx, matchHooks);
   }
 }
+
+/** What the match commands reuse of event recording (the same path as POST /v1/events). */
+const matchHooks = {
+  recordEvent(
+    state: CustomerState,
+    ev: {
+      clientEventId: string;
+      name: string;
+      occurredAtMs: number;
+      properties: Record<string, unknown>;
+      fp: number;
+      trust: string;
+      rules: RulesContext | null;
+      counters?: CountersContext | null;
+    },
+    ctx: Ctx,
+  ): { facts: Fact[]; eventId: string; effects: Effect[] } {
+    const cmd: Command & { kind: 'event.record' } = { kind: 'event.record', externalId: state.externalId ?? '', ...ev };
+    const recorded = recordedFact(cmd, ctx);
+    const facts: Fact[] = [recorded];
+    const effects = rulesFor(cmd, state, ctx, facts);
+    return { facts, eventId: recorded.id, effects };
+  },
+};
 
 function createdFact(externalId: string, attributes: Record<string, unknown>, ctx: Ctx): Fact & { kind: 'customer.created' } {
   return {
@@ -435,6 +485,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       challenges: challenges.emptyChallengesState(),
       counters: {},
       inventory: emptyInventory(),
+      matchRates: {},
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -498,6 +549,11 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       return state;
     case 'item.granted':
       state.inventory = evolveInventory(state.inventory, fact);
+      return state;
+    case 'match_rate.counted':
+    case 'match_rate.released':
+    case 'match_rate.merged':
+      state.matchRates = evolveMatch(state.matchRates ?? {}, fact);
       return state;
   }
 }

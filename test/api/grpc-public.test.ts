@@ -460,22 +460,54 @@ t.test('public gRPC API against the real service', async (t) => {
     t.equal(trailer(noAuth.err, 'error-code'), 'authentication_required');
   });
 
-  await t.test('Matches.Report before match results exist: the mapped status of route_not_found', async (t) => {
+  await t.test('Matches.Report goes through the same path as POST /v1/match_results', async (t) => {
+    const cs = await api.post(
+      '/v1/change_sets',
+      { commands: [{ type: 'match_profile.create', key: 'ranked', metrics: [{ key: 'kills', minimum: 0, maximum: 50 }], outliers: { action: 'hold', hold_metrics: [{ key: 'kills', above: 40 }] } }] },
+      idem(),
+    );
+    t.equal((await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem())).status, 201);
     const req: ReportRequest = {
       profile: 'ranked',
       matchId: 'm-1',
-      startedAt: now(),
-      endedAt: now(),
-      players: [{ customer: { externalId: 'g-m1' }, metrics: { kills: 3 }, won: true }],
+      startedAt: new Date(Date.now() - 20 * 60_000).toISOString(),
+      endedAt: new Date(Date.now() - 10 * 60_000).toISOString(),
+      players: [
+        { customer: { externalId: 'g-m1' }, metrics: { kills: 3 }, won: true },
+        { customer: { externalId: 'g-m2' }, metrics: { kills: 45 } },
+      ],
     };
-    const { err } = await unary<ReportRequest, ReportResponse>(matches.report.bind(matches), req, secret());
-    const http = await api.post('/v1/match_results', { profile: 'ranked', match_id: 'm-1', players: [] });
-    t.equal(http.status, 404);
-    t.equal(http.body.error.code, 'route_not_found');
-    // Documented behaviour: HTTP 404 route_not_found maps to NOT_FOUND with error-code route_not_found.
-    t.equal(err?.code, status.NOT_FOUND);
-    t.equal(trailer(err, 'error-code'), 'route_not_found');
-    t.match(trailer(err, 'request-id'), /^req_/);
+    const report = (r: ReportRequest, md: Metadata) => unary<ReportRequest, ReportResponse>(matches.report.bind(matches), r, md);
+    const first = await report(req, secret());
+    t.equal(first.err, null);
+    t.match(first.res, { id: /^mr_/, status: 'held', replayed: false });
+    const result = JSON.parse(first.res!.resultJson) as Json;
+    t.match(result.players, [{ status: 'admitted', won: true, event_id: /^evt_/ }, { status: 'held', won: null, reasons: [{ code: 'outlier' }] }]);
+    const http = await api.get('/v1/match_results/m-1');
+    t.equal(http.body.id, first.res!.id, 'the same record over HTTP');
+    const again = await report(req, secret());
+    t.match(again.res, { id: first.res!.id, replayed: true });
+    const httpAgain = await api.post('/v1/match_results', {
+      profile: 'ranked',
+      match_id: 'm-1',
+      started_at: req.startedAt,
+      ended_at: req.endedAt,
+      players: [
+        { customer: { external_id: 'g-m1' }, metrics: { kills: 3 }, won: true },
+        { customer: { external_id: 'g-m2' }, metrics: { kills: 45 } },
+      ],
+    });
+    t.equal(httpAgain.status, 200, 'an identical HTTP report is a replay of the gRPC one');
+    t.equal(httpAgain.body.replayed, true);
+    const changed = await report({ ...req, players: [{ ...req.players[0]!, won: false }, req.players[1]!] }, secret());
+    t.equal(trailer(changed.err, 'error-code'), 'idempotency_key_reused');
+    const pk = await tenant.admin.post('/v1/api_keys', { kind: 'publishable', name: 'web', allowed_events: ['match.completed'] }, idem());
+    const refused = await report({ ...req, matchId: 'm-2' }, bearer(pk.body.token));
+    t.equal(refused.err?.code, status.PERMISSION_DENIED);
+    t.equal(trailer(refused.err, 'error-code'), 'event_requires_secret_key');
+    const invalid = await report({ ...req, matchId: 'm-3', players: [] }, secret());
+    t.equal(trailer(invalid.err, 'error-code'), 'validation_failed');
+    t.match(trailer(invalid.err, 'request-id'), /^req_/);
   });
 });
 

@@ -34,6 +34,12 @@ interface Ids {
   reward: string;
   /** An issued reward issuance of `customer`. */
   issuance: string;
+  changeSet: string;
+  matchProfile: string;
+  matchResult: string;
+  matchId: string;
+  /** A held match result player. */
+  matchPlayer: string;
 }
 
 interface RouteCase {
@@ -232,6 +238,46 @@ const routes: RouteCase[] = [
   },
   { name: 'DELETE challenge', method: 'DELETE', openapi: '/v1/challenges/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/challenges/${i.challenge}` },
   { name: 'DELETE counter definition', method: 'DELETE', openapi: '/v1/counter_definitions/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/counter_definitions/${i.counter}` },
+  { name: 'GET change set', method: 'GET', openapi: '/v1/change_sets/{id}', allow: management, scope: 'config:read', path: (i) => `/v1/change_sets/${i.changeSet}` },
+  {
+    name: 'POST change_set_applications',
+    method: 'POST',
+    openapi: '/v1/change_set_applications',
+    allow: management,
+    scope: 'config:write',
+    path: () => '/v1/change_set_applications',
+    body: (i) => ({ change_set_id: i.changeSet }),
+    idempotent: true,
+  },
+  { name: 'POST change set confirm', method: 'POST', openapi: '/v1/change_sets/{id}/confirm', allow: ['pat', 'session'], scope: 'config:write', path: (i) => `/v1/change_sets/${i.changeSet}/confirm`, body: () => ({}) },
+  { name: 'GET match profile', method: 'GET', openapi: '/v1/match_profiles/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/match_profiles/${i.matchProfile}` },
+  { name: 'GET match result', method: 'GET', openapi: '/v1/match_results/{id}', allow: management, scope: 'events:read', path: (i) => `/v1/match_results/${i.matchResult}` },
+  { name: 'GET match result by match_id', method: 'GET', openapi: '/v1/match_results/{id}', allow: management, scope: 'events:read', path: (i) => `/v1/match_results/${i.matchId}` },
+  {
+    name: 'POST match_results (customer id)',
+    method: 'POST',
+    openapi: '/v1/match_results',
+    allow: ['secret'],
+    scope: 'events:write',
+    path: () => '/v1/match_results',
+    body: (i, n) => ({
+      profile: 'iso',
+      match_id: `iso-${process.pid}-${n}`,
+      started_at: new Date(Date.now() - 20 * 60_000).toISOString(),
+      ended_at: new Date(Date.now() - 10 * 60_000).toISOString(),
+      players: [{ customer: { id: i.customer }, metrics: { score: 1 } }],
+    }),
+  },
+  {
+    name: 'POST match player review',
+    method: 'POST',
+    openapi: '/v1/match_result_players/{id}/reviews',
+    allow: management,
+    scope: 'programs:write',
+    path: (i) => `/v1/match_result_players/${i.matchPlayer}/reviews`,
+    body: () => ({ decision: 'reject', reason: 'hijacked' }),
+    idempotent: true,
+  },
   { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
   { name: 'DELETE membership', method: 'DELETE', openapi: '/v1/organizations/{id}/memberships/{user_id}', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships/${i.member}`, organizationScoped: true },
 ];
@@ -251,9 +297,28 @@ const nowhere: Ids = {
   member: 'usr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   reward: 'rw_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   issuance: 'rwi_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  changeSet: 'cs_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  matchProfile: 'mpf_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  matchResult: 'mr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  matchId: 'no-such-match-anywhere',
+  matchPlayer: 'mrp_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
 };
 
 const now = () => new Date(Date.now() - 1000).toISOString();
+
+const isoProfile = (key: string) => ({
+  type: 'match_profile.create',
+  key,
+  metrics: [{ key: 'score', minimum: 0, maximum: 100 }],
+  outliers: { action: 'hold', hold_metrics: [{ key: 'score', above: 50 }] },
+});
+
+async function applyCommands(server: Client, commands: unknown[]): Promise<void> {
+  const cs = await server.post('/v1/change_sets', { commands }, idem());
+  if (cs.status !== 201) throw new Error(`change set: ${cs.status} ${JSON.stringify(cs.body)}`);
+  const ap = await server.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem());
+  if (ap.status !== 201) throw new Error(`apply: ${ap.status} ${JSON.stringify(ap.body)}`);
+}
 
 t.test('tenant isolation', async (t) => {
   const { anon } = await startForTest(t);
@@ -276,6 +341,7 @@ t.test('tenant isolation', async (t) => {
     const minter = await key(tenant, env, { kind: 'secret', name: `${label} minter`, scopes: minterScopes });
     const publishable = await key(tenant, env, { kind: 'publishable', name: `${label} web`, allowed_events: ['app.opened'] });
     const server = bearer(secret.token);
+    await applyCommands(server, [isoProfile('iso')]);
     const own = await server.post('/v1/customers', { external_id: `${label}-own-customer` }, idem());
     if (own.status !== 201) throw new Error(`customer: ${own.status} ${JSON.stringify(own.body)}`);
     const minted = await bearer(minter.token).post(`/v1/customers/${own.body.id}/client_token`, {});
@@ -336,6 +402,22 @@ t.test('tenant isolation', async (t) => {
     t.equal(reward.status, 201, `${label}: reward created`);
     const issuance = await server.post('/v1/reward_issuances', { reward_id: reward.body.id, customer_id: c.body.id }, idem());
     t.equal(issuance.status, 201, `${label}: reward issued`);
+    const profileKey = `${label}-profile`;
+    await applyCommands(server, [isoProfile(profileKey)]);
+    const profile = await server.get(`/v1/match_profiles/${profileKey}`);
+    t.equal(profile.status, 200, `${label}: match profile created`);
+    const cs = await server.post('/v1/change_sets', { commands: [isoProfile(`${label}-pending`)] }, idem());
+    t.equal(cs.status, 201, `${label}: change set stored`);
+    const matchId = `${label}-match-1`;
+    const mr = await server.post('/v1/match_results', {
+      profile: profileKey,
+      match_id: matchId,
+      started_at: new Date(Date.now() - 20 * 60_000).toISOString(),
+      ended_at: new Date(Date.now() - 10 * 60_000).toISOString(),
+      players: [{ customer: { id: c.body.id }, metrics: { score: 99 } }],
+    });
+    t.equal(mr.status, 201, `${label}: match reported`);
+    t.equal(mr.body.players[0].status, 'held', `${label}: player held`);
     return {
       customer: c.body.id,
       eventCustomer: ec.body.data[0].id,
@@ -350,6 +432,11 @@ t.test('tenant isolation', async (t) => {
       member: members.body.data[0].user_id,
       reward: reward.body.id,
       issuance: issuance.body.id,
+      changeSet: cs.body.id,
+      matchProfile: profile.body.id,
+      matchResult: mr.body.id,
+      matchId,
+      matchPlayer: mr.body.players[0].id,
     };
   }
 
@@ -521,6 +608,10 @@ t.test('tenant isolation', async (t) => {
     t.match(ctr.body, { id: aTest.counter, status: 'backfilling', version: 1 }, "A's counter is neither deleted nor backfilled");
     const live = await aLiveCreds.server.get(`/v1/customers/${aLive.customer}`);
     t.match(live.body, { id: aLive.customer, version: 1, deleted_at: null }, "A's live customer unchanged");
+    const cs = await aServer.get(`/v1/change_sets/${aTest.changeSet}`);
+    t.equal(cs.body.status, 'pending', "A's change set was not applied");
+    const mr = await aServer.get(`/v1/match_results/${aTest.matchResult}`);
+    t.match(mr.body, { status: 'held', players: [{ id: aTest.matchPlayer, status: 'held', review: null }] }, "A's held player was not reviewed");
   });
 
   t.comment(`isolation matrix (status per cell; * = kind or scope may not call the route, compared with an unknown id; ! = failed)\n${summary.join('\n\n')}`);

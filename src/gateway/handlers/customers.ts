@@ -369,6 +369,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
           alias: ctx.body.alias,
           aliasKind: ctx.body.kind,
           mergedFrom: claim.mergedFrom,
+          ...(claim.matchRates !== undefined ? { matchRates: claim.matchRates } : {}),
         });
         if (added.kind !== 'alias') throw new ApiError('internal_error');
         return {

@@ -1,0 +1,278 @@
+// Change sets, environment settings (autonomy), match profiles, match results and reviews
+// (spec 2.11, 2.12, 3, 4.8, 4.9; decisions.md "Change sets"). Thin: the stores in src/matches do
+// the work; this file is auth, shapes and wire mapping.
+import { z } from 'zod';
+import { commandDocSchema, type MatchProfileStore, profileToWire } from '../../matches/change-sets.js';
+import type { MatchResults } from '../../matches/results.js';
+import { matchWire } from '../../matches/results.js';
+import { reportBodySchema } from '../../domain/match/report.js';
+import { reviewBodySchema } from '../../domain/match/verdict.js';
+import type { MatchProfile } from '../../domain/match/profile.js';
+import type { ChangeSetRecord } from '../../matches/change-sets.js';
+import { ApiError } from '../../errors/api-error.js';
+import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
+import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
+import { iso } from '../wire.js';
+import type { Principal } from '../../tenancy/types.js';
+
+export interface MatchDeps {
+  profiles: MatchProfileStore;
+  results: MatchResults;
+  nowMs(environmentId: string): number | Promise<number>;
+}
+
+const changeSetsMax = 100;
+
+const changeSetBody = z.strictObject({
+  commands: z.array(commandDocSchema).describe(`1 to ${changeSetsMax} commands, each {type, key, expected_version?, ...fields}.`),
+});
+const applicationBody = z.strictObject({ change_set_id: z.string().min(1).max(64) });
+const settingsBody = z.strictObject({
+  autonomy: z.enum(['auto', 'limits']).describe('Live environments: auto applies every change set on request; limits holds destructive ones for an owner or admin.'),
+});
+const matchListQuery = pageQuerySchema.extend({
+  status: z.enum(['held', 'admitted', 'rejected', 'partially_admitted']).optional(),
+});
+
+export function matchProfileWire(p: MatchProfile) {
+  const { createdAtMs, updatedAtMs, archivedAtMs, ...rest } = profileToWire(p);
+  return { ...rest, archived_at: iso(archivedAtMs), created_at: iso(createdAtMs), updated_at: iso(updatedAtMs) };
+}
+
+export function changeSetWire(cs: ChangeSetRecord) {
+  return {
+    id: cs.id,
+    status: cs.status,
+    commands: cs.commands,
+    results: cs.results,
+    revision: cs.revision,
+    confirmed_by: cs.confirmedBy,
+    applied_at: iso(cs.appliedAtMs),
+    created_at: iso(cs.createdAtMs),
+    updated_at: iso(cs.updatedAtMs),
+  };
+}
+
+function applicationWire(cs: ChangeSetRecord, awaiting: boolean) {
+  return { change_set_id: cs.id, status: awaiting ? 'awaiting_confirmation' : 'applied', results: awaiting ? [] : (cs.results ?? []) };
+}
+
+const management = ['secret', 'pat', 'session'] as const;
+const configWrite: AuthSpec = { kind: 'credential', scopes: ['config:write'], allow: [...management] };
+const configRead: AuthSpec = { kind: 'credential', scopes: ['config:read'], allow: [...management] };
+const programsRead: AuthSpec = { kind: 'credential', scopes: ['programs:read'], allow: [...management] };
+
+/** Confirmations and the autonomy setting: a signed-in owner or admin (decisions.md roles). */
+function requireOwnerOrAdmin(p: Principal): void {
+  if ((p.kind !== 'pat' && p.kind !== 'session') || (p.role !== 'owner' && p.role !== 'admin')) {
+    throw new ApiError('forbidden', { message: 'Only a signed-in owner or admin may do this.' });
+  }
+}
+
+function actorOf(p: Principal): string {
+  return p.userId ?? p.credentialId;
+}
+
+export function matchRoutes(deps: MatchDeps): AnyRoute[] {
+  return [
+    // ---- change sets -----------------------------------------------------------------------------
+    route({
+      method: 'POST',
+      path: '/v1/change_sets',
+      summary: 'Store a change set after validating every command (match_profile.create | update | archive); an invalid command is named by index',
+      tag: 'Change sets',
+      auth: configWrite,
+      docBody: changeSetBody,
+      idempotent: true,
+      responses: { 201: { description: '{id, status: pending, commands, revision, created_at}' } },
+      handler: async (ctx: RequestContext) => {
+        const env = environmentIdOf(ctx.principal);
+        const b = ctx.body as Record<string, unknown> | null;
+        if (b === null || typeof b !== 'object' || Array.isArray(b)) throw new ApiError('validation_failed', { param: 'commands', message: 'The body is {commands: [...]}.' });
+        const extra = Object.keys(b).filter((k) => k !== 'commands');
+        if (extra.length > 0) throw new ApiError('validation_failed', { param: extra[0], message: `${extra[0]}: Unknown field.` });
+        const commands = b.commands;
+        if (!Array.isArray(commands) || commands.length === 0 || commands.length > changeSetsMax) {
+          throw new ApiError('validation_failed', { param: 'commands', message: `commands holds 1 to ${changeSetsMax} commands.` });
+        }
+        const cs = await deps.profiles.createChangeSet(env, commands, actorOf(ctx.principal));
+        return { status: 201, body: changeSetWire(cs) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/change_sets/:id',
+      summary: 'Read a change set (status pending, awaiting_confirmation or applied; results once applied)',
+      tag: 'Change sets',
+      auth: configRead,
+      responses: { 200: { description: 'The change set.' } },
+      handler: async (ctx: RequestContext) => {
+        const cs = await deps.profiles.getChangeSet(environmentIdOf(ctx.principal), ctx.params.id ?? '').catch((e: unknown) => {
+          if (e instanceof ApiError && e.code === 'resource_not_found') throw new ApiError('resource_not_found', { message: e.message, param: 'id' });
+          throw e;
+        });
+        return { status: 200, body: changeSetWire(cs) };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/change_set_applications',
+      summary:
+        'Apply a change set atomically (one transaction). A live environment under autonomy limits answers 202 awaiting_confirmation for a set with a destructive command',
+      tag: 'Change sets',
+      auth: configWrite,
+      body: applicationBody,
+      idempotent: true,
+      responses: {
+        201: { description: '{change_set_id, status: applied, results}' },
+        202: { description: '{change_set_id, status: awaiting_confirmation, results: []}: POST /v1/change_sets/{id}/confirm applies it.' },
+      },
+      handler: async (ctx: RequestContext<z.infer<typeof applicationBody>>) => {
+        const env = environmentIdOf(ctx.principal);
+        const r = await deps.profiles.apply(env, ctx.body.change_set_id, 'apply', actorOf(ctx.principal), await deps.nowMs(env));
+        return { status: r.awaiting ? 202 : 201, body: applicationWire(r.changeSet, r.awaiting) };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/change_sets/:id/confirm',
+      summary: 'Confirm and apply a change set awaiting confirmation (a signed-in owner or admin; secret keys are refused)',
+      tag: 'Change sets',
+      auth: { kind: 'credential', scopes: ['config:write'], allow: ['pat', 'session'] },
+      responses: { 201: { description: '{change_set_id, status: applied, results}' } },
+      handler: async (ctx: RequestContext) => {
+        requireOwnerOrAdmin(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
+        const r = await deps.profiles.apply(env, ctx.params.id ?? '', 'confirm', actorOf(ctx.principal), await deps.nowMs(env));
+        return { status: 201, body: applicationWire(r.changeSet, false) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/environment_settings',
+      summary: "The environment's settings: autonomy (auto | limits; live environments start under limits, test environments apply every change set on request)",
+      tag: 'Change sets',
+      auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
+      responses: { 200: { description: '{environment_id, runtime_class, autonomy}' } },
+      handler: async (ctx: RequestContext) => {
+        const env = environmentIdOf(ctx.principal);
+        const a = await deps.profiles.autonomy(env);
+        return { status: 200, body: { environment_id: env, runtime_class: a.runtimeClass, autonomy: a.autonomy } };
+      },
+    }),
+    route({
+      method: 'PATCH',
+      path: '/v1/environment_settings',
+      summary: "Set the environment's autonomy (owner or admin)",
+      tag: 'Change sets',
+      auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
+      body: settingsBody,
+      responses: { 200: { description: '{environment_id, runtime_class, autonomy}' } },
+      handler: async (ctx: RequestContext<z.infer<typeof settingsBody>>) => {
+        requireOwnerOrAdmin(ctx.principal);
+        const env = environmentIdOf(ctx.principal);
+        await deps.profiles.setAutonomy(env, ctx.body.autonomy);
+        const a = await deps.profiles.autonomy(env);
+        return { status: 200, body: { environment_id: env, runtime_class: a.runtimeClass, autonomy: a.autonomy } };
+      },
+    }),
+    // ---- match profiles ------------------------------------------------------------------------
+    route({
+      method: 'GET',
+      path: '/v1/match_profiles',
+      summary: 'List match profiles (written through change sets)',
+      tag: 'Matches',
+      auth: programsRead,
+      query: pageQuerySchema,
+      responses: { 200: { description: 'A page of match profiles.' } },
+      handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
+        const page = pageRequest(ctx.query);
+        const rows = await deps.profiles.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
+        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], matchProfileWire) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/match_profiles/:id',
+      summary: 'Read a match profile by id or key, with its version (revision)',
+      tag: 'Matches',
+      auth: programsRead,
+      responses: { 200: { description: 'The match profile.' } },
+      handler: async (ctx: RequestContext) => {
+        const p = await deps.profiles.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        return { status: 200, body: matchProfileWire(p) };
+      },
+    }),
+    // ---- match results -------------------------------------------------------------------------
+    route({
+      method: 'POST',
+      path: '/v1/match_results',
+      summary: 'Report a match (secret key only; match_id is the idempotency key: an identical repeat answers 200 with replayed: true)',
+      tag: 'Matches',
+      auth: { kind: 'credential', scopes: ['events:write'], allow: ['secret'] },
+      docBody: reportBodySchema,
+      responses: {
+        201: {
+          description:
+            'The match result with a verdict per player. admission_errors items are {player_id, customer_id, code, message}: a player whose admission did not finish shows status admitted with event_id null until the same report is sent again.',
+        },
+        200: { description: 'An identical repeat: the stored result with replayed: true (pending players completed).' },
+      },
+      handler: async (ctx: RequestContext) => {
+        const r = await deps.results.report(environmentIdOf(ctx.principal), ctx.principal.credentialId, ctx.body);
+        return { status: r.status, body: r.body };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/match_results',
+      summary: 'List match results; status=held is the review queue, oldest first (other lists newest first)',
+      tag: 'Matches',
+      auth: { kind: 'credential', scopes: ['events:read'], allow: [...management] },
+      query: matchListQuery,
+      responses: { 200: { description: 'A page of match results.' } },
+      handler: async (ctx: RequestContext<unknown, z.infer<typeof matchListQuery>>) => {
+        const page = pageRequest(ctx.query);
+        const rows = await deps.results.list(environmentIdOf(ctx.principal), {
+          status: ctx.query.status ?? null,
+          limit: page.limit + 1,
+          after: page.after?.[0] ?? null,
+        });
+        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], (r) => matchWire(r, false)) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/match_results/:id',
+      summary: "Read a match result by its mr_ id or the caller's match_id",
+      tag: 'Matches',
+      auth: { kind: 'credential', scopes: ['events:read'], allow: [...management] },
+      responses: { 200: { description: 'The match result.' } },
+      handler: async (ctx: RequestContext) => {
+        const m = await deps.results.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        return { status: 200, body: matchWire(m, false) };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/match_result_players/:id/reviews',
+      summary:
+        'Review a held player: admit records its event now (occurred_at = ended_at), reject is final. Never held or the opposite decision: invalid_state; admit while the reporting key is revoked: forbidden (stays held)',
+      tag: 'Matches',
+      auth: { kind: 'credential', scopes: ['programs:write'], allow: [...management] },
+      body: reviewBodySchema,
+      idempotent: true,
+      responses: { 200: { description: '{player, match_result: {id, match_id, status}, replayed}' } },
+      handler: async (ctx: RequestContext<z.infer<typeof reviewBodySchema>>) => {
+        const r = await deps.results.review(
+          environmentIdOf(ctx.principal),
+          ctx.params.id ?? '',
+          ctx.body.decision,
+          ctx.body.reason ?? null,
+          actorOf(ctx.principal),
+        );
+        return { status: 200, body: r };
+      },
+    }),
+  ];
+}

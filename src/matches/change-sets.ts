@@ -1,0 +1,268 @@
+// Change sets (decisions.md "Change sets") and the match profiles they write (spec 2.11, 4.8).
+// A change set is validated command by command when it is created (the failing command's index is
+// named in `param`: `commands[2].metrics[0].key`) and stored as pending. Applying it runs every
+// command in ONE PostgreSQL transaction (all or nothing) through the pure profile mechanic
+// (decideProfile); each resulting profile revision is kept. A live environment under autonomy
+// `limits` holds a set with a destructive command (match_profile.archive) as
+// awaiting_confirmation until a signed-in owner or admin confirms it. Profiles are cached per
+// environment on every node and invalidated over the bus.
+import { z } from 'zod';
+import {
+  decideProfile,
+  type MatchProfile,
+  type ProfileCommand,
+  profileCreateSchema,
+  profileToWire,
+  validateProfileCreate,
+  validateProfileUpdate,
+} from '../domain/match/profile.js';
+import { ApiError } from '../errors/api-error.js';
+import { newId } from '../ids.js';
+import type { Bus } from '../persistence/ports.js';
+import type { Sql } from '../persistence/sql/db.js';
+
+const channel = 'match_profiles.changed';
+
+export type Autonomy = 'auto' | 'limits';
+export const destructiveCommands: ReadonlySet<string> = new Set(['match_profile.archive']);
+export const commandTypes = ['match_profile.create', 'match_profile.update', 'match_profile.archive'] as const;
+
+export interface ChangeSetRecord {
+  id: string;
+  status: 'pending' | 'awaiting_confirmation' | 'applied';
+  commands: Array<Record<string, unknown>>;
+  results: unknown[] | null;
+  revision: number;
+  createdAtMs: number;
+  updatedAtMs: number;
+  appliedAtMs: number | null;
+  confirmedBy: string | null;
+}
+
+function json<T>(v: unknown): T {
+  return (typeof v === 'string' ? JSON.parse(v) : v) as T;
+}
+
+function changeSetRow(r: Record<string, unknown>): ChangeSetRecord {
+  return {
+    id: r.id as string,
+    status: r.status as ChangeSetRecord['status'],
+    commands: json(r.commands),
+    results: r.results === null ? null : json(r.results),
+    revision: r.revision as number,
+    createdAtMs: (r.created_at as Date).getTime(),
+    updatedAtMs: (r.updated_at as Date).getTime(),
+    appliedAtMs: r.applied_at === null ? null : (r.applied_at as Date).getTime(),
+    confirmedBy: (r.confirmed_by as string | null) ?? null,
+  };
+}
+
+const versionField = z.number({ error: 'expected_version must be an integer.' }).int('expected_version must be an integer.').min(1).optional();
+const keyField = z.string({ error: 'key (string) is required.' }).min(1).max(64);
+
+/** Documents the command shapes in OpenAPI; validation itself runs per command (index in param). */
+export const commandDocSchema = z.union([
+  profileCreateSchema.extend({ type: z.literal('match_profile.create') }),
+  z.looseObject({ type: z.literal('match_profile.update'), key: keyField, expected_version: versionField }).describe(
+    'key, expected_version, and any of the sections of match_profile.create (event, metrics, duration, players, rate_limits, outliers); each named section replaces the stored one.',
+  ),
+  z.strictObject({ type: z.literal('match_profile.archive'), key: keyField, expected_version: versionField }),
+]);
+
+function commandError(i: number, param: string, message: string, details?: unknown): ApiError {
+  const at = param === 'body' || param === '' ? `commands[${i}]` : `commands[${i}].${param}`;
+  return new ApiError('validation_failed', { param: at, message: `${at}: ${message.replace(/^[^:]*: /, '')}`, details });
+}
+
+/** Validates one command on its own (shapes and bounds); throws validation_failed naming commands[i]. */
+export function validateCommand(raw: unknown, i: number): ProfileCommand & { key: string } {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw commandError(i, '', 'A command is an object with a type.');
+  const { type, expected_version, ...rest } = raw as Record<string, unknown>;
+  if (typeof type !== 'string' || !(commandTypes as readonly string[]).includes(type)) {
+    throw commandError(i, 'type', `Unknown command type; one of ${commandTypes.join(', ')}.`);
+  }
+  let expectedVersion: number | null = null;
+  if (type !== 'match_profile.create' && expected_version !== undefined) {
+    const v = versionField.safeParse(expected_version);
+    if (!v.success) throw commandError(i, 'expected_version', 'expected_version must be a positive integer.');
+    expectedVersion = v.data ?? null;
+  } else if (type === 'match_profile.create' && expected_version !== undefined) {
+    throw commandError(i, 'expected_version', 'Unknown field.');
+  }
+  const key = keyField.safeParse(rest.key);
+  if (!key.success) throw commandError(i, 'key', 'key (string, 1 to 64 characters) is required.');
+  if (type === 'match_profile.create') {
+    const v = validateProfileCreate(rest);
+    if (!v.ok) throw commandError(i, v.param, v.message, v.details);
+    return { kind: 'match_profile.create', body: rest, key: key.data };
+  }
+  if (type === 'match_profile.update') {
+    const v = validateProfileUpdate(rest);
+    if (!v.ok) throw commandError(i, v.param, v.message, v.details);
+    return { kind: 'match_profile.update', body: rest, expectedVersion, key: key.data };
+  }
+  const extra = Object.keys(rest).filter((k) => k !== 'key');
+  if (extra.length > 0) throw commandError(i, extra[0]!, 'Unknown field.');
+  return { kind: 'match_profile.archive', expectedVersion, key: key.data };
+}
+
+export class MatchProfileStore {
+  private readonly cache = new Map<string, Promise<Map<string, MatchProfile>>>();
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly bus: Bus,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
+  }
+
+  /** Every profile of an environment by key (cached; archived ones included). */
+  byKey(environmentId: string): Promise<Map<string, MatchProfile>> {
+    let p = this.cache.get(environmentId);
+    if (p === undefined) {
+      p = this.sql`select profile from match_profiles where environment_id = ${environmentId}`.then((rows) => {
+        const m = new Map<string, MatchProfile>();
+        for (const r of rows) {
+          const prof = json<MatchProfile>(r.profile);
+          m.set(prof.key, prof);
+        }
+        return m;
+      });
+      p.catch(() => this.cache.delete(environmentId));
+      this.cache.set(environmentId, p);
+    }
+    return p;
+  }
+
+  async list(environmentId: string, q: { limit: number; after: string | null }): Promise<MatchProfile[]> {
+    const rows = await this.sql`
+      select profile from match_profiles where environment_id = ${environmentId} and (${q.after}::text is null or id > ${q.after})
+      order by id limit ${q.limit}`;
+    return rows.map((r) => json<MatchProfile>(r.profile));
+  }
+
+  /** By id (mpf_...) or key; another environment's id is resource_not_found. */
+  async get(environmentId: string, ref: string): Promise<MatchProfile> {
+    const rows = await this.sql`
+      select profile from match_profiles where environment_id = ${environmentId} and (id = ${ref} or key = ${ref}) limit 1`;
+    if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No match profile ${ref}.`, param: 'id' });
+    return json<MatchProfile>(rows[0]!.profile);
+  }
+
+  /** The profile as a given revision checked it (results keep their revision). */
+  async revision(environmentId: string, profileId: string, revision: number): Promise<MatchProfile | null> {
+    const rows = await this.sql`
+      select profile from match_profile_revisions where environment_id = ${environmentId} and profile_id = ${profileId} and revision = ${revision}`;
+    return rows.length === 0 ? null : json<MatchProfile>(rows[0]!.profile);
+  }
+
+  // ---- change sets ----------------------------------------------------------------------------
+
+  async createChangeSet(environmentId: string, commands: unknown[], createdBy: string): Promise<ChangeSetRecord> {
+    for (let i = 0; i < commands.length; i++) validateCommand(commands[i], i);
+    const rows = await this.sql`
+      insert into change_sets (environment_id, id, status, commands, created_by)
+      values (${environmentId}, ${newId('cs')}, 'pending', (${JSON.stringify(commands)}::text)::jsonb, ${createdBy})
+      returning *`;
+    return changeSetRow(rows[0]!);
+  }
+
+  async getChangeSet(environmentId: string, id: string): Promise<ChangeSetRecord> {
+    const rows = await this.sql`select * from change_sets where environment_id = ${environmentId} and id = ${id}`;
+    if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No change set ${id}.`, param: 'change_set_id' });
+    return changeSetRow(rows[0]!);
+  }
+
+  async autonomy(environmentId: string): Promise<{ runtimeClass: 'test' | 'live'; autonomy: Autonomy }> {
+    const rows = await this.sql`select runtime_class, autonomy from environments where id = ${environmentId}`;
+    if (rows.length === 0) throw new ApiError('resource_not_found', { message: 'No such environment.' });
+    return { runtimeClass: rows[0]!.runtime_class as 'test' | 'live', autonomy: rows[0]!.autonomy as Autonomy };
+  }
+
+  async setAutonomy(environmentId: string, autonomy: Autonomy): Promise<void> {
+    await this.sql`update environments set autonomy = ${autonomy} where id = ${environmentId}`;
+  }
+
+  /**
+   * Applies a set. `mode`: 'apply' (POST /change_set_applications: may answer awaiting_confirmation)
+   * or 'confirm' (a signed-in owner or admin confirmed it). Applied twice: invalid_state.
+   */
+  async apply(
+    environmentId: string,
+    id: string,
+    mode: 'apply' | 'confirm',
+    actor: string,
+    nowMs: number,
+  ): Promise<{ changeSet: ChangeSetRecord; awaiting: boolean }> {
+    const env = await this.autonomy(environmentId);
+    const result = await this.sql
+      .begin(async (tx) => {
+      const rows = await tx`select * from change_sets where environment_id = ${environmentId} and id = ${id} for update`;
+      if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No change set ${id}.`, param: mode === 'apply' ? 'change_set_id' : 'id' });
+      const cs = changeSetRow(rows[0]!);
+      if (cs.status === 'applied') throw new ApiError('invalid_state', { message: 'The change set was already applied.' });
+      const destructive = cs.commands.some((c) => destructiveCommands.has(String(c.type)));
+      const needsConfirmation = env.runtimeClass === 'live' && env.autonomy === 'limits' && destructive;
+      if (mode === 'apply' && needsConfirmation) {
+        const held = await tx`
+          update change_sets set status = 'awaiting_confirmation', revision = revision + 1, updated_at = now()
+          where environment_id = ${environmentId} and id = ${id} returning *`;
+        return { changeSet: changeSetRow(held[0]!), awaiting: true };
+      }
+      if (mode === 'confirm' && cs.status !== 'awaiting_confirmation') {
+        throw new ApiError('invalid_state', { message: 'Only a change set awaiting confirmation can be confirmed.' });
+      }
+      const results: unknown[] = [];
+      // Profiles touched earlier in this set, so a later command sees them.
+      const touched = new Map<string, MatchProfile | null>();
+      for (let i = 0; i < cs.commands.length; i++) {
+        const cmd = validateCommand(cs.commands[i], i);
+        let state = touched.get(cmd.key);
+        if (state === undefined) {
+          const found = await tx`
+            select profile from match_profiles where environment_id = ${environmentId} and key = ${cmd.key} for update`;
+          state = found.length === 0 ? null : json<MatchProfile>(found[0]!.profile);
+        }
+        const d = decideProfile(state, cmd, { nowMs, newId });
+        if (!d.ok) {
+          const param = d.param === undefined ? `commands[${i}]` : `commands[${i}].${d.param}`;
+          throw new ApiError(d.code, { param, message: `commands[${i}]: ${d.message}`, details: d.details });
+        }
+        const p = d.profile;
+        touched.set(cmd.key, p);
+        if (d.facts.length > 0) {
+          const body = JSON.stringify(p);
+          await tx`
+            insert into match_profiles (environment_id, id, key, revision, status, profile, created_at, updated_at)
+            values (${environmentId}, ${p.id}, ${p.key}, ${p.revision}, ${p.status}, (${body}::text)::jsonb,
+              ${new Date(p.createdAtMs)}, ${new Date(p.updatedAtMs)})
+            on conflict (environment_id, id) do update set revision = excluded.revision, status = excluded.status,
+              profile = excluded.profile, updated_at = excluded.updated_at`;
+          await tx`
+            insert into match_profile_revisions (environment_id, profile_id, revision, profile, change_set_id)
+            values (${environmentId}, ${p.id}, ${p.revision}, (${body}::text)::jsonb, ${id})`;
+        }
+        results.push({ index: i, type: cs.commands[i]!.type, key: p.key, match_profile_id: p.id, version: p.revision, status: p.status });
+      }
+      const done = await tx`
+        update change_sets set status = 'applied', results = (${JSON.stringify(results)}::text)::jsonb, revision = revision + 1,
+          applied_by = ${actor}, confirmed_by = ${mode === 'confirm' ? actor : null}, applied_at = now(), updated_at = now()
+        where environment_id = ${environmentId} and id = ${id} returning *`;
+      return { changeSet: changeSetRow(done[0]!), awaiting: false };
+      })
+      .catch((err: unknown) => {
+        // Another set created the same key concurrently (unique (environment_id, key)).
+        if ((err as { code?: unknown }).code === '23505') throw new ApiError('already_exists', { message: 'A match profile with this key was created concurrently.' });
+        throw err;
+      });
+    if (!result.awaiting) {
+      this.cache.delete(environmentId);
+      await this.bus.publish(channel, environmentId).catch(() => {});
+    }
+    return result;
+  }
+}
+
+export { profileToWire };

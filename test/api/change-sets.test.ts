@@ -1,0 +1,202 @@
+// Black-box API tests of change sets and match profiles (spec 2.11, 4.8; decisions.md "Change
+// sets"): validation naming the failing command's index, atomic application (all or nothing),
+// expected_version, update semantics (named sections replace, others kept), archive, the live
+// environment's autonomy (limits holds destructive sets for a signed-in owner or admin), and the
+// profile reads by id or key.
+import t from 'tap';
+import { idem, signUp, startForTest } from '../helpers/service.js';
+
+const arena = {
+  type: 'match_profile.create',
+  key: 'arena',
+  metrics: [{ key: 'kills', minimum: 0, maximum: 100 }],
+  duration: { minimum_seconds: 60, maximum_seconds: 3600 },
+  players: { minimum: 2, maximum: 10 },
+  rate_limits: [{ window_seconds: 3600, max_matches: 5 }],
+  outliers: { action: 'hold', hold_metrics: [{ key: 'kills', above: 50 }] },
+};
+
+t.test('change sets and match profiles over the API', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+
+  await t.test('create: stored pending; every command validated, the failing index named', async (t) => {
+    const r = await api.post('/v1/change_sets', { commands: [arena] }, idem());
+    t.equal(r.status, 201);
+    t.match(r.body, { id: /^cs_/, status: 'pending', commands: [arena], revision: 1, created_at: String });
+    const read = await tenant.admin.get(`/v1/change_sets/${r.body.id}`);
+    t.equal(read.status, 200);
+    t.equal(read.body.status, 'pending');
+    t.equal((await api.get('/v1/change_sets/cs_nope')).body.error.code, 'resource_not_found');
+
+    const reserved = await api.post(
+      '/v1/change_sets',
+      { commands: [arena, { ...arena, key: 'b' }, { ...arena, key: 'c', metrics: [{ key: 'won', minimum: 0, maximum: 1 }] }] },
+      idem(),
+    );
+    t.equal(reserved.status, 400);
+    t.match(reserved.body.error, { code: 'validation_failed', param: 'commands[2].metrics[0].key' });
+    const cases: Array<[unknown, string]> = [
+      [{ commands: [{ type: 'notification_template.put', key: 'x' }] }, 'commands[0].type'],
+      [{ commands: [{ ...arena, metrics: [] }] }, 'commands[0].metrics'],
+      [{ commands: [{ ...arena, duration: { minimum_seconds: 0, maximum_seconds: 10 } }] }, 'commands[0].duration.minimum_seconds'],
+      [{ commands: [{ ...arena, players: { minimum: 5, maximum: 101 } }] }, 'commands[0].players.maximum'],
+      [{ commands: [{ ...arena, rate_limits: [{ window_seconds: 59, max_matches: 1 }] }] }, 'commands[0].rate_limits[0].window_seconds'],
+      [{ commands: [{ ...arena, outliers: { action: 'hold', hold_metrics: [{ key: 'deaths', above: 1 }] } }] }, 'commands[0].outliers.hold_metrics[0].key'],
+      [{ commands: [arena, { type: 'match_profile.update', key: 'arena', expected_version: 'x' }] }, 'commands[1].expected_version'],
+      [{ commands: [{ type: 'match_profile.archive', key: 'arena', name: 'x' }] }, 'commands[0].name'],
+      [{ commands: [{ type: 'match_profile.update', metrics: [] }] }, 'commands[0].key'],
+      [{ commands: [{ ...arena, template: {} }] }, 'commands[0].template'],
+      [{ commands: [] }, 'commands'],
+      [{ commands: 'x' }, 'commands'],
+      [{}, 'commands'],
+      [{ commands: [arena], extra: 1 }, 'extra'],
+    ];
+    for (const [body, param] of cases) {
+      const bad = await api.post('/v1/change_sets', body, idem());
+      t.equal(bad.status, 400, param);
+      t.equal(bad.body.error.code, 'validation_failed', param);
+      t.equal(bad.body.error.param, param, JSON.stringify(bad.body.error));
+    }
+    const noKey = await api.post('/v1/change_sets', { commands: [arena] });
+    t.equal(noKey.body.error.code, 'idempotency_key_required');
+  });
+
+  let profileId = '';
+
+  await t.test('apply: atomic, results, applied twice is invalid_state; profiles by id or key', async (t) => {
+    const cs = await api.post('/v1/change_sets', { commands: [arena, { ...arena, key: 'duel', players: { minimum: 2, maximum: 2 } }] }, idem());
+    const ap = await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem());
+    t.equal(ap.status, 201);
+    t.match(ap.body, { change_set_id: cs.body.id, status: 'applied', results: [{ index: 0, type: 'match_profile.create', key: 'arena', match_profile_id: /^mpf_/, version: 1 }, { key: 'duel' }] });
+    profileId = ap.body.results[0].match_profile_id;
+    t.equal((await api.get(`/v1/change_sets/${cs.body.id}`)).body.status, 'applied');
+    const twice = await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem());
+    t.equal(twice.status, 409);
+    t.equal(twice.body.error.code, 'invalid_state');
+    const unknown = await api.post('/v1/change_set_applications', { change_set_id: 'cs_nope' }, idem());
+    t.match(unknown.body.error, { code: 'resource_not_found', param: 'change_set_id' });
+    t.equal((await api.post('/v1/change_set_applications', {}, idem())).body.error.code, 'validation_failed');
+
+    const byId = await api.get(`/v1/match_profiles/${profileId}`);
+    t.equal(byId.status, 200);
+    t.match(byId.body, {
+      id: profileId,
+      key: 'arena',
+      event: 'match.completed',
+      metrics: [{ key: 'kills', minimum: 0, maximum: 100 }],
+      duration: { minimum_seconds: 60, maximum_seconds: 3600 },
+      players: { minimum: 2, maximum: 10 },
+      rate_limits: [{ window_seconds: 3600, max_matches: 5 }],
+      outliers: { action: 'hold', hold_metrics: [{ key: 'kills', above: 50 }] },
+      version: 1,
+      status: 'active',
+      archived_at: null,
+      created_at: String,
+    });
+    t.equal((await tenant.admin.get('/v1/match_profiles/arena')).body.id, profileId, 'by key');
+    t.equal((await api.get('/v1/match_profiles/nope')).body.error.code, 'resource_not_found');
+    const list = await api.get('/v1/match_profiles?limit=1');
+    t.equal(list.body.data.length, 1);
+    t.equal(list.body.has_more, true);
+    const next = await api.get(`/v1/match_profiles?limit=1&cursor=${list.body.next_cursor}`);
+    t.not(next.body.data[0].id, list.body.data[0].id);
+    t.equal(next.body.has_more, false);
+  });
+
+  await t.test('all or nothing: a failing command rolls back the ones before it', async (t) => {
+    const cs = await api.post(
+      '/v1/change_sets',
+      { commands: [{ ...arena, key: 'brawl' }, { type: 'match_profile.update', key: 'arena', expected_version: 7, players: { minimum: 1, maximum: 4 } }] },
+      idem(),
+    );
+    t.equal(cs.status, 201);
+    const ap = await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem());
+    t.equal(ap.status, 409);
+    t.match(ap.body.error, { code: 'stale_write', param: 'commands[1].expected_version' });
+    t.equal((await api.get('/v1/match_profiles/brawl')).status, 404, 'the create before it was rolled back');
+    t.equal((await api.get(`/v1/change_sets/${cs.body.id}`)).body.status, 'pending');
+
+    const dup = await api.post('/v1/change_sets', { commands: [arena] }, idem());
+    const dupAp = await api.post('/v1/change_set_applications', { change_set_id: dup.body.id }, idem());
+    t.match(dupAp.body.error, { code: 'already_exists', param: 'commands[0].key' });
+    const missing = await api.post('/v1/change_sets', { commands: [{ type: 'match_profile.archive', key: 'ghost' }] }, idem());
+    t.equal((await api.post('/v1/change_set_applications', { change_set_id: missing.body.id }, idem())).body.error.code, 'resource_not_found');
+    const cross = await api.post('/v1/change_sets', { commands: [{ type: 'match_profile.update', key: 'arena', metrics: [{ key: 'score', minimum: 0, maximum: 9 }] }] }, idem());
+    const crossAp = await api.post('/v1/change_set_applications', { change_set_id: cross.body.id }, idem());
+    t.match(crossAp.body.error, { code: 'validation_failed', param: 'commands[0].outliers.hold_metrics[0].key' }, 'a hold metric must stay a metric');
+  });
+
+  await t.test('update replaces only the sections it names; revisions count up', async (t) => {
+    const cs = await api.post(
+      '/v1/change_sets',
+      { commands: [{ type: 'match_profile.update', key: 'arena', expected_version: 1, players: { minimum: 1, maximum: 4 } }, { type: 'match_profile.update', key: 'arena', event: 'arena.finished' }] },
+      idem(),
+    );
+    const ap = await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem());
+    t.equal(ap.status, 201, JSON.stringify(ap.body));
+    t.match(ap.body.results, [{ version: 2 }, { version: 3 }]);
+    const p = await api.get('/v1/match_profiles/arena');
+    t.match(p.body, { version: 3, event: 'arena.finished', players: { minimum: 1, maximum: 4 }, rate_limits: [{ window_seconds: 3600, max_matches: 5 }], outliers: { action: 'hold' } });
+    const clear = await api.post('/v1/change_sets', { commands: [{ type: 'match_profile.update', key: 'arena', outliers: null }] }, idem());
+    await api.post('/v1/change_set_applications', { change_set_id: clear.body.id }, idem());
+    t.match((await api.get('/v1/match_profiles/arena')).body, { version: 4, outliers: null });
+  });
+
+  await t.test('archive; an archived profile takes no update', async (t) => {
+    const cs = await api.post('/v1/change_sets', { commands: [{ type: 'match_profile.archive', key: 'duel', expected_version: 1 }] }, idem());
+    const ap = await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem());
+    t.equal(ap.status, 201, 'a test environment applies destructive sets on request');
+    const p = await api.get('/v1/match_profiles/duel');
+    t.match(p.body, { status: 'archived', version: 2, archived_at: String });
+    const upd = await api.post('/v1/change_sets', { commands: [{ type: 'match_profile.update', key: 'duel', players: { minimum: 1, maximum: 2 } }] }, idem());
+    const updAp = await api.post('/v1/change_set_applications', { change_set_id: upd.body.id }, idem());
+    t.equal(updAp.status, 409);
+    t.equal(updAp.body.error.code, 'invalid_state');
+  });
+
+  await t.test('live environment: autonomy limits holds destructive sets for an owner or admin', async (t) => {
+    const pat = anon.with({ authorization: `Bearer ${tenant.pat}`, 'x-service-environment': tenant.liveEnv });
+    const settings = await pat.get('/v1/environment_settings');
+    t.same(settings.body, { environment_id: tenant.liveEnv, runtime_class: 'live', autonomy: 'limits' });
+    const k = await pat.post('/v1/api_keys', { kind: 'secret', name: 'live server' }, idem());
+    const live = anon.with({ authorization: `Bearer ${k.body.token}` });
+    t.equal((await live.get('/v1/environment_settings')).body.error.code, 'forbidden', 'a secret key cannot read or change the autonomy');
+
+    const create = await live.post('/v1/change_sets', { commands: [arena] }, idem());
+    const created = await live.post('/v1/change_set_applications', { change_set_id: create.body.id }, idem());
+    t.equal(created.status, 201, 'non-destructive sets apply on request');
+
+    const archive = await live.post('/v1/change_sets', { commands: [{ type: 'match_profile.archive', key: 'arena' }] }, idem());
+    const held = await live.post('/v1/change_set_applications', { change_set_id: archive.body.id }, idem());
+    t.equal(held.status, 202);
+    t.same(held.body, { change_set_id: archive.body.id, status: 'awaiting_confirmation', results: [] });
+    t.equal((await live.get('/v1/match_profiles/arena')).body.status, 'active', 'not applied yet');
+    t.equal((await live.get(`/v1/change_sets/${archive.body.id}`)).body.status, 'awaiting_confirmation');
+    const bySecret = await live.post(`/v1/change_sets/${archive.body.id}/confirm`, {});
+    t.equal(bySecret.status, 403);
+    t.equal(bySecret.body.error.code, 'forbidden');
+    const confirmed = await pat.post(`/v1/change_sets/${archive.body.id}/confirm`, {});
+    t.equal(confirmed.status, 201);
+    t.match(confirmed.body, { change_set_id: archive.body.id, status: 'applied', results: [{ type: 'match_profile.archive', status: 'archived' }] });
+    t.match((await live.get(`/v1/change_sets/${archive.body.id}`)).body, { status: 'applied', confirmed_by: /^usr_/ });
+    t.equal((await pat.post(`/v1/change_sets/${archive.body.id}/confirm`, {})).body.error.code, 'invalid_state');
+    const pending = await live.post('/v1/change_sets', { commands: [{ ...arena, key: 'other' }] }, idem());
+    t.equal((await pat.post(`/v1/change_sets/${pending.body.id}/confirm`, {})).body.error.code, 'invalid_state', 'only a set awaiting confirmation');
+    t.equal((await pat.post('/v1/change_sets/cs_nope/confirm', {})).body.error.code, 'resource_not_found');
+
+    t.equal((await live.request('PATCH', '/v1/environment_settings', { autonomy: 'auto' })).body.error.code, 'forbidden');
+    t.equal((await pat.patch('/v1/environment_settings', { autonomy: 'sometimes' })).body.error.code, 'validation_failed');
+    const auto = await pat.patch('/v1/environment_settings', { autonomy: 'auto' });
+    t.same(auto.body, { environment_id: tenant.liveEnv, runtime_class: 'live', autonomy: 'auto' });
+    const archive2 = await live.post('/v1/change_sets', { commands: [{ ...arena, key: 'third' }, { type: 'match_profile.archive', key: 'third' }] }, idem());
+    const direct = await live.post('/v1/change_set_applications', { change_set_id: archive2.body.id }, idem());
+    t.equal(direct.status, 201, 'under auto, destructive sets apply on request');
+    t.equal((await live.get('/v1/match_profiles/third')).body.status, 'archived');
+  });
+
+  await t.test('the test environment: profiles are per environment', async (t) => {
+    t.equal((await api.get('/v1/match_profiles/third')).status, 404);
+  });
+});

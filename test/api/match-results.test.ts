@@ -1,0 +1,450 @@
+// Black-box API tests of match results (spec 2.12, 3, 4.9): reporting with every reason code in
+// check order, replay and idempotency_key_reused, ended_at window, unknown customers, archived
+// profiles, secret-key-only access, the review queue and reviews (admit, reject, replay,
+// invalid_state, revoked reporting key), the rule-6 event running through published rules, and
+// rate windows under concurrency (N simultaneous reports for one player never admit more than
+// max_matches).
+import t from 'tap';
+import { parseReport, reportFingerprint } from '../../src/domain/match/report.js';
+import { openSql } from '../../src/persistence/sql/db.js';
+import { type Client, databaseUrl, idem, signUp, startForTest } from '../helpers/service.js';
+
+const minutesAgo = (m: number) => new Date(Date.now() - m * 60_000).toISOString();
+
+export const arena = {
+  type: 'match_profile.create',
+  key: 'arena',
+  metrics: [
+    { key: 'kills', minimum: 0, maximum: 100, per_minute_maximum: 10 },
+    { key: 'score', minimum: 0, maximum: 100000 },
+  ],
+  duration: { minimum_seconds: 60, maximum_seconds: 3600 },
+  players: { minimum: 1, maximum: 10 },
+  rate_limits: [{ window_seconds: 3600, max_matches: 3 }],
+  outliers: { action: 'hold', hold_metrics: [{ key: 'score', above: 50000 }] },
+};
+
+export async function applyCommands(api: Client, commands: unknown[]): Promise<void> {
+  const cs = await api.post('/v1/change_sets', { commands }, idem());
+  if (cs.status !== 201) throw new Error(`change set: ${cs.status} ${JSON.stringify(cs.body)}`);
+  const ap = await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem());
+  if (ap.status !== 201) throw new Error(`apply: ${ap.status} ${JSON.stringify(ap.body)}`);
+}
+
+let matchCounter = 0;
+function report(players: Array<{ ext?: string; id?: string; kills?: number; score?: number; won?: boolean }>, over: Record<string, unknown> = {}) {
+  return {
+    profile: 'arena',
+    match_id: `m-${process.pid}-${++matchCounter}`,
+    started_at: minutesAgo(20),
+    ended_at: minutesAgo(10),
+    players: players.map((p) => ({
+      customer: p.id !== undefined ? { id: p.id } : { external_id: p.ext ?? 'p' },
+      metrics: { kills: p.kills ?? 5, score: p.score ?? 1000 },
+      ...(p.won !== undefined ? { won: p.won } : {}),
+    })),
+    ...over,
+  };
+}
+
+t.test('match results over the API', async (t) => {
+  const { anon, config } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  await applyCommands(api, [arena]);
+  // Only to stage what an interrupted request leaves behind (a player still pending).
+  const sql = openSql({ url: databaseUrl, schema: config.DB_SCHEMA, max: 1 });
+  t.teardown(() => sql.end());
+
+  await t.test('a clean report admits every player and records the rule-6 event', async (t) => {
+    const body = report([{ ext: 'alice', won: true }, { ext: 'bob', won: false }]);
+    const r = await api.post('/v1/match_results', body);
+    t.equal(r.status, 201, JSON.stringify(r.body));
+    t.match(r.body, {
+      id: /^mr_/,
+      match_id: body.match_id,
+      profile: 'arena',
+      match_profile_id: /^mpf_/,
+      profile_revision: 1,
+      event: 'match.completed',
+      status: 'admitted',
+      replayed: false,
+      admission_errors: [],
+      duration_seconds: 600,
+    });
+    const [a] = r.body.players;
+    t.match(a, { id: /^mrp_/, customer_id: /^cust_/, status: 'admitted', reasons: [], event_id: /^evt_/, review: null, won: true });
+    t.equal(a.client_event_id, `${body.match_id}:${a.customer_id}`);
+    const ev = await tenant.admin.get(`/v1/events/${a.event_id}`);
+    t.equal(ev.status, 200);
+    t.match(ev.body, { name: 'match.completed', occurred_at: new Date(Date.parse(body.ended_at)).toISOString(), properties: { kills: 5, score: 1000, match_id: body.match_id, match_profile: 'arena', won: true } });
+  });
+
+  await t.test('an identical repeat is a replay; another body is idempotency_key_reused', async (t) => {
+    const body = report([{ ext: 'rep-1', won: true }, { ext: 'rep-2', won: false }]);
+    const first = await api.post('/v1/match_results', body);
+    t.equal(first.status, 201);
+    const again = await api.post('/v1/match_results', body);
+    t.equal(again.status, 200);
+    t.equal(again.body.replayed, true);
+    t.equal(again.body.id, first.body.id);
+    t.same(again.body.players.map((p: { event_id: string }) => p.event_id), first.body.players.map((p: { event_id: string }) => p.event_id));
+    // Players are a set and timestamps may be spelled differently: still the same report.
+    const reordered = { ...body, players: [body.players[1], body.players[0]], ended_at: body.ended_at.replace('Z', '+00:00') };
+    t.equal((await api.post('/v1/match_results', reordered)).status, 200);
+    const otherWon = { ...body, players: [body.players[0], { ...body.players[1], won: true }] };
+    const reused = await api.post('/v1/match_results', otherWon);
+    t.equal(reused.status, 422);
+    t.equal(reused.body.error.code, 'idempotency_key_reused');
+    t.equal(reused.body.error.param, 'match_id');
+  });
+
+  await t.test('one row per reason code, through the API', async (t) => {
+    const cases: Array<{ name: string; body: ReturnType<typeof report>; status: string; code: string; everyone?: boolean }> = [
+      { name: 'metric_below_minimum', body: report([{ ext: 'r-below', kills: -1 }, { ext: 'r-ok1' }]), status: 'rejected', code: 'metric_below_minimum' },
+      { name: 'metric_above_maximum', body: report([{ ext: 'r-above', kills: 101 }, { ext: 'r-ok2' }]), status: 'rejected', code: 'metric_above_maximum' },
+      {
+        name: 'metric_per_minute_exceeded',
+        body: report([{ ext: 'r-ppm', kills: 60 }], { started_at: minutesAgo(15), ended_at: minutesAgo(10) }),
+        status: 'rejected',
+        code: 'metric_per_minute_exceeded',
+      },
+      {
+        name: 'duration_out_of_bounds',
+        body: report([{ ext: 'r-dur1' }, { ext: 'r-dur2' }], { started_at: new Date(Date.now() - 10 * 60_000 - 30_000).toISOString() }),
+        status: 'rejected',
+        code: 'duration_out_of_bounds',
+        everyone: true,
+      },
+      {
+        name: 'player_count_out_of_bounds',
+        body: report(Array.from({ length: 11 }, (_, i) => ({ ext: `r-count-${i}` }))),
+        status: 'rejected',
+        code: 'player_count_out_of_bounds',
+        everyone: true,
+      },
+      { name: 'outlier (hold)', body: report([{ ext: 'r-outlier', score: 60000 }, { ext: 'r-ok3' }]), status: 'held', code: 'outlier' },
+    ];
+    for (const c of cases) {
+      const r = await api.post('/v1/match_results', c.body);
+      t.equal(r.status, 201, c.name);
+      const p = r.body.players[0];
+      t.equal(p.status, c.status, `${c.name}: verdict`);
+      t.equal(p.reasons[0]?.code, c.code, `${c.name}: reason`);
+      t.equal(p.event_id, null, `${c.name}: no event`);
+      if (c.everyone) t.ok(r.body.players.every((x: { status: string }) => x.status === 'rejected'), `${c.name}: everyone rejected`);
+      else if (r.body.players.length > 1) t.equal(r.body.players[1].status, 'admitted', `${c.name}: the other player is admitted`);
+    }
+    const below = await api.post('/v1/match_results', report([{ ext: 'r-shape', kills: -1 }]));
+    t.match(below.body.players[0].reasons[0], { code: 'metric_below_minimum', message: String, metric: 'kills', value: -1, limit: 0 });
+    t.equal(below.body.status, 'rejected');
+    const mixed = await api.post('/v1/match_results', report([{ ext: 'r-mixed', kills: -1 }, { ext: 'r-ok4' }]));
+    t.equal(mixed.body.status, 'partially_admitted');
+    const held = await api.post('/v1/match_results', report([{ ext: 'r-held', score: 70000 }, { ext: 'r-ok5' }]));
+    t.equal(held.body.status, 'held');
+
+    // rate_limited: the fourth admitted or held match within the hour.
+    const verdicts: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const r = await api.post('/v1/match_results', report([{ ext: 'r-rate', score: i === 0 ? 60000 : 10 }], { ended_at: minutesAgo(10 - i) }));
+      verdicts.push(r.body.players[0].status);
+      if (i === 3) t.match(r.body.players[0].reasons, [{ code: 'rate_limited', limit: 3, value: 3 }]);
+    }
+    t.same(verdicts, ['held', 'admitted', 'admitted', 'rejected'], 'a held match counts toward the window');
+
+    // A bounds rejection is never counted: the window is untouched.
+    for (let i = 0; i < 3; i++) await api.post('/v1/match_results', report([{ ext: 'r-order', kills: 101 }]));
+    const stillFree = await api.post('/v1/match_results', report([{ ext: 'r-order' }]));
+    t.equal(stillFree.body.players[0].status, 'admitted', 'rate windows are only consulted inside the bounds');
+
+    // event_refused: the event id <match_id>:<customer id> was already used with other content.
+    const c = await api.post('/v1/customers', { external_id: 'r-refused' }, idem());
+    const body = report([{ id: c.body.id }]);
+    const pre = await api.post('/v1/events', { id: `${body.match_id}:${c.body.id}`, name: 'match.completed', customer_id: 'r-refused', occurred_at: minutesAgo(1) });
+    t.equal(pre.status, 202);
+    const refused = await api.post('/v1/match_results', body);
+    t.equal(refused.body.players[0].status, 'rejected');
+    t.equal(refused.body.players[0].reasons[0].code, 'event_refused');
+  });
+
+  await t.test('outliers with action reject', async (t) => {
+    await applyCommands(api, [{ ...arena, key: 'strict', rate_limits: [{ window_seconds: 3600, max_matches: 1 }], outliers: { action: 'reject', hold_metrics: [{ key: 'score', above: 50000 }] } }]);
+    const r = await api.post('/v1/match_results', { ...report([{ ext: 'o-rej', score: 60000 }]), profile: 'strict' });
+    t.match(r.body.players[0], { status: 'rejected', reasons: [{ code: 'outlier', metric: 'score', value: 60000, limit: 50000 }] });
+    const next = await api.post('/v1/match_results', { ...report([{ ext: 'o-rej' }]), profile: 'strict' });
+    t.equal(next.body.players[0].status, 'admitted', 'a rejected outlier does not count toward the window');
+  });
+
+  await t.test('report errors', async (t) => {
+    const future = await api.post('/v1/match_results', report([{ ext: 'e-1' }], { started_at: minutesAgo(1), ended_at: new Date(Date.now() + 6 * 60_000).toISOString() }));
+    t.equal(future.status, 400);
+    t.match(future.body.error, { code: 'validation_failed', param: 'ended_at' });
+    const old = await api.post('/v1/match_results', report([{ ext: 'e-1' }], { started_at: minutesAgo(8 * 24 * 60 + 10), ended_at: minutesAgo(8 * 24 * 60) }));
+    t.match(old.body.error, { code: 'validation_failed', param: 'ended_at' });
+    const unknownCustomer = await api.post('/v1/match_results', report([{ id: 'cust_00001M84KXN2SAE60B7HZ04F81HQ7' }]));
+    t.equal(unknownCustomer.status, 404);
+    t.match(unknownCustomer.body.error, { code: 'resource_not_found', param: 'players[0].customer.id' });
+    const unknownProfile = await api.post('/v1/match_results', { ...report([{ ext: 'e-1' }]), profile: 'nope' });
+    t.match(unknownProfile.body.error, { code: 'resource_not_found', param: 'profile' });
+    const missingMetric = report([{ ext: 'e-1' }]);
+    (missingMetric.players[0]!.metrics as Record<string, number>) = { kills: 1 };
+    const mm = await api.post('/v1/match_results', missingMetric);
+    t.match(mm.body.error, { code: 'validation_failed', param: 'players[0].metrics.score' });
+    const extraMetric = report([{ ext: 'e-1' }]);
+    (extraMetric.players[0]!.metrics as Record<string, number>).assists = 1;
+    t.match((await api.post('/v1/match_results', extraMetric)).body.error, { code: 'validation_failed', param: 'players[0].metrics.assists' });
+    const twice = await api.post('/v1/match_results', report([{ ext: 'e-1' }, { ext: 'e-1' }]));
+    t.match(twice.body.error, { code: 'validation_failed', param: 'players[1]' });
+    const c = await api.post('/v1/customers', { external_id: 'e-same' }, idem());
+    const sameCustomer = await api.post('/v1/match_results', report([{ ext: 'e-same' }, { id: c.body.id }]));
+    t.match(sameCustomer.body.error, { code: 'validation_failed', param: 'players[1]' }, 'an external id and an id naming one customer');
+    const none = await api.post('/v1/match_results', report([]));
+    t.match(none.body.error, { code: 'validation_failed', param: 'players' });
+    const bad = await api.post('/v1/match_results', { ...report([{ ext: 'e-1' }]), extra: 1 });
+    t.match(bad.body.error, { code: 'validation_failed', param: 'extra' });
+    const json = await api.request('POST', '/v1/match_results', '{nope', { 'content-type': 'application/json' });
+    t.equal(json.body.error.code, 'invalid_json');
+    const after = await api.get('/v1/customers?limit=200');
+    t.notOk(JSON.stringify(after.body).includes('"e-1"'), 'a refused report creates no customer');
+  });
+
+  await t.test('only secret keys report matches', async (t) => {
+    const pk = await tenant.admin.post('/v1/api_keys', { kind: 'publishable', name: 'web', allowed_events: ['match.completed'] }, idem());
+    const pub = anon.with({ authorization: `Bearer ${pk.body.token}` });
+    const r = await pub.post('/v1/match_results', report([{ ext: 'x' }]));
+    t.equal(r.status, 403);
+    t.equal(r.body.error.code, 'event_requires_secret_key');
+    const pat = await tenant.admin.post('/v1/match_results', report([{ ext: 'x' }]));
+    t.equal(pat.status, 403);
+    t.equal(pat.body.error.code, 'forbidden');
+    const minter = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'minter', scopes: ['customer_sessions:write', 'customers:read'] }, idem());
+    const someone = await api.post('/v1/customers', { external_id: 'session-holder' }, idem());
+    const tok = await anon.with({ authorization: `Bearer ${minter.body.token}` }).post(`/v1/customers/${someone.body.id}/client_token`, {});
+    t.equal(tok.status, 200);
+    const c = await anon.with({ authorization: `Bearer ${tok.body.customer_token}` }).post('/v1/match_results', report([{ ext: 'x' }]));
+    t.equal(c.status, 403, 'a customer session is refused');
+    t.equal(c.body.error.code, 'forbidden');
+    const narrow = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'narrow', scopes: ['events:read'] }, idem());
+    const n = await anon.with({ authorization: `Bearer ${narrow.body.token}` }).post('/v1/match_results', report([{ ext: 'x' }]));
+    t.equal(n.body.error.code, 'insufficient_scope');
+    const none = await anon.post('/v1/match_results', report([{ ext: 'x' }]));
+    t.equal(none.body.error.code, 'authentication_required');
+  });
+
+  await t.test('GET by id or match_id, lists and the review queue (oldest first)', async (t) => {
+    const held1 = await api.post('/v1/match_results', report([{ ext: 'q-1', score: 60000 }]));
+    const held2 = await api.post('/v1/match_results', report([{ ext: 'q-2', score: 60000 }]));
+    const byId = await tenant.admin.get(`/v1/match_results/${held1.body.id}`);
+    t.equal(byId.status, 200);
+    t.equal(byId.body.match_id, held1.body.match_id);
+    t.equal(byId.body.replayed, false);
+    const byMatchId = await api.get(`/v1/match_results/${held1.body.match_id}`);
+    t.equal(byMatchId.body.id, held1.body.id);
+    t.equal((await api.get('/v1/match_results/mr_00000000000000000000000000')).body.error.code, 'resource_not_found');
+    t.equal((await api.get('/v1/match_results/no-such-match')).status, 404);
+
+    const queue = await api.get('/v1/match_results?status=held&limit=200');
+    t.equal(queue.status, 200);
+    const ids = queue.body.data.map((m: { id: string }) => m.id);
+    t.ok(ids.indexOf(held1.body.id) >= 0 && ids.indexOf(held1.body.id) < ids.indexOf(held2.body.id), 'oldest first');
+    t.ok(queue.body.data.every((m: { status: string }) => m.status === 'held'));
+    const page1 = await api.get('/v1/match_results?status=held&limit=1');
+    t.equal(page1.body.data.length, 1);
+    t.equal(page1.body.has_more, true);
+    const page2 = await api.get(`/v1/match_results?status=held&limit=1&cursor=${page1.body.next_cursor}`);
+    t.not(page2.body.data[0].id, page1.body.data[0].id);
+    const all = await api.get('/v1/match_results?limit=2');
+    t.equal(all.body.data.length, 2);
+    t.ok(all.body.data[0].id > all.body.data[1].id, 'other lists are newest first');
+    t.equal((await api.get('/v1/match_results?status=bogus')).body.error.code, 'validation_failed');
+    t.equal((await api.get('/v1/match_results?cursor=%%%')).body.error.code, 'invalid_cursor');
+  });
+
+  await t.test('reviews', async (t) => {
+    const held = await api.post('/v1/match_results', report([{ ext: 'v-1', score: 60000 }, { ext: 'v-2', score: 60000 }, { ext: 'v-3' }]));
+    t.equal(held.body.status, 'held');
+    const [p1, p2, p3] = held.body.players;
+    const review = (id: string, body: unknown, key = idem()) => tenant.admin.post(`/v1/match_result_players/${id}/reviews`, body, key);
+
+    const admitted = await review(p1.id, { decision: 'admit', reason: 'checked the replay' });
+    t.equal(admitted.status, 200);
+    t.match(admitted.body, {
+      player: { id: p1.id, status: 'admitted', event_id: /^evt_/, review: { decision: 'admit', reason: 'checked the replay', actor: /^usr_/, reviewed_at: String } },
+      match_result: { id: held.body.id, status: 'held' },
+      replayed: false,
+    });
+    const ev = await tenant.admin.get(`/v1/events/${admitted.body.player.event_id}`);
+    t.equal(ev.body.occurred_at, new Date(Date.parse(held.body.ended_at)).toISOString(), 'occurred_at is still the match ended_at');
+
+    const same = await review(p1.id, { decision: 'admit', reason: 'again' });
+    t.equal(same.status, 200);
+    t.equal(same.body.replayed, true);
+    t.equal(same.body.player.event_id, admitted.body.player.event_id);
+    const opposite = await review(p1.id, { decision: 'reject' });
+    t.equal(opposite.status, 409);
+    t.equal(opposite.body.error.code, 'invalid_state');
+    const neverHeld = await review(p3.id, { decision: 'admit' });
+    t.equal(neverHeld.body.error.code, 'invalid_state');
+
+    const rejected = await review(p2.id, { decision: 'reject', reason: 'cheating' });
+    t.match(rejected.body, { player: { status: 'rejected', event_id: null, review: { decision: 'reject' } }, match_result: { status: 'partially_admitted' } });
+    t.equal((await api.get(`/v1/match_results/${held.body.id}`)).body.status, 'partially_admitted', 'the match status is derived');
+
+    t.equal((await review('mrp_00000000000000000000000000', { decision: 'admit' })).body.error.code, 'resource_not_found');
+    t.equal((await review(p2.id, { decision: 'maybe' })).body.error.code, 'validation_failed');
+    const noKey = await tenant.admin.post(`/v1/match_result_players/${p2.id}/reviews`, { decision: 'reject' });
+    t.equal(noKey.body.error.code, 'idempotency_key_required');
+    const k = idem();
+    t.equal((await review(p2.id, { decision: 'reject', reason: 'x' }, k)).status, 200);
+    t.equal((await review(p2.id, { decision: 'reject', reason: 'y' }, k)).body.error.code, 'idempotency_key_reused');
+  });
+
+  await t.test('admit is refused while the reporting key is revoked; reject still works', async (t) => {
+    const k = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'reporter' }, idem());
+    const reporter = anon.with({ authorization: `Bearer ${k.body.token}` });
+    const held = await reporter.post('/v1/match_results', report([{ ext: 'rv-1', score: 60000 }, { ext: 'rv-2', score: 60000 }]));
+    t.equal(held.body.status, 'held');
+    t.equal((await tenant.admin.post(`/v1/api_keys/${k.body.id}/revoke`, {})).status, 200);
+    const r = await tenant.admin.post(`/v1/match_result_players/${held.body.players[0].id}/reviews`, { decision: 'admit' }, idem());
+    t.equal(r.status, 403);
+    t.equal(r.body.error.code, 'forbidden');
+    const still = await api.get(`/v1/match_results/${held.body.id}`);
+    t.equal(still.body.players[0].status, 'held', 'the player stays held');
+    const rej = await tenant.admin.post(`/v1/match_result_players/${held.body.players[1].id}/reviews`, { decision: 'reject' }, idem());
+    t.equal(rej.status, 200);
+  });
+
+  await t.test('archived profiles refuse new reports; stored results and pending reviews are kept', async (t) => {
+    await applyCommands(api, [{ ...arena, key: 'old' }]);
+    const held = await api.post('/v1/match_results', { ...report([{ ext: 'ar-1', score: 60000 }]), profile: 'old' });
+    t.equal(held.body.status, 'held');
+    await applyCommands(api, [{ type: 'match_profile.archive', key: 'old' }]);
+    const refused = await api.post('/v1/match_results', { ...report([{ ext: 'ar-2' }]), profile: 'old' });
+    t.equal(refused.body.error.code, 'match_profile_archived');
+    t.equal(refused.body.error.param, 'profile');
+    t.equal((await api.get(`/v1/match_results/${held.body.id}`)).status, 200);
+    const admit = await tenant.admin.post(`/v1/match_result_players/${held.body.players[0].id}/reviews`, { decision: 'admit' }, idem());
+    t.equal(admit.body.player.status, 'admitted', 'a pending review still completes');
+  });
+
+  await t.test('the admitted event runs through published rules', async (t) => {
+    t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+    const rule = await api.post(
+      '/v1/rules',
+      {
+        name: 'win bonus',
+        definition: {
+          schema: 'service.rule/v2',
+          trigger: { kind: 'customer_event', event: 'match.completed' },
+          conditions: { all: [{ path: 'event.properties.won', op: 'eq', value: true }] },
+          trust: { minimum: 'merchant_asserted' },
+          actions: [{ type: 'points.award', currency: 'coins', amount: 25 }],
+        },
+      },
+      idem(),
+    );
+    t.equal(rule.status, 201, JSON.stringify(rule.body));
+    t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+    // Counters count match events like any other event.
+    const wins = await api.post(
+      '/v1/counter_definitions',
+      { name: 'wins', event: 'match.completed', window: { kind: 'lifetime' }, filter: { path: 'event.properties.won', op: 'eq', value: true } },
+      idem(),
+    );
+    t.equal(wins.status, 201, JSON.stringify(wins.body));
+    const r = await api.post('/v1/match_results', report([{ ext: 'rules-w', won: true }, { ext: 'rules-l', won: false }]));
+    t.equal(r.body.status, 'admitted');
+    const [w, l] = r.body.players;
+    const bw = await api.get(`/v1/customers/${w.customer_id}/balances`);
+    const bl = await api.get(`/v1/customers/${l.customer_id}/balances`);
+    t.match(bw.body.data, [{ currency: 'coins', available: 25 }]);
+    t.notOk(bl.body.data.some((b: { available: number }) => b.available > 0));
+    t.same((await api.get(`/v1/customers/${w.customer_id}/state`)).body.counters, { wins: 1 }, 'the win was counted');
+    t.same((await api.get(`/v1/customers/${l.customer_id}/state`)).body.counters, { wins: 0 });
+    // Admitting a held player through a review runs the rules too.
+    const held = await api.post('/v1/match_results', report([{ ext: 'rules-h', won: true, score: 60000 }]));
+    const rev = await tenant.admin.post(`/v1/match_result_players/${held.body.players[0].id}/reviews`, { decision: 'admit' }, idem());
+    t.equal(rev.body.player.status, 'admitted');
+    const bh = await api.get(`/v1/customers/${held.body.players[0].customer_id}/balances`);
+    t.match(bh.body.data, [{ currency: 'coins', available: 25 }]);
+    t.same((await api.get(`/v1/customers/${held.body.players[0].customer_id}/state`)).body.counters, { wins: 1 }, 'a reviewed admit is counted too');
+  });
+
+  await t.test('rule 5: a repeat completes a player an interrupted request left pending, exactly once', async (t) => {
+    const body = report([{ ext: 'rc-1', won: true }, { ext: 'rc-2', won: false }]);
+    const first = await api.post('/v1/match_results', body);
+    t.equal(first.body.status, 'admitted');
+    const p1 = first.body.players[0];
+    t.match((await api.get(`/v1/customers/${p1.customer_id}/balances`)).body.data, [{ currency: 'coins', available: 25 }]);
+    // The request died after the actor step and before the verdict was stored.
+    const errors = [{ player_id: p1.id, customer_id: p1.customer_id, code: 'internal_error', message: 'interrupted' }];
+    await sql`update match_result_players set status = 'pending', event_id = null where id = ${p1.id}`;
+    await sql`update match_results set admission_errors = (${JSON.stringify(errors)}::text)::jsonb where id = ${first.body.id}`;
+    const shown = await api.get(`/v1/match_results/${first.body.id}`);
+    t.match(shown.body.players[0], { status: 'admitted', event_id: null }, 'a pending player shows admitted with event_id null');
+    t.same(shown.body.admission_errors, errors);
+    const again = await api.post('/v1/match_results', body);
+    t.equal(again.status, 200);
+    t.equal(again.body.replayed, true);
+    t.same(again.body.admission_errors, []);
+    t.match(again.body.players[0], { status: 'admitted', event_id: p1.event_id }, 'completed with the event recorded the first time');
+    t.match((await api.get(`/v1/customers/${p1.customer_id}/balances`)).body.data, [{ currency: 'coins', available: 25 }], 'the event ran once');
+  });
+
+  await t.test('duplicate_player_after_merge: a pending player whose customer was merged into another player of the match', async (t) => {
+    const body = report([{ ext: 'dm-a' }, { ext: 'dm-b' }]);
+    const single = { ...body, players: [body.players[0]!] };
+    const first = await api.post('/v1/match_results', single);
+    t.equal(first.body.players[0].status, 'admitted');
+    const a = first.body.players[0].customer_id;
+    const b = await api.post('/v1/customers', { external_id: 'dm-b' }, idem());
+    t.equal((await api.post(`/v1/customers/${a}/aliases`, { alias: 'dm-b', kind: 'anonymous' }, idem())).status, 201);
+    // Stage the report as if dm-b (then its own customer) was stored pending and never reached its actor.
+    const parsed = parseReport(body, Date.now());
+    if (!parsed.ok) throw new Error(parsed.message);
+    await sql`update match_results set fingerprint = ${reportFingerprint(parsed.value)} where id = ${first.body.id}`;
+    await sql`
+      insert into match_result_players (environment_id, id, match_result_id, position, customer_ref, customer_id, metrics, won, status,
+        pending_verdict, client_event_id, created_at, updated_at)
+      values (${tenant.testEnv}, ${`mrp_staged_${process.pid}`}, ${first.body.id}, 1, (${JSON.stringify({ by: 'external_id', value: 'dm-b' })}::text)::jsonb,
+        ${b.body.id}, (${JSON.stringify(body.players[1]!.metrics)}::text)::jsonb, null, 'pending', 'admitted', ${`${body.match_id}:${b.body.id}`}, now(), now())`;
+    const again = await api.post('/v1/match_results', body);
+    t.equal(again.status, 200, JSON.stringify(again.body));
+    t.match(again.body.players[1], { customer_id: b.body.id, status: 'rejected', reasons: [{ code: 'duplicate_player_after_merge' }], event_id: null });
+    t.equal(again.body.status, 'partially_admitted');
+  });
+
+  await t.test('rate windows under concurrency: N simultaneous reports for one player admit exactly max_matches', async (t) => {
+    const n = 12;
+    const results = await Promise.all(
+      Array.from({ length: n }, (_, i) => api.post('/v1/match_results', report([{ ext: 'conc-player' }, { ext: `conc-other-${i}` }], { ended_at: minutesAgo(10 - i * 0.1) }))),
+    );
+    t.ok(results.every((r) => r.status === 201));
+    const statuses = results.map((r) => r.body.players[0].status);
+    t.equal(statuses.filter((s) => s === 'admitted').length, 3, 'max_matches = 3');
+    t.equal(statuses.filter((s) => s === 'rejected').length, n - 3);
+    t.ok(results.every((r) => r.body.players[1].status === 'admitted'), 'the other players are unaffected');
+    const c = await api.get(`/v1/customers/${results[0]!.body.players[0].customer_id}/state`);
+    t.equal(c.status, 200);
+  });
+
+  await t.test('merged customers share their rate windows', async (t) => {
+    let aId = '';
+    for (let i = 0; i < 2; i++) {
+      const r = await api.post('/v1/match_results', report([{ ext: 'merge-a' }], { ended_at: minutesAgo(10 - i) }));
+      t.equal(r.body.players[0].status, 'admitted');
+      aId = r.body.players[0].customer_id;
+    }
+    const b = await api.post('/v1/match_results', report([{ ext: 'merge-b' }], { ended_at: minutesAgo(7) }));
+    t.equal(b.body.players[0].status, 'admitted');
+    const merged = await api.post(`/v1/customers/${aId}/aliases`, { alias: 'merge-b', kind: 'anonymous' }, idem());
+    t.equal(merged.status, 201, JSON.stringify(merged.body));
+    t.equal(merged.body.merged_from, b.body.players[0].customer_id);
+    const after = await api.post('/v1/match_results', report([{ ext: 'merge-a' }], { ended_at: minutesAgo(5) }));
+    t.equal(after.body.players[0].status, 'rejected', 'a (2) + b (1) already hold 3 matches in the hour');
+    t.equal(after.body.players[0].reasons[0]?.code, 'rate_limited');
+    const viaB = await api.post('/v1/match_results', report([{ ext: 'merge-b' }], { ended_at: minutesAgo(4) }));
+    t.equal(viaB.body.players[0].customer_id, aId, 'the merged external id names the survivor');
+    t.equal(viaB.body.players[0].status, 'rejected');
+  });
+});
