@@ -52,6 +52,8 @@ type SnapshotV1 = [
   ruleLimits?: Record<string, number>,
   /** Added with tiers; absent in older snapshots (then empty). */
   tiers?: CustomerState['tiers'],
+  /** Added with segments; absent in older snapshots (then empty). */
+  segmentIds?: string[],
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -74,6 +76,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.ledger,
     s.ruleLimits,
     s.tiers,
+    s.segmentIds,
   ];
   return packr.pack(v1);
 }
@@ -100,6 +103,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     ledger: v[13] ?? emptyLedger(),
     ruleLimits: v[14] ?? {},
     tiers: v[15] ?? {},
+    segmentIds: v[16] ?? [],
   };
 }
 

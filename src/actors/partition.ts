@@ -39,6 +39,7 @@ export type ReplyView =
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | { kind: 'claimed'; mergedFrom: string | null }
   | { kind: 'ledger'; reply: LedgerReply }
+  | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean }
   | { kind: 'done' };
 
 export type CallResult =
@@ -495,6 +496,8 @@ export class Partition {
       case 'event':
         return reply;
       case 'alias':
+        return reply;
+      case 'segment_membership':
         return reply;
       case 'deleted':
       case 'merged':

@@ -19,6 +19,8 @@ export interface CustomerView {
   /** Per currency, as of the view's time (due confirmations and expiries counted). */
   balances: Balance[];
   tiers: Array<{ programId: string; level: string; sinceMs: number }>;
+  /** Ids of the static segments the customer is a member of (names are resolved by the caller). */
+  segmentIds: string[];
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -36,5 +38,6 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
     eventCount: s.events.size,
     balances: balances(s.ledger, nowMs),
     tiers: Object.values(s.tiers).map((t) => ({ programId: t.programId, level: t.level, sinceMs: t.sinceMs })),
+    segmentIds: [...(s.segmentIds ?? [])],
   };
 }

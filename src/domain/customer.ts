@@ -9,6 +9,8 @@ import * as ledger from './ledger.js';
 import { applyRules, type Effect, type RuleFact, type RulesContext, tierFacts } from './rule-effects.js';
 import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 import { SeenEvents } from './seen-events.js';
+import type { CampaignFact } from './campaigns.js';
+import { decideMembership, evolveMembership, type SegmentCommand, type SegmentFact } from './segments.js';
 
 export interface Ctx {
   nowMs: number;
@@ -47,6 +49,8 @@ export interface CustomerState {
   ruleLimits: Record<string, number>;
   /** Standing in each tier program, by program id. */
   tiers: TiersState;
+  /** Ids of the static segments the customer is a member of (membership facts). */
+  segmentIds: string[];
 }
 
 export type Command =
@@ -71,7 +75,9 @@ export type Command =
   | { kind: 'alias.add'; alias: string; aliasKind: string; mergedFrom: string | null }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
-  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] };
+  | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] }
+  /** Static segment membership (idempotent: no fact when nothing changes). */
+  | SegmentCommand;
 
 export type Fact =
   | {
@@ -99,7 +105,9 @@ export type Fact =
   | { kind: 'customer.merged'; into: string; atMs: number }
   | ledger.LedgerFact
   | RuleFact
-  | TierFact;
+  | TierFact
+  | SegmentFact
+  | CampaignFact;
 
 export interface EventReply {
   kind: 'event';
@@ -117,7 +125,8 @@ export type Reply =
   | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
   | { kind: 'deleted' }
   | { kind: 'merged' }
-  | { kind: 'ledger'; reply: ledger.LedgerReply };
+  | { kind: 'ledger'; reply: ledger.LedgerReply }
+  | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean };
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -244,6 +253,15 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const t = tierFacts(cmd.tierPrograms, new Set(touched), null, book, state.tiers, ctx);
       return { ok: true, facts: [...d.facts, ...t.facts], reply: { kind: 'ledger', reply: d.reply } };
     }
+    case 'segment.add_member':
+    case 'segment.remove_member': {
+      const facts = decideMembership(state.segmentIds, cmd, ctx);
+      return {
+        ok: true,
+        facts,
+        reply: { kind: 'segment_membership', segmentId: cmd.segmentId, member: cmd.kind === 'segment.add_member', changed: facts.length > 0 },
+      };
+    }
   }
 }
 
@@ -314,6 +332,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       ledger: ledger.emptyLedger(),
       ruleLimits: {},
       tiers: {},
+      segmentIds: [],
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -354,6 +373,13 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'tier.assigned':
     case 'tier.downgrade_check_scheduled':
       state.tiers = evolveTiers(state.tiers, fact);
+      return state;
+    case 'segment.member_added':
+    case 'segment.member_removed':
+      state.segmentIds = evolveMembership(state.segmentIds, fact);
+      return state;
+    case 'campaign.spent':
+      // Budget accounting lives in the projection (campaign_spend); nothing in customer state.
       return state;
   }
 }

@@ -3,8 +3,10 @@
 // entry as the event: `rule.fired` (limit counts) and ledger entries for points.award. Returns the
 // effects a sync answer reports. Pure: plans and currency configs were loaded before the step.
 // Actions whose mechanics are not in the engine yet are reported as skipped, never half-applied.
+import { type BudgetGrant, budgetKey, type CampaignFact, type CampaignGate, campaignInactiveReason, consumeGrant } from './campaigns.js';
 import * as ledger from './ledger.js';
 import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
+import { type SegmentDef, segmentNames } from './segments.js';
 import { evaluateTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 
 export interface RulesContext {
@@ -12,6 +14,12 @@ export interface RulesContext {
   currencies: readonly ledger.CurrencyConfig[];
   /** Tier programs on the lifetime_earned and balance bases are evaluated after credits. */
   tierPrograms: readonly TierProgram[];
+  /** The environment's segments: `customer.segments` = static memberships + dynamic matches. */
+  segments?: readonly SegmentDef[];
+  /** Campaigns by id: a plan with a campaignId runs only while its campaign is live. */
+  campaigns?: Readonly<Record<string, CampaignGate>>;
+  /** Per command (never cached): what this command may award of each capped campaign currency. */
+  budget?: BudgetGrant;
 }
 
 export type RuleFact = { kind: 'rule.fired'; ruleId: string; versionNumber: number; limitKeys: string[]; atMs: number };
@@ -19,7 +27,7 @@ const allPrograms: ReadonlySet<string> = new Set(['*']);
 
 export type Effect =
   | { type: 'rule.fired'; ruleId: string; version: number }
-  | { type: 'points.awarded'; ruleId: string; currency: string; amount: number; entryId: string }
+  | { type: 'points.awarded'; ruleId: string; currency: string; amount: number; entryId: string; campaignId?: string }
   | { type: 'rule.skipped'; ruleId: string; reason: string; detail: string }
   | { type: 'action.skipped'; ruleId: string; action: string; reason: string }
   | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' };
@@ -30,6 +38,8 @@ export interface RuleSubject {
   ledger: ledger.LedgerState;
   ruleLimits: Record<string, number>;
   tiers: TiersState;
+  /** Ids of the static segments the customer is a member of. */
+  segmentIds?: readonly string[];
 }
 
 /**
@@ -66,6 +76,7 @@ const noCounters: Record<string, number | undefined> = {};
 const noneReady = (): boolean => false;
 const noTiers: Record<string, string> = {};
 const noSegments: readonly string[] = [];
+const noGrant: BudgetGrant = {};
 
 export function limitKey(ruleId: string, limitId: string, scopeKey: string): string {
   return `${ruleId}|${limitId}|${scopeKey}`;
@@ -81,8 +92,8 @@ export function applyRules(
   event: { name: string; properties: Record<string, unknown>; trust: string },
   subject: RuleSubject,
   ctx: ledger.LedgerCtx,
-): { facts: Array<RuleFact | ledger.LedgerFact | TierFact>; effects: Effect[] } {
-  const facts: Array<RuleFact | ledger.LedgerFact | TierFact> = [];
+): { facts: Array<RuleFact | ledger.LedgerFact | TierFact | CampaignFact>; effects: Effect[] } {
+  const facts: Array<RuleFact | ledger.LedgerFact | TierFact | CampaignFact> = [];
   const credited = new Set<string>();
   let evaluate: Set<string> | null = null;
   const effects: Effect[] = [];
@@ -95,15 +106,28 @@ export function applyRules(
       attributes: subject.attributes,
       counters: noCounters,
       countersReady: noneReady,
-      segments: noSegments,
+      segments:
+        rules.segments !== undefined && rules.segments.length > 0
+          ? segmentNames(rules.segments, subject.segmentIds ?? noSegments, subject.attributes)
+          : noSegments,
       tiers: noTiers,
       externalId: subject.externalId,
     },
     limitCounts: (limitId, scopeKey) => subject.ruleLimits[limitKey(ruleIdNow, limitId, scopeKey)] ?? 0,
   };
+  // The step's private copy of the command's budget grant (consumed award by award).
+  let grant: BudgetGrant | null = null;
   for (const plan of rules.plans) {
     if (plan.event !== event.name) continue;
     ruleIdNow = plan.ruleId;
+    const campaign = plan.campaignId != null ? rules.campaigns?.[plan.campaignId] : undefined;
+    if (plan.campaignId != null) {
+      const inactive = campaignInactiveReason(campaign, ctx.nowMs);
+      if (inactive !== null) {
+        effects.push({ type: 'rule.skipped', ruleId: plan.ruleId, reason: 'campaign_inactive', detail: inactive });
+        continue;
+      }
+    }
     const outcome = evaluatePlan(plan, input);
     if (!outcome.fired) {
       effects.push({ type: 'rule.skipped', ruleId: plan.ruleId, reason: outcome.reason, detail: outcome.detail });
@@ -127,6 +151,15 @@ export function applyRules(
         effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: 'action_not_available' });
         continue;
       }
+      // A capped campaign currency: the award must fit in this command's grant.
+      const capped = campaign !== undefined && campaign.capped.includes(action.currency);
+      if (capped) {
+        grant ??= { ...(rules.budget ?? noGrant) };
+        if (!consumeGrant(grant, budgetKey(campaign.id, action.currency), action.amount)) {
+          effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: 'budget_exhausted' });
+          continue;
+        }
+      }
       const d = ledger.decide(
         book,
         {
@@ -141,6 +174,10 @@ export function applyRules(
         ctx,
       );
       if (!d.ok) {
+        if (capped && grant !== null) {
+          const k = budgetKey(campaign.id, action.currency);
+          grant[k] = (grant[k] ?? 0) + action.amount;
+        }
         effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: d.code });
         continue;
       }
@@ -154,8 +191,13 @@ export function applyRules(
         facts.push(f);
       }
       credited.add(action.currency);
+      if (campaign !== undefined) {
+        facts.push({ kind: 'campaign.spent', campaignId: campaign.id, currency: action.currency, amount: action.amount, atMs: ctx.nowMs });
+      }
       if (d.reply.kind === 'ledger.entry') {
-        effects.push({ type: 'points.awarded', ruleId: plan.ruleId, currency: action.currency, amount: action.amount, entryId: d.reply.entry.id });
+        const awarded: Effect = { type: 'points.awarded', ruleId: plan.ruleId, currency: action.currency, amount: action.amount, entryId: d.reply.entry.id };
+        if (campaign !== undefined) awarded.campaignId = campaign.id;
+        effects.push(awarded);
       }
     }
   }
