@@ -16,6 +16,11 @@ import { DueWork } from './jobs/due-work.js';
 import { RuleCatalog } from './catalog/rules.js';
 import { RulesContexts } from './catalog/rules-context.js';
 import { TierProgramCatalog } from './catalog/tier-programs.js';
+import { BudgetAllowances } from './catalog/campaign-budgets.js';
+import { CampaignCatalog } from './catalog/campaigns.js';
+import { SegmentCatalog } from './catalog/segments.js';
+import { campaignRoutes } from './gateway/handlers/campaigns.js';
+import { segmentRoutes } from './gateway/handlers/segments.js';
 import { ledgerRoutes } from './gateway/handlers/ledger.js';
 import { rulesRoutes } from './gateway/handlers/rules.js';
 import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
@@ -138,7 +143,19 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await rules.start();
   const tiers = new TierProgramCatalog(sql, storage.bus, currencies);
   await tiers.start();
-  const rulesContexts = new RulesContexts(rules, currencies, tiers);
+  const segments = new SegmentCatalog(sql, storage.bus);
+  await segments.start();
+  const campaigns = new CampaignCatalog(sql, storage.bus, {
+    segmentExists: async (env, name) => (await segments.byName(env, name)) !== null,
+    currencyExists: async (env, key) => (await currencies.all(env)).some((c) => c.key === key),
+  });
+  await campaigns.start();
+  // Chunks of campaign budgets this node leased; given back when a campaign changes and at stop.
+  const budgets = new BudgetAllowances(sql);
+  campaigns.onChanged = (env) => {
+    void budgets.release(env).catch((err: unknown) => logger.warn({ err }, 'budget release failed'));
+  };
+  const rulesContexts = new RulesContexts(rules, currencies, tiers, segments, campaigns);
   const clocks = new EnvironmentClocks(sql, storage.bus);
   await clocks.start();
   const now = (env: string) => clocks.now(env);
@@ -184,11 +201,14 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         drainProjector: () => projector.drain(),
         nowMs: now,
         rules: (env) => rulesContexts.get(env),
+        budgets,
       }),
+      ...segmentRoutes({ segments, engine, now, members: readModel, drainProjector: () => projector.drain() }),
+      ...campaignRoutes({ campaigns, drainProjector: () => projector.drain() }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...testClockRoutes({ clocks, runDue: (env, nowMs) => dueWork.runForEnvironment(env, nowMs) }),
-      ...rulesRoutes({ rules, pool }),
+      ...rulesRoutes({ rules, pool, campaignExists: (env, id) => campaigns.exists(env, id) }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...customerRoutes({
         engine,
@@ -197,6 +217,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         readModel,
         drainProjector: () => projector.drain(),
         mintCustomerToken: (req) => tenancy.customerTokens.mint(req),
+        segments: (env) => segments.all(env),
       }),
     ],
     authenticate: authenticator.authenticate,
@@ -239,6 +260,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         await publicGrpc.close(2000);
         await dueWork.stop();
         await placement.stop();
+        await budgets.release(null).catch((err: unknown) => logger.warn({ err }, 'budget release failed'));
         await projector.stop();
         await forwardServer.stop();
         forwardClient.close();

@@ -41,8 +41,11 @@ function wrap(condition: unknown): unknown {
 }
 
 function leaves(c: Condition, at: string, out: Array<{ path: string; at: string }>): void {
-  if ('all' in c) c.all.forEach((x, i) => leaves(x, `${at}.all[${i}]`, out));
-  else if ('any' in c) c.any.forEach((x, i) => leaves(x, `${at}.any[${i}]`, out));
+  if ('all' in c) {
+    for (const [i, x] of c.all.entries()) leaves(x, `${at}.all[${i}]`, out);
+  } else if ('any' in c) {
+    for (const [i, x] of c.any.entries()) leaves(x, `${at}.any[${i}]`, out);
+  }
   else if ('not' in c) leaves(c.not, `${at}.not`, out);
   else out.push({ path: `${at}.path`, at: c.path });
 }

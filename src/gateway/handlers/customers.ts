@@ -6,10 +6,11 @@ import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { EngineCommand, Target } from '../../actors/partition.js';
 import type { CustomerView } from '../../actors/views.js';
+import { type SegmentDef, segmentNames } from '../../domain/segments.js';
 import { ApiError } from '../../errors/api-error.js';
-import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
+import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
@@ -87,6 +88,8 @@ export interface CustomerDeps {
     externalId: string;
     credentialId: string;
   }): Promise<{ token: string; expiresAtMs: number }>;
+  /** The environment's segments (state view: static memberships + dynamic matches, by name). */
+  segments?: (environmentId: string) => Promise<SegmentDef[]>;
 }
 
 /** Events included in an export; older ones are summarized by events_since. */
@@ -125,12 +128,12 @@ async function view(deps: CustomerDeps, env: string, target: Target): Promise<Cu
   return reply.customer;
 }
 
-function stateWire(c: CustomerView) {
+function stateWire(c: CustomerView, segments: string[]) {
   return {
     customer: customerWire(c),
     balances: c.balances.map(balanceWire),
     tiers: c.tiers.map((t) => ({ program_id: t.programId, level: t.level, since: iso(t.sinceMs) })),
-    segments: [],
+    segments,
     counters: {},
     challenges: [],
     issuances: [],
@@ -270,7 +273,9 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
         await checkSelf(deps, env, ctx.principal, id);
-        return { status: 200, body: stateWire(await view(deps, env, idTarget(id))) };
+        const c = await view(deps, env, idTarget(id));
+        const defs = deps.segments === undefined ? [] : await deps.segments(env);
+        return { status: 200, body: stateWire(c, segmentNames(defs, c.segmentIds, c.attributes)) };
       },
     }),
     route({

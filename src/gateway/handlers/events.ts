@@ -5,10 +5,10 @@
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { CallResult } from '../../actors/partition.js';
+import { type BudgetGrant, budgetWants, grantUsed } from '../../domain/campaigns.js';
+import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
-import type { Effect, RulesContext } from '../../domain/rule-effects.js';
-import { type BudgetGrant, budgetWants, grantUsed } from '../../domain/campaigns.js';
 import { canonicalJson, hash53 } from '../../util/canonical-json.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
