@@ -17,9 +17,14 @@ interface Holding {
   /** Size of the last chunk leased (top-up threshold). */
   chunk: number;
   leasing: Promise<void> | null;
+  /** What callers waiting for a lease want in total. */
+  demand: number;
   /** A lease that got nothing: do not ask PostgreSQL again before this time. */
   dryUntilMs: number;
 }
+
+/** A caller waits for at most this many leases before taking what the node holds. */
+const leaseAttemptsMax = 8;
 
 export interface BudgetAllowanceOptions {
   /** A chunk is this fraction of the budget (at least what one event needs). */
@@ -46,7 +51,7 @@ export class BudgetAllowances {
     let h = this.held.get(id);
     if (h === undefined) {
       const bar = key.indexOf('|');
-      h = { environmentId, campaignId: key.slice(0, bar), currency: key.slice(bar + 1), local: 0, chunk: 0, leasing: null, dryUntilMs: 0 };
+      h = { environmentId, campaignId: key.slice(0, bar), currency: key.slice(bar + 1), local: 0, chunk: 0, leasing: null, demand: 0, dryUntilMs: 0 };
       this.held.set(id, h);
     }
     return h;
@@ -58,20 +63,43 @@ export class BudgetAllowances {
    * (the budget is running out): the step then skips what does not fit (budget_exhausted).
    */
   grant(environmentId: string, wants: BudgetGrant): BudgetGrant | Promise<BudgetGrant> {
-    const keys = Object.keys(wants);
-    const short = keys.filter((k) => {
+    if (this.shortOf(environmentId, wants).length === 0) return this.take(environmentId, wants);
+    return this.leaseThenTake(environmentId, wants);
+  }
+
+  /** Keys the node holds too little of (and may still ask PostgreSQL for). */
+  private shortOf(environmentId: string, wants: BudgetGrant): string[] {
+    return Object.keys(wants).filter((k) => {
       const h = this.holding(environmentId, k);
       const want = wants[k]!;
       return (want === wantAll ? h.local <= 0 : h.local < want) && Date.now() >= h.dryUntilMs;
     });
-    if (short.length === 0) return this.take(environmentId, wants);
-    return Promise.all(
-      short.map((k) => {
-        const h = this.holding(environmentId, k);
-        const want = wants[k]!;
-        return this.lease(h, want === wantAll ? 1 : want - h.local);
-      }),
-    ).then(() => this.take(environmentId, wants));
+  }
+
+  /**
+   * Concurrent callers share one lease per key; after it, each checks again and takes
+   * synchronously, so a caller that finds too little leases again (bounded attempts).
+   */
+  private async leaseThenTake(environmentId: string, wants: BudgetGrant): Promise<BudgetGrant> {
+    // Waiting callers add up, so one lease covers all of them (not one caller per round trip).
+    const finite = Object.entries(wants).filter(([, w]) => w !== wantAll);
+    for (const [k, w] of finite) this.holding(environmentId, k).demand += w;
+    try {
+      for (let attempt = 0; attempt < leaseAttemptsMax; attempt++) {
+        const short = this.shortOf(environmentId, wants);
+        if (short.length === 0) break;
+        await Promise.all(
+          short.map((k) => {
+            const h = this.holding(environmentId, k);
+            const want = wants[k]!;
+            return this.lease(h, Math.max(want === wantAll ? 1 : want, h.demand) - h.local);
+          }),
+        );
+      }
+    } finally {
+      for (const [k, w] of finite) this.holding(environmentId, k).demand -= w;
+    }
+    return this.take(environmentId, wants);
   }
 
   private take(environmentId: string, wants: BudgetGrant): BudgetGrant {
@@ -99,6 +127,9 @@ export class BudgetAllowances {
   private lease(h: Holding, need: number): Promise<void> {
     if (h.leasing !== null) return h.leasing;
     const run = async () => {
+      // Let the callers of this tick add their demand first: one lease then covers them all.
+      await new Promise((r) => setImmediate(r));
+      need = Math.max(need, h.demand - h.local, 1);
       // One atomic statement: the row lock serializes nodes; reserved never passes amount.
       const rows = await this.sql`
         with cur as (
