@@ -100,16 +100,19 @@ export function applyRules(
   let book = subject.ledger;
   let bookIsCopy = false;
   let ruleIdNow = '';
+  const segmentDefs = rules.segments;
+  let segments: readonly string[] | null = segmentDefs === undefined || segmentDefs.length === 0 ? noSegments : null;
   const input: EvalInput = {
     event,
     customer: {
       attributes: subject.attributes,
       counters: noCounters,
       countersReady: noneReady,
-      segments:
-        rules.segments !== undefined && rules.segments.length > 0
-          ? segmentNames(rules.segments, subject.segmentIds ?? noSegments, subject.attributes)
-          : noSegments,
+      // Resolved on first read: events whose rules never test customer.segments pay nothing.
+      get segments(): readonly string[] {
+        segments ??= segmentNames(segmentDefs ?? [], subject.segmentIds ?? noSegments, subject.attributes);
+        return segments;
+      },
       tiers: noTiers,
       externalId: subject.externalId,
     },
