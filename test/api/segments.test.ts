@@ -102,6 +102,7 @@ t.test('rules on customer.segments: static members and dynamic matches; used seg
   t.match((await order('bob')).body.effects, [{ type: 'rule.skipped', reason: 'segment_not_matched' }]);
   const ann = (await api.get('/v1/customers?external_id=ann')).body.data[0].id;
   t.same((await api.get(`/v1/customers/${ann}/state`)).body.segments, ['vip']);
+  t.same((await api.get(`/v1/customers/${ann}/export`)).body.segments, ['vip'], 'the export lists the segments too');
 
   // Renaming or deleting a segment a rule names: resource_in_use, naming the rule.
   const rename = await api.patch(`/v1/segments/${vip.body.id}`, { name: 'gold' });

@@ -179,6 +179,6 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
     }),
     command('activate', 'Activate a draft or paused campaign (its rules fire inside its schedule)'),
     command('pause', 'Pause an active campaign'),
-    command('end', 'End a campaign (final)'),
+    command('end', 'End a draft, active or paused campaign (ended is final: no edit, no transition)'),
   ];
 }

@@ -304,9 +304,10 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
         await deps.drainProjector();
-        const [events, entries] = await Promise.all([
+        const [events, entries, segmentDefs] = await Promise.all([
           deps.readModel.listCustomerEvents(env, c.id, { limit: exportEventsMax + 1 }),
           deps.readModel.listLedgerEntries(env, c.id, { limit: exportEventsMax, before: null }),
+          deps.segments === undefined ? [] : deps.segments(env),
         ]);
         const shown = events.slice(0, exportEventsMax);
         return {
@@ -327,6 +328,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
             ledger_entries: entries.map(ledgerEntryWire),
             reward_issuances: [],
             tiers: c.tiers.map((x) => ({ program: x.programId, level: x.level, since: iso(x.sinceMs) })),
+            segments: segmentNames(segmentDefs, c.segmentIds, c.attributes),
             challenge_progress: [],
           },
         };
