@@ -130,6 +130,13 @@ t.test('rules on customer.segments: static members and dynamic matches; used seg
   t.equal((await api.patch(`/v1/customers/${cat}`, { attributes: { tier: 'gold' } })).status, 200);
   t.match((await order('cat')).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 5 }], 'attributes match');
   t.same((await api.get(`/v1/customers/${cat}/state`)).body.segments, ['vip']);
-  // A draft that names a segment holds it too.
+  // A published rule's active definition holds the segment, and so does a draft that was never published.
   t.equal((await api.delete(`/v1/segments/${dyn.body.id}`)).body.error.code, 'resource_in_use');
+  const beta = await api.post('/v1/segments', { name: 'beta', kind: 'static' }, idem());
+  const draft = await api.post(
+    '/v1/rules',
+    { name: 'draft', definition: { ...vipRule, conditions: { any: [{ not: { path: 'customer.segments', op: 'contains', value: 'beta' } }] } } },
+    idem(),
+  );
+  t.match((await api.delete(`/v1/segments/${beta.body.id}`)).body.error, { code: 'resource_in_use', details: { rules: [draft.body.id], campaigns: [] } });
 });
