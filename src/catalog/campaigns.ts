@@ -48,6 +48,11 @@ export type CampaignPatch = Partial<CampaignInput>;
 export interface CampaignRefs {
   segmentExists(environmentId: string, name: string): Promise<boolean>;
   currencyExists(environmentId: string, key: string): Promise<boolean>;
+  /**
+   * Other resources that join the campaign through their campaign_id (challenges), by kind:
+   * a delete is resource_in_use while any is listed. Rules are checked by the catalog itself.
+   */
+  otherUsers?(environmentId: string, campaignId: string): Promise<Record<string, string[]>>;
 }
 
 export const campaignChannel = 'campaigns.changed';
@@ -241,6 +246,8 @@ export class CampaignCatalog {
 
   /** Refused while active (invalid_state) or while a non-archived rule names it (resource_in_use). */
   async delete(environmentId: string, id: string): Promise<void> {
+    // Read before the transaction (embedded mode has one connection).
+    const others = Object.entries((await this.refs.otherUsers?.(environmentId, id)) ?? {}).filter(([, ids]) => ids.length > 0);
     await this.sql.begin(async (tx) => {
       const rows = await tx`select * from campaigns where environment_id = ${environmentId} and id = ${id} for update`;
       if (rows.length === 0) throw notFound(id);
@@ -248,12 +255,13 @@ export class CampaignCatalog {
       requireState(c, 'delete');
       const rules = await tx`
         select id from rules where environment_id = ${environmentId} and campaign_id = ${id} and status <> 'archived' order by id`;
-      if (rules.length > 0) {
+      if (rules.length > 0 || others.length > 0) {
         const ids = rules.map((r) => r.id as string);
+        const users = [...ids.map((r) => `rule ${r}`), ...others.flatMap(([kind, xs]) => xs.map((x) => `${kind} ${x}`))];
         throw new ApiError('resource_in_use', {
-          message: `Cannot delete campaign ${id}: used by ${ids.map((r) => `rule ${r}`).join(', ')}.`,
+          message: `Cannot delete campaign ${id}: used by ${users.join(', ')}.`,
           param: 'id',
-          details: { rules: ids },
+          details: { rules: ids, ...Object.fromEntries(others.map(([kind, xs]) => [`${kind}s`, xs])) },
         });
       }
       await tx`delete from campaign_budgets where environment_id = ${environmentId} and campaign_id = ${id}`;
