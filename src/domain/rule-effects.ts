@@ -197,8 +197,10 @@ export function applyRules(
       if (campaign !== undefined) {
         facts.push({ kind: 'campaign.spent', campaignId: campaign.id, currency: action.currency, amount: action.amount, atMs: ctx.nowMs });
       }
-      if (d.reply.kind === 'ledger.entry') {
-        const awarded: Effect = { type: 'points.awarded', ruleId: plan.ruleId, currency: action.currency, amount: action.amount, entryId: d.reply.entry.id };
+      // A campaign award is always reported: the unused part of the grant is computed from these effects.
+      if (d.reply.kind === 'ledger.entry' || campaign !== undefined) {
+        const entryId = d.reply.kind === 'ledger.entry' ? d.reply.entry.id : '';
+        const awarded: Effect = { type: 'points.awarded', ruleId: plan.ruleId, currency: action.currency, amount: action.amount, entryId };
         if (campaign !== undefined) awarded.campaignId = campaign.id;
         effects.push(awarded);
       }
