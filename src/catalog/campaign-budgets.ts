@@ -158,11 +158,12 @@ export class BudgetAllowances {
   /** Gives every chunk this node holds for the environment's campaigns back (a campaign changed). */
   async release(environmentId: string | null): Promise<void> {
     const back: Holding[] = [];
-    for (const [id, h] of this.held) {
+    // Holdings stay (a lease in flight lands in them and stays reserved); only what they hold goes back.
+    for (const h of this.held.values()) {
       if (environmentId !== null && h.environmentId !== environmentId) continue;
-      this.held.delete(id);
       if (h.local > 0) back.push({ ...h });
       h.local = 0;
+      h.dryUntilMs = 0;
     }
     for (const h of back) {
       await this.sql`
