@@ -186,3 +186,26 @@ t.test('the budget cap is never exceeded, with many concurrent events', async (t
   const more = await api.post('/v1/events', { id: 'more-1', name: 'order.completed', customer_id: 'c-1', occurred_at: now(), mode: 'sync' });
   t.match(more.body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 7 }]);
 });
+
+t.test('campaign routes: remaining error codes (scopes, filters, If-Match on transitions, reused keys)', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  const reader = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'reader', scopes: ['programs:read'] }, idem());
+  const ro = anon.with({ authorization: `Bearer ${reader.body.token}` });
+  t.equal((await ro.post('/v1/campaigns', { name: 'x' }, idem())).body.error.code, 'insufficient_scope');
+  const key = idem();
+  const c = await api.post('/v1/campaigns', { name: 'x' }, key);
+  t.equal((await api.post('/v1/campaigns', { name: 'y' }, key)).body.error.code, 'idempotency_key_reused');
+  t.equal((await ro.post(`/v1/campaigns/${c.body.id}/activate`, {})).body.error.code, 'insufficient_scope');
+  t.equal((await ro.delete(`/v1/campaigns/${c.body.id}`)).body.error.code, 'insufficient_scope');
+  t.equal((await ro.get(`/v1/campaigns/${c.body.id}`)).status, 200);
+  t.equal((await api.get('/v1/campaigns?status=running')).body.error.code, 'validation_failed');
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/activate`, {}, { 'if-match': '"5"' })).body.error.code, 'stale_write');
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/activate`, { now: true })).body.error.code, 'validation_failed');
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/end`, {}, { 'if-match': '"1"' })).body.status, 'ended');
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/pause`, {})).body.error.code, 'invalid_state');
+  t.equal((await api.post('/v1/campaigns/cmp_nope/pause', {})).body.error.code, 'resource_not_found');
+  t.equal((await api.post('/v1/campaigns/cmp_nope/end', {})).body.error.code, 'resource_not_found');
+  t.equal((await api.patch(`/v1/campaigns/${c.body.id}`, { starts_at: 'tomorrow' })).body.error.code, 'validation_failed');
+});

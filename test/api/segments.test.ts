@@ -140,3 +140,32 @@ t.test('rules on customer.segments: static members and dynamic matches; used seg
   );
   t.match((await api.delete(`/v1/segments/${beta.body.id}`)).body.error, { code: 'resource_in_use', details: { rules: [draft.body.id], campaigns: [] } });
 });
+
+t.test('segment routes: remaining error codes (scopes, bodies, cursors, dynamic members, reused keys)', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  const reader = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'reader', scopes: ['programs:read', 'customers:read'] }, idem());
+  const ro = anon.with({ authorization: `Bearer ${reader.body.token}` });
+  t.equal((await ro.post('/v1/segments', { name: 'vip', kind: 'static' }, idem())).body.error.code, 'insufficient_scope');
+  const key = idem();
+  t.equal((await api.post('/v1/segments', { name: 'vip', kind: 'static' }, key)).status, 201);
+  const replay = await api.post('/v1/segments', { name: 'vip', kind: 'static' }, key);
+  t.equal(replay.status, 201, 'the same key and body: the stored answer');
+  t.equal((await api.post('/v1/segments', { name: 'other', kind: 'static' }, key)).body.error.code, 'idempotency_key_reused');
+  const vip = (await api.get('/v1/segments')).body.data[0];
+  t.equal((await ro.post(`/v1/segments/${vip.id}/members`, { customer_id: 'ann' }, idem())).body.error.code, 'insufficient_scope');
+  t.equal((await ro.patch(`/v1/segments/${vip.id}`, { name: 'x' })).body.error.code, 'insufficient_scope');
+  t.equal((await ro.delete(`/v1/segments/${vip.id}`)).body.error.code, 'insufficient_scope');
+  t.equal((await ro.get(`/v1/segments/${vip.id}`)).status, 200, 'reading needs programs:read only');
+  t.match((await api.post(`/v1/segments/${vip.id}/members`, {}, idem())).body.error, { code: 'validation_failed', param: 'customer_id' });
+  t.equal((await api.get('/v1/segments?limit=500')).body.error.code, 'validation_failed');
+  t.equal((await api.get(`/v1/segments/${vip.id}/members?cursor=@@`)).body.error.code, 'invalid_cursor');
+  t.equal((await api.get('/v1/segments/seg_nope/members')).body.error.code, 'resource_not_found');
+  t.equal((await api.delete('/v1/segments/seg_nope/members/ann')).body.error.code, 'resource_not_found');
+  const dyn = await api.post('/v1/segments', { name: 'dyn', kind: 'dynamic', condition: { path: 'customer.attributes.a', op: 'eq', value: 1 } }, idem());
+  t.equal((await api.delete(`/v1/segments/${dyn.body.id}/members/ann`)).body.error.code, 'invalid_state');
+  const badPatch = await api.patch(`/v1/segments/${dyn.body.id}`, { condition: { path: 'event.name', op: 'eq', value: 'x' } });
+  t.match(badPatch.body.error, { code: 'validation_failed', param: 'condition.path' });
+  t.match((await api.patch(`/v1/segments/${dyn.body.id}`, { condition: { path: 'customer.attributes.b', op: 'exists' } })).body, { version: 2, condition: { path: 'customer.attributes.b' } });
+});
