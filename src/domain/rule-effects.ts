@@ -155,10 +155,10 @@ export function applyRules(
         continue;
       }
       // A capped campaign currency: the award must fit in this command's grant.
-      const capped = campaign !== undefined && campaign.capped.includes(action.currency);
-      if (capped) {
+      const cappedKey = campaign?.capped.includes(action.currency) ? budgetKey(campaign.id, action.currency) : null;
+      if (cappedKey !== null) {
         grant ??= { ...(rules.budget ?? noGrant) };
-        if (!consumeGrant(grant, budgetKey(campaign.id, action.currency), action.amount)) {
+        if (!consumeGrant(grant, cappedKey, action.amount)) {
           effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: 'budget_exhausted' });
           continue;
         }
@@ -177,10 +177,8 @@ export function applyRules(
         ctx,
       );
       if (!d.ok) {
-        if (capped && grant !== null) {
-          const k = budgetKey(campaign.id, action.currency);
-          grant[k] = (grant[k] ?? 0) + action.amount;
-        }
+        // Not awarded: the grant keeps the amount for later awards of this event.
+        if (cappedKey !== null && grant !== null) grant[cappedKey] = (grant[cappedKey] ?? 0) + action.amount;
         effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: d.code });
         continue;
       }
