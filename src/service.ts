@@ -29,6 +29,11 @@ import { tierProgramOf } from './catalog/rules-context.js';
 import type { TierProgram } from './domain/tiers.js';
 import { counterRoutes } from './gateway/handlers/counters.js';
 import { CounterBackfill } from './jobs/counter-backfill.js';
+import { BudgetAllowances } from './catalog/campaign-budgets.js';
+import { CampaignCatalog } from './catalog/campaigns.js';
+import { SegmentCatalog } from './catalog/segments.js';
+import { campaignRoutes } from './gateway/handlers/campaigns.js';
+import { segmentRoutes } from './gateway/handlers/segments.js';
 import { ledgerRoutes } from './gateway/handlers/ledger.js';
 import { rulesRoutes } from './gateway/handlers/rules.js';
 import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
@@ -169,11 +174,23 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   await tiers.start();
   const challenges = new ChallengeCatalog(sql, storage.bus);
   await challenges.start();
-  const rulesContexts = new RulesContexts(rules, currencies, tiers, challenges);
   const challengeReadModel = new ChallengeReadModel(sql);
   const counters = new CounterCatalog(sql, storage.bus);
   await counters.start();
   const countersContexts = new CountersContexts(counters);
+  const segments = new SegmentCatalog(sql, storage.bus);
+  await segments.start();
+  const campaigns = new CampaignCatalog(sql, storage.bus, {
+    segmentExists: async (env, name) => (await segments.byName(env, name)) !== null,
+    currencyExists: async (env, key) => (await currencies.all(env)).some((c) => c.key === key),
+  });
+  await campaigns.start();
+  // Chunks of campaign budgets this node leased; given back when a campaign changes and at stop.
+  const budgets = new BudgetAllowances(sql);
+  campaigns.onChanged = (env) => {
+    void budgets.release(env).catch((err: unknown) => logger.warn({ err }, 'budget release failed'));
+  };
+  const rulesContexts = new RulesContexts(rules, currencies, tiers, challenges, segments, campaigns);
   const clocks = new EnvironmentClocks(sql, storage.bus);
   await clocks.start();
   const now = (env: string) => clocks.now(env);
@@ -255,6 +272,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         rules: (env) => rulesContexts.get(env),
         afterEvent: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),
         counters: (env, timeZone) => countersContexts.get(env, timeZone),
+        budgets,
       }),
       ...counterRoutes({
         counters,
@@ -264,6 +282,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
           return (await sql`select exists (select 1 from events where environment_id = ${env}) as e`)[0]!.e === true;
         },
       }),
+      ...segmentRoutes({ segments, engine, now, members: readModel, drainProjector: () => projector.drain() }),
+      ...campaignRoutes({ campaigns, drainProjector: () => projector.drain() }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...testClockRoutes({
@@ -283,7 +303,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         audit: new AuditLog(sql),
         drainProjector: () => projector.drain(),
       }),
-      ...rulesRoutes({ rules, pool }),
+      ...rulesRoutes({ rules, pool, campaignExists: (env, id) => campaigns.exists(env, id) }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...rewardRoutes({ engine, now, rewards, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...customerRoutes({
@@ -295,6 +315,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         drainProjector: () => projector.drain(),
         mintCustomerToken: (req) => tenancy.customerTokens.mint(req),
         counterNames: (env) => counters.all(env),
+        segments: (env) => segments.all(env),
       }),
       ...matchRoutes({ profiles: matchProfiles, results: matchResults, nowMs: now }),
     ],
@@ -342,6 +363,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         await challengeEnds.stop();
         await backfill.idle();
         await placement.stop();
+        await budgets.release(null).catch((err: unknown) => logger.warn({ err }, 'budget release failed'));
         await projector.stop();
         await forwardServer.stop();
         forwardClient.close();

@@ -65,6 +65,8 @@ type SnapshotV1 = [
   inventory?: Array<[string, number]>,
   /** Added with match results; absent in older snapshots (then empty). */
   matchRates?: CustomerState['matchRates'],
+  /** Added with segments; absent in older snapshots (then empty). */
+  segmentIds?: string[],
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -92,6 +94,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.counters,
     inventoryPairs(s.inventory),
     s.matchRates,
+    s.segmentIds,
   ];
   return packr.pack(v1);
 }
@@ -123,6 +126,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     counters: v[18] ?? {},
     inventory: inventoryFromPairs(v[19] ?? []),
     matchRates: v[20] ?? {},
+    segmentIds: v[21] ?? [],
   };
 }
 

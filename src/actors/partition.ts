@@ -47,6 +47,7 @@ export type ReplyView =
   | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[]; customerId: string }
   | { kind: 'applied'; changed: boolean }
   | MatchPlayerReply
+  | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean }
   | { kind: 'done' };
 
 export type CallResult =
@@ -510,6 +511,7 @@ export class Partition {
         return reply;
       case 'applied':
       case 'match_player':
+      case 'segment_membership':
         return reply;
       case 'deleted':
       case 'merged':

@@ -30,6 +30,8 @@ export interface CustomerView {
   counters: Record<string, number>;
   /** Items granted by rules, sorted by item key. */
   inventory: Array<{ item: string; quantity: number }>;
+  /** Ids of the static segments the customer is a member of (names are resolved by the caller). */
+  segmentIds: string[];
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -59,5 +61,6 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
     })),
     inventory: inventoryList(s.inventory),
     counters: Object.fromEntries(Object.entries(s.counters ?? {}).map(([id, c]) => [id, counterValue(c, nowMs)])),
+    segmentIds: [...(s.segmentIds ?? [])],
   };
 }

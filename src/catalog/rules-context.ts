@@ -3,7 +3,11 @@
 // catalog and then answered synchronously (no await on the hot path while nothing changed).
 import type { CurrencyConfig } from '../domain/ledger.js';
 import type { RulesContext } from '../domain/rule-effects.js';
+import type { CampaignGate } from '../domain/campaigns.js';
 import type { RulePlan } from '../domain/rules/index.js';
+import { PathSource } from '../domain/rules/paths.js';
+import { Op } from '../domain/rules/ops.js';
+import type { SegmentDef } from '../domain/segments.js';
 import type { TierProgram } from '../domain/tiers.js';
 import type { ChallengeSet } from './challenges.js';
 import type { Currency } from './currencies.js';
@@ -37,12 +41,45 @@ export interface ChallengeSource {
 
 const noChallenges: Promise<ChallengeSet> = Promise.resolve({ timeZone: 'UTC', challenges: [] });
 
+export interface SegmentSource {
+  all(environmentId: string): Promise<SegmentDef[]>;
+}
+export interface CampaignSource {
+  gates(environmentId: string): Promise<Record<string, CampaignGate>>;
+}
+
+const noSegments: Promise<SegmentDef[]> = Promise.resolve([]);
+const noCampaigns: Promise<Record<string, CampaignGate>> = Promise.resolve({});
+
 interface Memo {
   plans: Promise<RulePlan[]>;
   currencies: Promise<Currency[]>;
   tiers: Promise<TierProgram[]>;
   challenges: Promise<ChallengeSet>;
+  segments: Promise<SegmentDef[]>;
+  campaigns: Promise<Record<string, CampaignGate>>;
   value: RulesContext | null;
+}
+
+/**
+ * A campaign rule's plan with the campaign's audience as its first hoisted segment check (the
+ * plan's audience slot), so evaluation skips non-members with segment_not_matched. The audience
+ * is the campaign's current one, not the one at publish time.
+ */
+export function withAudience(plan: RulePlan, campaigns: Readonly<Record<string, CampaignGate>>): RulePlan {
+  const audience = plan.campaignId != null ? campaigns[plan.campaignId]?.audienceSegment : null;
+  if (audience == null) return plan;
+  const leaf = {
+    k: 0 as const,
+    at: 'campaign.audience',
+    path: 'customer.segments',
+    src: PathSource.segments,
+    seg: [],
+    op: Op.contains,
+    opName: 'contains',
+    v: audience,
+  };
+  return { ...plan, segments: [leaf, ...plan.segments.filter((s) => s.at !== 'campaign.audience')] };
 }
 
 export class RulesContexts {
@@ -53,6 +90,8 @@ export class RulesContexts {
     private readonly currencies: CurrencySource,
     private readonly tiers: TierSource,
     private readonly challenges: ChallengeSource | null = null,
+    private readonly segments: SegmentSource | null = null,
+    private readonly campaigns: CampaignSource | null = null,
   ) {}
 
   /** The context (null when the environment has no published rule and no active challenge); sync while the caches hold. */
@@ -61,16 +100,36 @@ export class RulesContexts {
     const currencies = this.currencies.all(environmentId);
     const tiers = this.tiers.all(environmentId);
     const challenges = this.challenges?.active(environmentId) ?? noChallenges;
+    const segments = this.segments?.all(environmentId) ?? noSegments;
+    const campaigns = this.campaigns?.gates(environmentId) ?? noCampaigns;
     const m = this.memo.get(environmentId);
     // The catalogs hand out the same promise until they are invalidated.
-    if (m !== undefined && m.plans === plans && m.currencies === currencies && m.tiers === tiers && m.challenges === challenges) return m.value;
-    return Promise.all([plans, currencies, tiers, challenges]).then(([p, c, t, ch]) => {
+    if (
+      m !== undefined &&
+      m.plans === plans &&
+      m.currencies === currencies &&
+      m.tiers === tiers &&
+      m.challenges === challenges &&
+      m.segments === segments &&
+      m.campaigns === campaigns
+    ) {
+      return m.value;
+    }
+    return Promise.all([plans, currencies, tiers, challenges, segments, campaigns]).then(([p, c, t, ch, s, g]) => {
       const configs: CurrencyConfig[] = c.map((x) => ({ key: x.key, negativeBalance: x.negativeBalance, expiryDays: x.expiryDays }));
-      const value =
+      const value: RulesContext | null =
         p.length === 0 && ch.challenges.length === 0
           ? null
-          : { plans: p, currencies: configs, tierPrograms: t.map(tierProgramOf), challenges: ch.challenges, timeZone: ch.timeZone };
-      this.memo.set(environmentId, { plans, currencies, tiers, challenges, value });
+          : {
+              plans: p.map((x) => withAudience(x, g)),
+              currencies: configs,
+              tierPrograms: t.map(tierProgramOf),
+              challenges: ch.challenges,
+              timeZone: ch.timeZone,
+              segments: s,
+              campaigns: g,
+            };
+      this.memo.set(environmentId, { plans, currencies, tiers, challenges, segments, campaigns, value });
       return value;
     });
   }

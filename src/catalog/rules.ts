@@ -247,11 +247,11 @@ export class RuleCatalog {
     let cached = this.cache.get(environmentId);
     if (!cached) {
       cached = this.sql`
-        select r.priority, v.plan from rules r join rule_versions v on v.environment_id = r.environment_id and v.id = r.active_version_id
+        select r.priority, r.campaign_id, v.plan from rules r join rule_versions v on v.environment_id = r.environment_id and v.id = r.active_version_id
         where r.environment_id = ${environmentId} and r.status = 'published'
         order by r.priority desc, r.id`.then((rows) =>
-        // The plan keeps the priority it was compiled with; the rule's current one wins.
-        rows.map((r) => ({ ...(r.plan as RulePlan), priority: r.priority as number })),
+        // The plan keeps the priority it was compiled with; the rule's current one (and campaign) wins.
+        rows.map((r) => ({ ...(r.plan as RulePlan), priority: r.priority as number, campaignId: (r.campaign_id as string | null) ?? null })),
       );
       cached.catch(() => this.cache.delete(environmentId));
       this.cache.set(environmentId, cached);

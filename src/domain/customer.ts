@@ -16,6 +16,8 @@ import { SeenEvents } from './seen-events.js';
 import { evaluateTier, evolveTiers, reassignTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 import { type MatchCommand, type MatchFact, type MatchPlayerReply, decideMatch, evolveMatch } from './match/actor.js';
 import type { RateState } from './match/rate.js';
+import type { CampaignFact } from './campaigns.js';
+import { decideMembership, evolveMembership, type SegmentCommand, type SegmentFact } from './segments.js';
 
 export interface Ctx {
   nowMs: number;
@@ -64,6 +66,8 @@ export interface CustomerState {
   inventory: InventoryState;
   /** Match rate windows of this customer's ownership group, by match profile id (merged customers' books are joined in). */
   matchRates: RateState;
+  /** Ids of the static segments the customer is a member of (membership facts). */
+  segmentIds: string[];
 }
 
 export type Command =
@@ -114,7 +118,9 @@ export type Command =
    */
   | { kind: 'challenge.run'; command: challenges.Command; challenge: ChallengeRuntime | null; context: ChallengeContext }
   /** Match admission of one player and reviews (domain/match/actor.ts). */
-  | MatchCommand;
+  | MatchCommand
+  /** Static segment membership (idempotent: no fact when nothing changes). */
+  | SegmentCommand;
 
 export type Fact =
   | {
@@ -147,7 +153,9 @@ export type Fact =
   | challenges.ChallengeFact
   | CounterFact
   | InventoryFact
-  | MatchFact;
+  | MatchFact
+  | SegmentFact
+  | CampaignFact;
 
 export interface EventReply {
   kind: 'event';
@@ -170,7 +178,8 @@ export type Reply =
   | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string }
   /** counter.backfill, tier.run_due, tier.reassign: whether anything changed. */
   | { kind: 'applied'; changed: boolean }
-  | MatchPlayerReply;
+  | MatchPlayerReply
+  | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean };
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -350,6 +359,15 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     case 'match.admit':
     case 'match.review':
       return decideMatch(state, cmd, ctx, matchHooks);
+    case 'segment.add_member':
+    case 'segment.remove_member': {
+      const facts = decideMembership(state.segmentIds, cmd, ctx);
+      return {
+        ok: true,
+        facts,
+        reply: { kind: 'segment_membership', segmentId: cmd.segmentId, member: cmd.kind === 'segment.add_member', changed: facts.length > 0 },
+      };
+    }
   }
 }
 
@@ -486,6 +504,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       counters: {},
       inventory: emptyInventory(),
       matchRates: {},
+      segmentIds: [],
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -554,6 +573,13 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'match_rate.released':
     case 'match_rate.merged':
       state.matchRates = evolveMatch(state.matchRates ?? {}, fact);
+      return state;
+    case 'segment.member_added':
+    case 'segment.member_removed':
+      state.segmentIds = evolveMembership(state.segmentIds, fact);
+      return state;
+    case 'campaign.spent':
+      // Budget accounting lives in the projection (campaign_spend); nothing in customer state.
       return state;
   }
 }

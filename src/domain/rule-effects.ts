@@ -2,11 +2,13 @@
 // whose trigger is the event (priority order), and turn what fires into facts in the SAME journal
 // entry as the event: `rule.fired` (limit counts) and ledger entries for points.award. Returns the
 // effects a sync answer reports. Pure: plans and currency configs were loaded before the step.
-// An action that cannot apply (full inventory, ledger refusal) is reported as skipped, never half-applied.
+// An action that cannot apply (full inventory, spent campaign budget, ledger refusal) is reported as skipped, never half-applied.
+import { type BudgetGrant, budgetKey, type CampaignFact, type CampaignGate, campaignInactiveReason, consumeGrant } from './campaigns.js';
 import type { ChallengeEffect, ChallengeRuntime } from './challenge-effects.js';
-import { evolveInventory, grant, type InventoryFact, type InventoryState, inventoryFromPairs, inventoryPairs } from './inventory.js';
+import { evolveInventory, grant as grantItem, type InventoryFact, type InventoryState, inventoryFromPairs, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
 import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
+import { type SegmentDef, segmentNames } from './segments.js';
 import { evaluateTier, type TierFact, type TierMetrics, type TierProgram, type TiersState } from './tiers.js';
 import { type RewardFact, requested } from './rewards.js';
 
@@ -19,6 +21,12 @@ export interface RulesContext {
   challenges?: readonly ChallengeRuntime[];
   /** The environment's IANA time zone (challenge periods); absent: UTC. */
   timeZone?: string;
+  /** The environment's segments: `customer.segments` = static memberships + dynamic matches. */
+  segments?: readonly SegmentDef[];
+  /** Campaigns by id: a plan with a campaignId runs only while its campaign is live. */
+  campaigns?: Readonly<Record<string, CampaignGate>>;
+  /** Per command (never cached): what this command may award of each capped campaign currency. */
+  budget?: BudgetGrant;
 }
 
 export type RuleFact = { kind: 'rule.fired'; ruleId: string; versionNumber: number; limitKeys: string[]; atMs: number };
@@ -26,7 +34,7 @@ const allPrograms: ReadonlySet<string> = new Set(['*']);
 
 export type Effect =
   | { type: 'rule.fired'; ruleId: string; version: number }
-  | { type: 'points.awarded'; ruleId: string; currency: string; amount: number; entryId: string }
+  | { type: 'points.awarded'; ruleId: string; currency: string; amount: number; entryId: string; campaignId?: string }
   | { type: 'rule.skipped'; ruleId: string; reason: string; detail: string }
   | { type: 'action.skipped'; ruleId: string; action: string; reason: string }
   | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' }
@@ -42,6 +50,8 @@ export interface RuleSubject {
   ruleLimits: Record<string, number>;
   tiers: TiersState;
   inventory: InventoryState;
+  /** Ids of the static segments the customer is a member of. */
+  segmentIds?: readonly string[];
 }
 
 /**
@@ -104,6 +114,7 @@ const noCounters: Record<string, number | undefined> = {};
 const noneReady = (): boolean => false;
 const noTiers: Record<string, string> = {};
 const noSegments: readonly string[] = [];
+const noGrant: BudgetGrant = {};
 
 export function limitKey(ruleId: string, limitId: string, scopeKey: string): string {
   return `${ruleId}|${limitId}|${scopeKey}`;
@@ -121,12 +132,12 @@ export function applyRules(
   ctx: ledger.LedgerCtx,
   counters: RuleCounters | null = null,
 ): {
-  facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact | InventoryFact>;
+  facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact | InventoryFact | CampaignFact>;
   effects: Effect[];
   /** challenge.progress actions of the rules that fired (applied by challenge-effects.ts). */
   challengeProgress: Array<{ challengeId: string; ruleId: string }>;
 } {
-  const facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact | InventoryFact> = [];
+  const facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact | InventoryFact | CampaignFact> = [];
   const challengeProgress: Array<{ challengeId: string; ruleId: string }> = [];
   // Later grants in this event must see earlier ones: grant on a private copy once one is made.
   let inventory = subject.inventory;
@@ -137,21 +148,37 @@ export function applyRules(
   let book = subject.ledger;
   let bookIsCopy = false;
   let ruleIdNow = '';
+  const segmentDefs = rules.segments;
+  let segments: readonly string[] | null = segmentDefs === undefined || segmentDefs.length === 0 ? noSegments : null;
   const input: EvalInput = {
     event,
     customer: {
       attributes: subject.attributes,
       counters: counters?.values ?? noCounters,
       countersReady: counters?.ready ?? noneReady,
-      segments: noSegments,
+      // Resolved on first read: events whose rules never test customer.segments pay nothing.
+      get segments(): readonly string[] {
+        segments ??= segmentNames(segmentDefs ?? [], subject.segmentIds ?? noSegments, subject.attributes);
+        return segments;
+      },
       tiers: noTiers,
       externalId: subject.externalId,
     },
     limitCounts: (limitId, scopeKey) => subject.ruleLimits[limitKey(ruleIdNow, limitId, scopeKey)] ?? 0,
   };
+  // The step's private copy of the command's budget grant (consumed award by award).
+  let grant: BudgetGrant | null = null;
   for (const plan of rules.plans) {
     if (plan.event !== event.name) continue;
     ruleIdNow = plan.ruleId;
+    const campaign = plan.campaignId != null ? rules.campaigns?.[plan.campaignId] : undefined;
+    if (plan.campaignId != null) {
+      const inactive = campaignInactiveReason(campaign, ctx.nowMs);
+      if (inactive !== null) {
+        effects.push({ type: 'rule.skipped', ruleId: plan.ruleId, reason: 'campaign_inactive', detail: inactive });
+        continue;
+      }
+    }
     const outcome = evaluatePlan(plan, input);
     if (!outcome.fired) {
       effects.push({ type: 'rule.skipped', ruleId: plan.ruleId, reason: outcome.reason, detail: outcome.detail });
@@ -185,7 +212,7 @@ export function applyRules(
         continue;
       }
       if (action.type === 'item.grant') {
-        const g = grant(inventory, action.item, action.quantity, plan.ruleId, ctx);
+        const g = grantItem(inventory, action.item, action.quantity, plan.ruleId, ctx);
         if (!g.ok) {
           effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: g.reason });
           continue;
@@ -200,6 +227,15 @@ export function applyRules(
         continue;
       }
       // points.award (every other action type was handled above).
+      // A capped campaign currency: the award must fit in this command's grant.
+      const cappedKey = campaign?.capped.includes(action.currency) ? budgetKey(campaign.id, action.currency) : null;
+      if (cappedKey !== null) {
+        grant ??= { ...(rules.budget ?? noGrant) };
+        if (!consumeGrant(grant, cappedKey, action.amount)) {
+          effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: 'budget_exhausted' });
+          continue;
+        }
+      }
       const d = ledger.decide(
         book,
         {
@@ -214,6 +250,8 @@ export function applyRules(
         ctx,
       );
       if (!d.ok) {
+        // Not awarded: the grant keeps the amount for later awards of this event.
+        if (cappedKey !== null && grant !== null) grant[cappedKey] = (grant[cappedKey] ?? 0) + action.amount;
         effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: d.code });
         continue;
       }
@@ -227,8 +265,15 @@ export function applyRules(
         facts.push(f);
       }
       credited.add(action.currency);
-      if (d.reply.kind === 'ledger.entry') {
-        effects.push({ type: 'points.awarded', ruleId: plan.ruleId, currency: action.currency, amount: action.amount, entryId: d.reply.entry.id });
+      if (campaign !== undefined) {
+        facts.push({ kind: 'campaign.spent', campaignId: campaign.id, currency: action.currency, amount: action.amount, atMs: ctx.nowMs });
+      }
+      // A campaign award is always reported: the unused part of the grant is computed from these effects.
+      if (d.reply.kind === 'ledger.entry' || campaign !== undefined) {
+        const entryId = d.reply.kind === 'ledger.entry' ? d.reply.entry.id : '';
+        const awarded: Effect = { type: 'points.awarded', ruleId: plan.ruleId, currency: action.currency, amount: action.amount, entryId };
+        if (campaign !== undefined) awarded.campaignId = campaign.id;
+        effects.push(awarded);
       }
     }
   }

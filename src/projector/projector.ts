@@ -297,6 +297,20 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
         case 'tier.downgrade_check_scheduled':
           out.push({ kind: 'tier.set', environmentId, customerId, programId: f.programId, level: null, sinceMs: null, nextCheckMs: f.nextDowngradeCheckMs });
           break;
+        case 'segment.member_added':
+        case 'segment.member_removed':
+          out.push({
+            kind: 'segment_member.set',
+            environmentId,
+            segmentId: f.segmentId,
+            customerId,
+            member: f.kind === 'segment.member_added',
+            atMs: f.atMs,
+          });
+          break;
+        case 'campaign.spent':
+          out.push({ kind: 'campaign.spent', environmentId, campaignId: f.campaignId, currency: f.currency, amount: f.amount });
+          break;
         case 'ledger.entry_recorded':
         case 'ledger.pending_confirmed':
         case 'ledger.pending_cancelled':

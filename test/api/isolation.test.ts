@@ -40,6 +40,9 @@ interface Ids {
   matchId: string;
   /** A held match result player. */
   matchPlayer: string;
+  /** A static segment (the customer is a member) and a campaign. */
+  segment: string;
+  campaign: string;
 }
 
 interface RouteCase {
@@ -180,6 +183,24 @@ const routes: RouteCase[] = [
     path: (i) => `/v1/counter_definitions/${i.counter}/backfill`,
     body: () => ({}),
   },
+  { name: 'GET segment', method: 'GET', openapi: '/v1/segments/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/segments/${i.segment}` },
+  { name: 'PATCH segment', method: 'PATCH', openapi: '/v1/segments/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/segments/${i.segment}`, body: () => ({ name: 'hijacked' }) },
+  { name: 'GET segment members', method: 'GET', openapi: '/v1/segments/{id}/members', allow: management, scope: 'customers:read', path: (i) => `/v1/segments/${i.segment}/members` },
+  {
+    name: 'POST segment members',
+    method: 'POST',
+    openapi: '/v1/segments/{id}/members',
+    allow: management,
+    scope: 'customers:write',
+    path: (i) => `/v1/segments/${i.segment}/members`,
+    body: (i) => ({ customer_id: i.eventCustomer }),
+    idempotent: true,
+  },
+  { name: 'GET campaign', method: 'GET', openapi: '/v1/campaigns/{id}', allow: management, scope: 'programs:read', path: (i) => `/v1/campaigns/${i.campaign}` },
+  { name: 'PATCH campaign', method: 'PATCH', openapi: '/v1/campaigns/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/campaigns/${i.campaign}`, body: () => ({ name: 'hijacked' }) },
+  { name: 'POST campaign activate', method: 'POST', openapi: '/v1/campaigns/{id}/activate', allow: management, scope: 'programs:write', path: (i) => `/v1/campaigns/${i.campaign}/activate`, body: () => ({}) },
+  { name: 'POST campaign pause', method: 'POST', openapi: '/v1/campaigns/{id}/pause', allow: management, scope: 'programs:write', path: (i) => `/v1/campaigns/${i.campaign}/pause`, body: () => ({}) },
+  { name: 'POST campaign end', method: 'POST', openapi: '/v1/campaigns/{id}/end', allow: management, scope: 'programs:write', path: (i) => `/v1/campaigns/${i.campaign}/end`, body: () => ({}) },
   { name: 'GET memberships', method: 'GET', openapi: '/v1/organizations/{id}/memberships', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships`, organizationScoped: true },
   {
     name: 'POST memberships',
@@ -279,6 +300,16 @@ const routes: RouteCase[] = [
     idempotent: true,
   },
   { name: 'DELETE customer', method: 'DELETE', openapi: '/v1/customers/{id}', allow: management, scope: 'customers:write', path: (i) => `/v1/customers/${i.customer}` },
+  {
+    name: 'DELETE segment member',
+    method: 'DELETE',
+    openapi: '/v1/segments/{id}/members/{customer_id}',
+    allow: management,
+    scope: 'customers:write',
+    path: (i) => `/v1/segments/${i.segment}/members/${i.customer}`,
+  },
+  { name: 'DELETE segment', method: 'DELETE', openapi: '/v1/segments/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/segments/${i.segment}` },
+  { name: 'DELETE campaign', method: 'DELETE', openapi: '/v1/campaigns/{id}', allow: management, scope: 'programs:write', path: (i) => `/v1/campaigns/${i.campaign}` },
   { name: 'DELETE membership', method: 'DELETE', openapi: '/v1/organizations/{id}/memberships/{user_id}', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships/${i.member}`, organizationScoped: true },
 ];
 
@@ -302,6 +333,8 @@ const nowhere: Ids = {
   matchResult: 'mr_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
   matchId: 'no-such-match-anywhere',
   matchPlayer: 'mrp_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  segment: 'seg_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+  campaign: 'cmp_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
 };
 
 const now = () => new Date(Date.now() - 1000).toISOString();
@@ -418,6 +451,11 @@ t.test('tenant isolation', async (t) => {
     });
     t.equal(mr.status, 201, `${label}: match reported`);
     t.equal(mr.body.players[0].status, 'held', `${label}: player held`);
+    const seg = await server.post('/v1/segments', { name: 'vip', kind: 'static' }, idem());
+    t.equal(seg.status, 201, `${label}: segment created`);
+    t.equal((await server.post(`/v1/segments/${seg.body.id}/members`, { customer_id: c.body.id }, idem())).status, 201, `${label}: member added`);
+    const cmp = await server.post('/v1/campaigns', { name: 'Spring', audience_segment: 'vip', budgets: [{ currency: 'coins', amount: 500 }] }, idem());
+    t.equal(cmp.status, 201, `${label}: campaign created`);
     return {
       customer: c.body.id,
       eventCustomer: ec.body.data[0].id,
@@ -437,6 +475,8 @@ t.test('tenant isolation', async (t) => {
       matchResult: mr.body.id,
       matchId,
       matchPlayer: mr.body.players[0].id,
+      segment: seg.body.id,
+      campaign: cmp.body.id,
     };
   }
 
@@ -524,6 +564,31 @@ t.test('tenant isolation', async (t) => {
     }
     const create = await bPatInA.post('/v1/api_keys', { kind: 'secret', name: 'intruder' }, idem());
     t.same({ status: create.status, code: create.body?.error?.code }, { status: 404, code: 'resource_not_found' }, 'POST /v1/api_keys');
+  });
+
+  await t.test("B's own segments, campaigns and rules cannot reach A's customers, campaigns or segments", async (t) => {
+    const server = bTest.server;
+    const seg = await server.post('/v1/segments', { name: 'b-vip', kind: 'static' }, idem());
+    t.equal(seg.status, 201);
+    for (const ref of [aTest.customer, aTest.eventCustomer, aTest.externalId]) {
+      const r = await server.post(`/v1/segments/${seg.body.id}/members`, { customer_id: ref }, idem());
+      t.same({ status: r.status, code: r.body?.error?.code }, { status: 404, code: 'resource_not_found' }, `B's segment + A's customer ${ref}`);
+      const d = await server.delete(`/v1/segments/${seg.body.id}/members/${ref}`);
+      t.same({ status: d.status, code: d.body?.error?.code }, { status: 404, code: 'resource_not_found' }, `remove A's customer ${ref} from B's segment`);
+    }
+    t.same((await server.get(`/v1/segments/${seg.body.id}/members`)).body.data, [], "A's customers are not B's members");
+    const rule = await server.post(
+      '/v1/rules',
+      { name: 'r', campaign_id: aTest.campaign, definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'app.opened' }, actions: [{ type: 'tier.evaluate' }] } },
+      idem(),
+    );
+    t.match(rule.body.error, { code: 'resource_not_found', param: 'campaign_id' }, "a rule cannot join A's campaign");
+    const cmp = await server.post('/v1/campaigns', { name: 'x', audience_segment: 'vip' }, idem());
+    t.match(cmp.body.error, { code: 'resource_not_found', param: 'audience_segment' }, "A's segment names are not B's");
+    const a = await aTestCreds.server.get(`/v1/segments/${aTest.segment}/members`);
+    t.same(a.body.data.map((m: { customer_id: string }) => m.customer_id), [aTest.customer], "A's segment still has exactly A's member");
+    const ac = await aTestCreds.server.get(`/v1/campaigns/${aTest.campaign}`);
+    t.match(ac.body, { name: 'Spring', status: 'draft', version: 1 }, "A's campaign unchanged");
   });
 
   await t.test("a replayed refusal for A's id is the stored 404, unchanged", async (t) => {

@@ -18,16 +18,19 @@ t.test('rules', async (t) => {
   const api = tenant.server;
 
   let ruleId = '';
+  // Rules join a campaign through campaign_id, which must name a campaign of the environment.
+  const camp1 = (await api.post('/v1/campaigns', { name: 'Campaign 1' }, idem())).body.id as string;
+  const camp2 = (await api.post('/v1/campaigns', { name: 'Campaign 2' }, idem())).body.id as string;
 
   await t.test('create is idempotent and answers a draft', async (t) => {
     const key = idem();
-    const body = { name: 'Big orders', definition: definition(10), priority: 5, campaign_id: 'camp_1' };
+    const body = { name: 'Big orders', definition: definition(10), priority: 5, campaign_id: camp1 };
     const r = await api.post('/v1/rules', body, key);
     t.equal(r.status, 201);
     t.match(r.body, {
       id: /^rule_/,
       name: 'Big orders',
-      campaign_id: 'camp_1',
+      campaign_id: camp1,
       status: 'draft',
       priority: 5,
       active_version: null,
@@ -174,7 +177,7 @@ t.test('rules', async (t) => {
 
   await t.test('list filters by status and campaign_id and pages', async (t) => {
     const second = (await api.post('/v1/rules', { name: 'Second', definition: definition(1) }, idem())).body;
-    const third = (await api.post('/v1/rules', { name: 'Third', definition: definition(1), campaign_id: 'camp_2' }, idem())).body;
+    const third = (await api.post('/v1/rules', { name: 'Third', definition: definition(1), campaign_id: camp2 }, idem())).body;
     const drafts = await api.get('/v1/rules?status=draft');
     t.same(drafts.body.data.map((r: { id: string }) => r.id).sort(), [second.id, third.id].sort());
     const published = await api.get('/v1/rules?status=published');
@@ -182,7 +185,7 @@ t.test('rules', async (t) => {
       published.body.data.map((r: { id: string }) => r.id),
       [ruleId],
     );
-    const camp = await api.get('/v1/rules?campaign_id=camp_2');
+    const camp = await api.get(`/v1/rules?campaign_id=${camp2}`);
     t.same(
       camp.body.data.map((r: { id: string }) => r.id),
       [third.id],

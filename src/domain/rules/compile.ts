@@ -97,6 +97,8 @@ export interface RulePlan {
   actions: PlanAction[];
   /** True when every action is static: evaluation returns `actions` itself, allocating nothing. */
   staticActions: boolean;
+  /** The rule's campaign (set when published plans are loaded; the rule's current campaign_id). */
+  campaignId?: string | null;
 }
 
 export type RuleCompilation = { ok: true; plan: RulePlan } | { ok: false; problems: RuleProblem[] };

@@ -6,10 +6,11 @@ import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { EngineCommand, Target } from '../../actors/partition.js';
 import type { CustomerView } from '../../actors/views.js';
+import { type SegmentDef, segmentNames } from '../../domain/segments.js';
 import { ApiError } from '../../errors/api-error.js';
-import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
+import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
@@ -94,6 +95,8 @@ export interface CustomerDeps {
     externalId: string;
     credentialId: string;
   }): Promise<{ token: string; expiresAtMs: number }>;
+  /** The environment's segments (state view: static memberships + dynamic matches, by name). */
+  segments?: (environmentId: string) => Promise<SegmentDef[]>;
 }
 
 /** Events included in an export; older ones are summarized by events_since. */
@@ -132,14 +135,14 @@ async function view(deps: CustomerDeps, env: string, target: Target): Promise<Cu
   return reply.customer;
 }
 
-function stateWire(c: CustomerView, counterNames: ReadonlyArray<{ id: string; name: string }>) {
+function stateWire(c: CustomerView, counterNames: ReadonlyArray<{ id: string; name: string }>, segments: string[]) {
   const counters: Record<string, number> = {};
   for (const d of counterNames) counters[d.name] = c.counters?.[d.id] ?? 0;
   return {
     customer: customerWire(c),
     balances: c.balances.map(balanceWire),
     tiers: c.tiers.map((t) => ({ program_id: t.programId, level: t.level, since: iso(t.sinceMs) })),
-    segments: [],
+    segments,
     counters,
     challenges: c.challenges.map((x) => ({ challenge_id: x.challengeId, period_key: x.periodKey, count: x.count, status: x.status })),
     issuances: c.issuances.map((i) => ({ id: i.id, reward_id: i.rewardId, status: i.status, expires_at: iso(i.expiresAtMs) })),
@@ -281,8 +284,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
         await checkSelf(deps, env, ctx.principal, id);
-        const [v, names] = await Promise.all([view(deps, env, idTarget(id)), deps.counterNames?.(env) ?? []]);
-        return { status: 200, body: stateWire(v, names) };
+        const [v, names, defs] = await Promise.all([view(deps, env, idTarget(id)), deps.counterNames?.(env) ?? [], deps.segments?.(env) ?? []]);
+        return { status: 200, body: stateWire(v, names, segmentNames(defs, v.segmentIds, v.attributes)) };
       },
     }),
     route({
@@ -311,10 +314,11 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
         await deps.drainProjector();
-        const [events, entries, progress] = await Promise.all([
+        const [events, entries, progress, segmentDefs] = await Promise.all([
           deps.readModel.listCustomerEvents(env, c.id, { limit: exportEventsMax + 1 }),
           deps.readModel.listLedgerEntries(env, c.id, { limit: exportEventsMax, before: null }),
           deps.challengeProgress?.(env, c.id) ?? [],
+          deps.segments?.(env) ?? [],
         ]);
         const shown = events.slice(0, exportEventsMax);
         return {
@@ -344,6 +348,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
             })),
             tiers: c.tiers.map((x) => ({ program: x.programId, level: x.level, since: iso(x.sinceMs) })),
             inventory: c.inventory,
+            segments: segmentNames(segmentDefs, c.segmentIds, c.attributes),
             challenge_progress: progress.map((p) => ({ challenge: p.challengeId, period_key: p.periodKey, count: p.count, completed_at: iso(p.completedAtMs) })),
           },
         };

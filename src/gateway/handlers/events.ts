@@ -5,10 +5,11 @@
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { CallResult } from '../../actors/partition.js';
+import { type BudgetGrant, budgetWants, grantUsed } from '../../domain/campaigns.js';
+import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { CountersContext } from '../../domain/counters.js';
-import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import { canonicalJson, hash53 } from '../../util/canonical-json.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
@@ -75,6 +76,11 @@ export interface EventDeps {
   afterEvent?(environmentId: string, customerId: string, effects: readonly Effect[]): void;
   /** Counter definitions and the environment's time zone (sync when cached); absent: no counters. */
   counters?(environmentId: string, timeZone: string): CountersContext | null | Promise<CountersContext | null>;
+  /** The node's campaign budget allowance (grants taken before the step, the rest given back after). */
+  budgets?: {
+    grant(environmentId: string, wants: BudgetGrant): BudgetGrant | Promise<BudgetGrant>;
+    giveBack(environmentId: string, grant: BudgetGrant, used: BudgetGrant): void;
+  };
 }
 
 type ItemResult = { status: number; body: Record<string, unknown> };
@@ -108,9 +114,19 @@ async function recordOne(
   }
   const fp = hash53(canonicalJson([ev.name, ev.customer_id, occurredAtMs, ev.properties]));
   const loaded = deps.rules(env);
-  const rules = loaded instanceof Promise ? await loaded : loaded;
+  let rules = loaded instanceof Promise ? await loaded : loaded;
   const countersLoaded = deps.counters?.(env, timeZone) ?? null;
   const counters = countersLoaded instanceof Promise ? await countersLoaded : countersLoaded;
+  // Capped campaign awards: take a grant from the node's allowance before the step.
+  let grant: BudgetGrant | null = null;
+  if (rules?.campaigns !== undefined && deps.budgets !== undefined) {
+    const wants = budgetWants(rules.plans, rules.campaigns, ev, nowMs);
+    if (Object.keys(wants).length > 0) {
+      const g = deps.budgets.grant(env, wants);
+      grant = g instanceof Promise ? await g : g;
+      rules = { ...rules, budget: grant };
+    }
+  }
   const pending = deps.engine.execute({
     env,
     target: { by: 'key', key: ev.customer_id },
@@ -128,6 +144,19 @@ async function recordOne(
     },
     nowMs,
   });
+  if (grant !== null && deps.budgets !== undefined) {
+    const budgets = deps.budgets;
+    const taken = grant;
+    // The unused part goes back once the step answered; an unknown outcome keeps it (never over-award).
+    void pending.then(
+      (r) => {
+        if (r.ok === true && r.reply.kind === 'event') budgets.giveBack(env, taken, grantUsed(r.reply.effects));
+        // internal_error may follow a journal append of unknown outcome: keep the grant then.
+        else if (r.ok === false && r.code !== 'internal_error') budgets.giveBack(env, taken, {});
+      },
+      () => {},
+    );
+  }
   let result: CallResult;
   if (sync) {
     const raced = await Promise.race([pending, sleep(limits.syncEvaluationWaitMs)]);
@@ -159,7 +188,9 @@ export function effectWire(e: Effect): Record<string, unknown> {
     case 'rule.fired':
       return { type: e.type, rule_id: e.ruleId, version: e.version };
     case 'points.awarded':
-      return { type: e.type, rule_id: e.ruleId, currency: e.currency, amount: e.amount, ledger_entry_id: e.entryId };
+      return e.campaignId === undefined
+        ? { type: e.type, rule_id: e.ruleId, currency: e.currency, amount: e.amount, ledger_entry_id: e.entryId }
+        : { type: e.type, rule_id: e.ruleId, currency: e.currency, amount: e.amount, ledger_entry_id: e.entryId, campaign_id: e.campaignId };
     case 'rule.skipped':
       return { type: e.type, rule_id: e.ruleId, reason: e.reason, detail: e.detail };
     case 'action.skipped':

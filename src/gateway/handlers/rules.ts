@@ -20,6 +20,8 @@ import { iso } from '../wire.js';
 export interface RulesDeps {
   rules: RuleCatalog;
   pool: WorkerPool;
+  /** campaign_id must name a campaign of the environment (404 resource_not_found otherwise). */
+  campaignExists?: (environmentId: string, id: string) => Promise<boolean>;
 }
 
 const definitionField = z.custom<unknown>((v) => v !== undefined && v !== null, 'A rule definition document is required.');
@@ -144,6 +146,11 @@ function reply(rule: Rule, status = 200) {
 export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
   const { rules, pool } = deps;
 
+  const checkCampaign = async (env: string, id: string | null | undefined): Promise<void> => {
+    if (id == null || deps.campaignExists === undefined) return;
+    if (!(await deps.campaignExists(env, id))) throw new ApiError('resource_not_found', { message: `No campaign ${id}.`, param: 'campaign_id' });
+  };
+
   const compile = async (definition: unknown, meta: RuleMeta): Promise<RulePlan> => {
     const r = await pool.run({ kind: 'rule.compile', definition, meta });
     if (r.kind !== 'rule.compiled') throw new ApiError('internal_error');
@@ -177,6 +184,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
         checkDefinition(b.definition);
+        await checkCampaign(environmentIdOf(ctx.principal), b.campaign_id);
         const rule = await rules.create(environmentIdOf(ctx.principal), { name: b.name, definition: b.definition, priority: b.priority, campaignId: b.campaign_id });
         return reply(rule, 201);
       },
@@ -220,6 +228,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const b = ctx.body;
         if (b.definition !== undefined) checkDefinition(b.definition);
+        await checkCampaign(environmentIdOf(ctx.principal), b.campaign_id);
         const expected = expectedVersion(ctx.headers);
         const patch: { name?: string; campaignId?: string | null; priority?: number; definition?: unknown } = {};
         if (b.name !== undefined) patch.name = b.name;

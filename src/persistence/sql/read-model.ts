@@ -106,7 +106,11 @@ export type Projection =
       level: string | null;
       sinceMs: number | null;
       nextCheckMs: number | null;
-    };
+    }
+  /** Static segment membership: the last fact per (segment, customer) wins. */
+  | { kind: 'segment_member.set'; environmentId: string; segmentId: string; customerId: string; member: boolean; atMs: number }
+  /** What a campaign's rules awarded: added to campaign_spend. */
+  | { kind: 'campaign.spent'; environmentId: string; campaignId: string; currency: string; amount: number };
 
 export interface CustomerRow {
   environmentId: string;
@@ -293,6 +297,8 @@ export class PgReadModel {
         'challenge.progress': [],
         'challenge.enrollment': [],
         'tier.set': [],
+        'segment_member.set': [],
+        'campaign.spent': [],
       };
       const moved: Array<{ partition: number; offset: Offset }> = [];
       for (const b of batches) {
@@ -313,6 +319,8 @@ export class PgReadModel {
         'challenge.progress',
         'challenge.enrollment',
         'tier.set',
+        'segment_member.set',
+        'campaign.spent',
       ] as const) {
         if (byKind[kind].length > 0) await this.applyRun(tx, byKind[kind]);
       }
@@ -345,6 +353,10 @@ export class PgReadModel {
         return writeChallengeEnrollments(tx, run as Array<Of<'challenge.enrollment'>>);
       case 'tier.set':
         return this.setTiers(tx, run as Array<Of<'tier.set'>>);
+      case 'segment_member.set':
+        return this.setSegmentMembers(tx, run as Array<Of<'segment_member.set'>>);
+      case 'campaign.spent':
+        return this.addCampaignSpend(tx, run as Array<Of<'campaign.spent'>>);
     }
   }
 
@@ -394,6 +406,10 @@ export class PgReadModel {
         delete from customer_aliases a
         using unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
         where a.environment_id = u.e and a.customer_id = u.i`;
+      await tx`
+        delete from segment_members sm
+        using unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
+        where sm.environment_id = u.e and sm.customer_id = u.i`;
       await tx`
         update events ev set properties = null
         from unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
@@ -530,6 +546,54 @@ export class PgReadModel {
   }
 
   /** In fact order: the last change of an entry in the batch wins. */
+  private async setSegmentMembers(tx: Tx, run: Array<Of<'segment_member.set'>>): Promise<void> {
+    const rows = lastPerKey(run, (p) => `${pairKey(p.environmentId, p.segmentId)}|${p.customerId}`);
+    for (const part of chunks(rows, rowsPerStatementMax)) {
+      const doc = json(part.map((p) => ({ e: p.environmentId, s: p.segmentId, c: p.customerId, m: p.member, t: p.atMs })));
+      // Members of an erased customer are never (re)inserted.
+      await tx`
+        insert into segment_members (environment_id, segment_id, customer_id, added_at)
+        select u.e, u.s, u.c, to_timestamp(u.t / 1000)
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, s text, c text, m boolean, t float8)
+        where u.m and not exists (
+          select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
+        )
+        on conflict do nothing`;
+      await tx`
+        delete from segment_members sm
+        using jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, s text, c text, m boolean, t float8)
+        where not u.m and sm.environment_id = u.e and sm.segment_id = u.s and sm.customer_id = u.c`;
+    }
+  }
+
+  private async addCampaignSpend(tx: Tx, run: Array<Of<'campaign.spent'>>): Promise<void> {
+    const sums = new Map<string, { e: string; c: string; k: string; a: number }>();
+    for (const p of run) {
+      const key = `${pairKey(p.environmentId, p.campaignId)}|${p.currency}`;
+      const cur = sums.get(key);
+      if (cur === undefined) sums.set(key, { e: p.environmentId, c: p.campaignId, k: p.currency, a: p.amount });
+      else cur.a += p.amount;
+    }
+    const doc = json([...sums.values()]);
+    await tx`
+      insert into campaign_spend as s (environment_id, campaign_id, currency, spent)
+      select u.e, u.c, u.k, u.a from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, k text, a bigint)
+      on conflict (environment_id, campaign_id, currency) do update set spent = s.spent + excluded.spent`;
+  }
+
+  /** Members of a static segment, by customer id; `after` is the last id of the previous page. */
+  async listSegmentMembers(
+    environmentId: string,
+    segmentId: string,
+    q: { limit: number; after: string | null },
+  ): Promise<Array<{ customerId: string; addedAtMs: number }>> {
+    const rows = await this.sql`
+      select customer_id, extract(epoch from added_at) * 1000 as added_at_ms from segment_members
+      where environment_id = ${environmentId} and segment_id = ${segmentId} and (${q.after}::text is null or customer_id > ${q.after})
+      order by customer_id limit ${q.limit}`;
+    return rows.map((r) => ({ customerId: r.customer_id as string, addedAtMs: Math.round(Number(r.added_at_ms)) }));
+  }
+
   private async updateLedger(tx: Tx, run: Array<Of<'ledger.update'>>): Promise<void> {
     const rows = lastPerKey(run, (p) => pairKey(p.environmentId, p.id));
     for (const part of chunks(rows, rowsPerStatementMax)) {

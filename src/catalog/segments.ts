@@ -1,0 +1,204 @@
+// Segments of an environment (spec 2.9): name (unique per environment; rules and campaign
+// audiences use it), description, kind static|dynamic, condition (dynamic: a rule-language
+// condition over customer.attributes.*). Rows live in PostgreSQL; every node caches each
+// environment's compiled definitions (dropped on a bus message when any node changes one).
+// A segment that a non-archived rule or a campaign audience names cannot be renamed or deleted
+// (409 resource_in_use naming the users). Static membership is NOT here: it is customer state.
+import { compileSegmentCondition, type SegmentDef, type SegmentKind, segmentsReferenced, validateSegmentCondition } from '../domain/segments.js';
+import type { Condition } from '../domain/rules/schema.js';
+import { ApiError } from '../errors/api-error.js';
+import { newId } from '../ids.js';
+import type { Bus } from '../persistence/ports.js';
+import type { Sql } from '../persistence/sql/db.js';
+
+export interface Segment {
+  id: string;
+  name: string;
+  description: string | null;
+  kind: SegmentKind;
+  condition: Condition | null;
+  version: number;
+  createdAtMs: number;
+  updatedAtMs: number;
+}
+
+export interface SegmentPatch {
+  name?: string;
+  description?: string | null;
+  condition?: unknown;
+}
+
+const channel = 'segments.changed';
+
+function row(r: Record<string, unknown>): Segment {
+  return {
+    id: r.id as string,
+    name: r.name as string,
+    description: (r.description as string | null) ?? null,
+    kind: r.kind as SegmentKind,
+    condition: (r.condition as Condition | null) ?? null,
+    version: r.version as number,
+    createdAtMs: (r.created_at as Date).getTime(),
+    updatedAtMs: (r.updated_at as Date).getTime(),
+  };
+}
+
+function notFound(id: string): ApiError {
+  return new ApiError('resource_not_found', { message: `No segment ${id}.`, param: 'id' });
+}
+
+function checkedCondition(condition: unknown): Condition {
+  const v = validateSegmentCondition(condition);
+  if (!v.ok) {
+    throw new ApiError('validation_failed', {
+      param: v.problems[0]?.path ?? 'condition',
+      message: v.problems.map((p) => `${p.path}: ${p.message}`).join('; '),
+      details: v.problems.map((p) => ({ param: p.path, message: p.message })),
+    });
+  }
+  return v.condition;
+}
+
+export class SegmentCatalog {
+  private readonly cache = new Map<string, Promise<SegmentDef[]>>();
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly bus: Bus,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
+  }
+
+  private async changed(environmentId: string): Promise<void> {
+    this.cache.delete(environmentId);
+    await this.bus.publish(channel, environmentId).catch(() => {});
+  }
+
+  async create(environmentId: string, input: { name: string; description: string | null; kind: SegmentKind; condition: unknown }): Promise<Segment> {
+    let condition: Condition | null = null;
+    if (input.kind === 'dynamic') condition = checkedCondition(input.condition);
+    else if (input.condition !== undefined && input.condition !== null) {
+      throw new ApiError('validation_failed', { param: 'condition', message: 'condition: only dynamic segments take a condition.' });
+    }
+    const rows = await this.sql`
+      insert into segments (environment_id, id, name, description, kind, condition)
+      values (${environmentId}, ${newId('seg')}, ${input.name}, ${input.description}, ${input.kind},
+        (${condition === null ? null : JSON.stringify(condition)}::text)::jsonb)
+      on conflict (environment_id, name) do nothing
+      returning *`;
+    if (rows.length === 0) throw new ApiError('already_exists', { message: `A segment named ${input.name} already exists.`, param: 'name' });
+    await this.changed(environmentId);
+    return row(rows[0]!);
+  }
+
+  async get(environmentId: string, id: string): Promise<Segment> {
+    const rows = await this.sql`select * from segments where environment_id = ${environmentId} and id = ${id}`;
+    if (rows.length === 0) throw notFound(id);
+    return row(rows[0]!);
+  }
+
+  async byName(environmentId: string, name: string): Promise<Segment | null> {
+    const rows = await this.sql`select * from segments where environment_id = ${environmentId} and name = ${name}`;
+    return rows.length === 0 ? null : row(rows[0]!);
+  }
+
+  async list(environmentId: string, q: { limit: number; after: string | null }): Promise<Segment[]> {
+    const rows = await this.sql`
+      select * from segments where environment_id = ${environmentId} and (${q.after}::text is null or id > ${q.after})
+      order by id limit ${q.limit}`;
+    return rows.map(row);
+  }
+
+  /**
+   * What refers to a segment by name: non-archived rules whose draft or active definition tests
+   * `customer.segments contains <name>`, and campaigns whose audience it is.
+   */
+  async usedBy(environmentId: string, name: string): Promise<{ rules: string[]; campaigns: string[] }> {
+    const rules = await this.sql`
+      select r.id, r.draft_definition, v.definition as active_definition
+      from rules r left join rule_versions v on v.environment_id = r.environment_id and v.id = r.active_version_id
+      where r.environment_id = ${environmentId} and r.status <> 'archived'
+        and (r.draft_definition::text like ${`%${name}%`} or v.definition::text like ${`%${name}%`})`;
+    const ruleIds = rules
+      .filter((r) => segmentsReferenced(r.draft_definition).includes(name) || segmentsReferenced(r.active_definition).includes(name))
+      .map((r) => r.id as string);
+    const campaigns = await this.sql`
+      select id from campaigns where environment_id = ${environmentId} and audience_segment = ${name} order by id`;
+    return { rules: ruleIds.sort(), campaigns: campaigns.map((c) => c.id as string) };
+  }
+
+  private async guardInUse(environmentId: string, segment: Segment, what: 'rename' | 'delete'): Promise<void> {
+    const used = await this.usedBy(environmentId, segment.name);
+    if (used.rules.length === 0 && used.campaigns.length === 0) return;
+    const names = [...used.rules.map((r) => `rule ${r}`), ...used.campaigns.map((c) => `campaign ${c}`)].join(', ');
+    throw new ApiError('resource_in_use', {
+      message: `Cannot ${what} segment ${segment.name}: used by ${names}.`,
+      param: what === 'rename' ? 'name' : 'id',
+      details: { rules: used.rules, campaigns: used.campaigns },
+    });
+  }
+
+  /** PATCH: name, description, condition (dynamic only). The write compares the version (stale_write). */
+  async update(environmentId: string, id: string, expected: number | undefined, patch: SegmentPatch): Promise<Segment> {
+    const before = await this.get(environmentId, id);
+    if (expected !== undefined && expected !== before.version) throw new ApiError('stale_write', { details: { current_version: before.version } });
+    let condition = before.condition;
+    if (patch.condition !== undefined) {
+      if (before.kind !== 'dynamic') {
+        throw new ApiError('validation_failed', { param: 'condition', message: 'condition: only dynamic segments take a condition.' });
+      }
+      condition = checkedCondition(patch.condition);
+    }
+    const name = patch.name ?? before.name;
+    if (name !== before.name) await this.guardInUse(environmentId, before, 'rename');
+    let rows: Record<string, unknown>[];
+    try {
+      rows = await this.sql`
+        update segments set name = ${name},
+          description = ${patch.description !== undefined ? patch.description : before.description},
+          condition = (${condition === null ? null : JSON.stringify(condition)}::text)::jsonb,
+          version = version + 1, updated_at = now()
+        where environment_id = ${environmentId} and id = ${id} and version = ${before.version}
+        returning *`;
+    } catch (err) {
+      if ((err as { code?: string }).code === '23505') {
+        throw new ApiError('already_exists', { message: `A segment named ${name} already exists.`, param: 'name' });
+      }
+      throw err;
+    }
+    if (rows.length === 0) {
+      const current = await this.get(environmentId, id);
+      throw new ApiError('stale_write', { details: { current_version: current.version } });
+    }
+    await this.changed(environmentId);
+    return row(rows[0]!);
+  }
+
+  async delete(environmentId: string, id: string): Promise<void> {
+    const before = await this.get(environmentId, id);
+    await this.guardInUse(environmentId, before, 'delete');
+    await this.sql.begin(async (tx) => {
+      await tx`delete from segments where environment_id = ${environmentId} and id = ${id}`;
+      await tx`delete from segment_members where environment_id = ${environmentId} and segment_id = ${id}`;
+    });
+    await this.changed(environmentId);
+  }
+
+  /** Every segment of the environment compiled for evaluation (by name), cached. */
+  all(environmentId: string): Promise<SegmentDef[]> {
+    let cached = this.cache.get(environmentId);
+    if (!cached) {
+      cached = this.sql`select * from segments where environment_id = ${environmentId} order by name`.then((rows) =>
+        rows.map((r) => {
+          const s = row(r);
+          return { id: s.id, name: s.name, kind: s.kind, plan: s.kind === 'dynamic' && s.condition !== null ? compileSegmentCondition(s.id, s.condition) : null };
+        }),
+      );
+      cached.catch(() => this.cache.delete(environmentId));
+      this.cache.set(environmentId, cached);
+    }
+    return cached;
+  }
+}

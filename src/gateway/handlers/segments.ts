@@ -1,0 +1,245 @@
+// Segments (spec 2.9; routes ours, Stripe-style): POST /v1/segments (idempotent), GET list and one,
+// PATCH (If-Match), DELETE; static members: POST /v1/segments/{id}/members {customer_id} (service
+// id or external id), DELETE /v1/segments/{id}/members/{customer_id}, GET members (a page from the
+// projected segment_members table). Membership is journaled by the customer's actor, so a rule
+// evaluates it with no I/O. Renaming or deleting a segment a rule or a campaign audience names:
+// 409 resource_in_use.
+import { z } from 'zod';
+import type { Engine } from '../../actors/engine.js';
+import type { Target } from '../../actors/partition.js';
+import type { Segment, SegmentCatalog } from '../../catalog/segments.js';
+import { segmentKinds } from '../../domain/segments.js';
+import { ApiError } from '../../errors/api-error.js';
+import { customerIdPartition } from '../../ids.js';
+import { limits } from '../../limits.js';
+import { etagHeader, expectedVersion } from '../etag.js';
+import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
+import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
+import { iso, unwrap } from '../wire.js';
+
+export interface SegmentDeps {
+  segments: SegmentCatalog;
+  engine: Engine;
+  now(environmentId: string): number | Promise<number>;
+  members: {
+    listSegmentMembers(
+      environmentId: string,
+      segmentId: string,
+      q: { limit: number; after: string | null },
+    ): Promise<Array<{ customerId: string; addedAtMs: number }>>;
+  };
+  drainProjector(): Promise<void>;
+}
+
+const nameField = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^[A-Za-z0-9_.:-]+$/, 'Use letters, digits, _, ., : and -, e.g. vip.')
+  .describe('Unique per environment; rules (customer.segments contains <name>) and campaign audiences use it.');
+const descriptionField = z.string().max(1000).nullable();
+// The condition is checked by the rule language (validation_failed names condition.all[0].path).
+const conditionField = z.unknown().describe('Dynamic only: a rule-language condition over customer.attributes.<name>.');
+
+const createBody = z.strictObject({
+  name: nameField,
+  description: descriptionField.default(null),
+  kind: z.enum(segmentKinds),
+  condition: conditionField.optional(),
+});
+const patchBody = z
+  .strictObject({
+    name: nameField.optional(),
+    description: descriptionField.optional(),
+    condition: conditionField.optional(),
+  })
+  .refine((b) => Object.keys(b).length > 0, 'Name at least one of name, description, condition.');
+const memberBody = z.strictObject({
+  customer_id: z.string().min(1).max(limits.externalIdCharsMax).describe("The customer's service id (cust_...) or external id."),
+});
+
+const readAuth: AuthSpec = { kind: 'credential', scopes: ['programs:read'], allow: ['secret', 'pat', 'session'] };
+const writeAuth: AuthSpec = { kind: 'credential', scopes: ['programs:write'], allow: ['secret', 'pat', 'session'] };
+const customersWrite: AuthSpec = { kind: 'credential', scopes: ['customers:write'], allow: ['secret', 'pat', 'session'] };
+
+export function segmentWire(s: Segment) {
+  return {
+    id: s.id,
+    name: s.name,
+    description: s.description,
+    kind: s.kind,
+    condition: s.condition,
+    version: s.version,
+    created_at: iso(s.createdAtMs),
+    updated_at: iso(s.updatedAtMs),
+  };
+}
+
+function customerTarget(ref: string): Target {
+  if (ref.startsWith('cust_') && customerIdPartition(ref) >= 0) return { by: 'id', id: ref };
+  return { by: 'key', key: ref };
+}
+
+export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
+  const { segments, engine } = deps;
+
+  /** The static segment (dynamic ones have no explicit members: invalid_state). */
+  const staticSegment = async (env: string, id: string): Promise<Segment> => {
+    const s = await segments.get(env, id);
+    if (s.kind !== 'static') {
+      throw new ApiError('invalid_state', {
+        message: `Segment ${s.name} is dynamic: its members are the customers matching its condition.`,
+        details: { kind: s.kind },
+      });
+    }
+    return s;
+  };
+
+  /** The customer's id, only if it belongs to `env` (a by-id call may reach any environment's actor). */
+  const customerOf = async (env: string, ref: string, nowMs: number): Promise<string> => {
+    const reply = unwrap(await engine.execute({ env, target: customerTarget(ref), command: { kind: 'customer.view' }, nowMs }));
+    if (reply.kind !== 'customer' || reply.customer.environmentId !== env) {
+      throw new ApiError('resource_not_found', { message: `No customer ${ref}.`, param: 'customer_id' });
+    }
+    return reply.customer.id;
+  };
+
+  const membership = async (env: string, segmentId: string, ref: string, add: boolean) => {
+    const nowMs = await deps.now(env);
+    const customerId = await customerOf(env, ref, nowMs);
+    const reply = unwrap(
+      await engine.execute({
+        env,
+        target: { by: 'id', id: customerId },
+        command: { kind: add ? 'segment.add_member' : 'segment.remove_member', segmentId },
+        nowMs,
+      }),
+    );
+    if (reply.kind !== 'segment_membership') throw new ApiError('internal_error');
+    return { customerId, changed: reply.changed, atMs: nowMs };
+  };
+
+  return [
+    route({
+      method: 'POST',
+      path: '/v1/segments',
+      summary: 'Create a segment: static (explicit members) or dynamic (a condition over customer.attributes.*)',
+      tag: 'Segments',
+      auth: writeAuth,
+      body: createBody,
+      idempotent: true,
+      responses: { 201: { description: 'The segment (ETag = version).' } },
+      handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
+        const b = ctx.body;
+        const s = await segments.create(environmentIdOf(ctx.principal), { name: b.name, description: b.description, kind: b.kind, condition: b.condition });
+        return { status: 201, body: segmentWire(s), headers: etagHeader(s.version) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/segments',
+      summary: 'List segments',
+      tag: 'Segments',
+      auth: readAuth,
+      query: pageQuerySchema,
+      responses: { 200: { description: 'A page of segments.' } },
+      handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
+        const page = pageRequest(ctx.query);
+        const rows = await segments.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
+        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], segmentWire) };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/segments/:id',
+      summary: 'Read a segment (ETag = version)',
+      tag: 'Segments',
+      auth: readAuth,
+      responses: { 200: { description: 'The segment.' } },
+      handler: async (ctx: RequestContext) => {
+        const s = await segments.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        return { status: 200, body: segmentWire(s), headers: etagHeader(s.version) };
+      },
+    }),
+    route({
+      method: 'PATCH',
+      path: '/v1/segments/:id',
+      summary: 'Edit name, description or (dynamic) condition (If-Match); renaming a segment in use is 409 resource_in_use',
+      tag: 'Segments',
+      auth: writeAuth,
+      body: patchBody,
+      responses: { 200: { description: 'The segment.' } },
+      handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
+        const b = ctx.body;
+        const patch: { name?: string; description?: string | null; condition?: unknown } = {};
+        if (b.name !== undefined) patch.name = b.name;
+        if (b.description !== undefined) patch.description = b.description;
+        if ('condition' in b) patch.condition = b.condition ?? null;
+        const s = await segments.update(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), patch);
+        return { status: 200, body: segmentWire(s), headers: etagHeader(s.version) };
+      },
+    }),
+    route({
+      method: 'DELETE',
+      path: '/v1/segments/:id',
+      summary: 'Delete a segment (409 resource_in_use while a rule or a campaign audience names it)',
+      tag: 'Segments',
+      auth: writeAuth,
+      responses: { 204: { description: 'Deleted.' } },
+      handler: async (ctx: RequestContext) => {
+        await segments.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        return { status: 204 };
+      },
+    }),
+    route({
+      method: 'POST',
+      path: '/v1/segments/:id/members',
+      summary: 'Add a customer (service id or external id) to a static segment; 201 when added, 200 when already a member',
+      tag: 'Segments',
+      auth: customersWrite,
+      body: memberBody,
+      idempotent: true,
+      responses: { 201: { description: '{segment_id, customer_id, added_at}' }, 200: { description: 'Already a member.' } },
+      handler: async (ctx: RequestContext<z.infer<typeof memberBody>>) => {
+        const env = environmentIdOf(ctx.principal);
+        const s = await staticSegment(env, ctx.params.id ?? '');
+        const m = await membership(env, s.id, ctx.body.customer_id, true);
+        return { status: m.changed ? 201 : 200, body: { segment_id: s.id, customer_id: m.customerId, added_at: m.changed ? iso(m.atMs) : null } };
+      },
+    }),
+    route({
+      method: 'DELETE',
+      path: '/v1/segments/:id/members/:customer_id',
+      summary: 'Remove a customer (service id or external id) from a static segment (idempotent)',
+      tag: 'Segments',
+      auth: customersWrite,
+      responses: { 204: { description: 'Not a member (any more).' } },
+      handler: async (ctx: RequestContext) => {
+        const env = environmentIdOf(ctx.principal);
+        const s = await staticSegment(env, ctx.params.id ?? '');
+        await membership(env, s.id, ctx.params.customer_id ?? '', false);
+        return { status: 204 };
+      },
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/segments/:id/members',
+      summary: "A static segment's members, by customer id",
+      tag: 'Segments',
+      auth: { kind: 'credential', scopes: ['customers:read'], allow: ['secret', 'pat', 'session'] },
+      query: pageQuerySchema,
+      responses: { 200: { description: 'A page of {customer_id, added_at}.' } },
+      handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
+        const env = environmentIdOf(ctx.principal);
+        const s = await staticSegment(env, ctx.params.id ?? '');
+        const page = pageRequest(ctx.query);
+        await deps.drainProjector();
+        const rows = await deps.members.listSegmentMembers(env, s.id, { limit: page.limit + 1, after: page.after?.[0] ?? null });
+        return {
+          status: 200,
+          body: toPage(rows, page.limit, (r) => [r.customerId], (r) => ({ customer_id: r.customerId, added_at: iso(r.addedAtMs) })),
+        };
+      },
+    }),
+  ];
+}

@@ -1,0 +1,211 @@
+// Campaigns end to end: routes and their errors, the status machine, rules joining through
+// campaign_id, gating by status, schedule and audience, and the budget cap (never exceeded).
+import t from 'tap';
+import { idem, signUp, startForTest } from '../helpers/service.js';
+
+const now = () => new Date(Date.now() - 1000).toISOString();
+const inMs = (ms: number) => new Date(Date.now() + ms).toISOString();
+
+const awardRule = (amount: number) => ({
+  schema: 'service.rule/v2',
+  trigger: { kind: 'customer_event', event: 'order.completed' },
+  actions: [{ type: 'points.award', currency: 'coins', amount }],
+});
+
+t.test('campaign routes, transitions and errors', async (t) => {
+  const { anon } = await startForTest(t);
+  const { server: api } = await signUp(anon);
+  await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  await api.post('/v1/segments', { name: 'vip', kind: 'static' }, idem());
+
+  t.equal((await api.post('/v1/campaigns', { name: 'Spring' })).body.error.code, 'idempotency_key_required');
+  t.match((await api.post('/v1/campaigns', { name: 'x', audience_segment: 'nope' }, idem())).body.error, {
+    code: 'resource_not_found',
+    param: 'audience_segment',
+  });
+  t.match((await api.post('/v1/campaigns', { name: 'x', budgets: [{ currency: 'gems', amount: 5 }] }, idem())).body.error, {
+    code: 'resource_not_found',
+    param: 'budgets[0].currency',
+  });
+  t.match((await api.post('/v1/campaigns', { name: 'x', budgets: [{ currency: 'coins', amount: -1 }] }, idem())).body.error, {
+    code: 'validation_failed',
+  });
+  t.match(
+    (await api.post('/v1/campaigns', { name: 'x', budgets: [{ currency: 'coins', amount: 1 }, { currency: 'coins', amount: 2 }] }, idem())).body.error,
+    { code: 'validation_failed', param: 'budgets[1].currency' },
+  );
+  t.match((await api.post('/v1/campaigns', { name: 'x', starts_at: inMs(10_000), ends_at: inMs(5_000) }, idem())).body.error, {
+    code: 'validation_failed',
+    param: 'ends_at',
+  });
+
+  const c = await api.post(
+    '/v1/campaigns',
+    { name: 'Spring', description: 'Spring sale', audience_segment: 'vip', budgets: [{ currency: 'coins', amount: 1000 }] },
+    idem(),
+  );
+  t.equal(c.status, 201);
+  t.match(c.body, {
+    id: /^cmp_/,
+    status: 'draft',
+    audience_segment: 'vip',
+    starts_at: null,
+    ends_at: null,
+    budgets: [{ currency: 'coins', amount: 1000, spent: 0, reserved: 0 }],
+    spent: [],
+    version: 1,
+  });
+  const id = c.body.id as string;
+  t.equal((await api.get(`/v1/campaigns/${id}`)).headers.get('etag'), '"1"');
+  t.equal((await api.get('/v1/campaigns/cmp_nope')).body.error.code, 'resource_not_found');
+  const other = await api.post('/v1/campaigns', { name: 'Other' }, idem());
+  const p1 = await api.get('/v1/campaigns?limit=1');
+  t.equal(p1.body.has_more, true);
+  t.equal((await api.get(`/v1/campaigns?limit=1&cursor=${p1.body.next_cursor}`)).body.data[0].id, other.body.id);
+  t.equal((await api.get('/v1/campaigns?cursor=@@')).body.error.code, 'invalid_cursor');
+
+  t.equal((await api.patch(`/v1/campaigns/${id}`, { name: 'x' }, { 'if-match': '"9"' })).body.error.code, 'stale_write');
+  t.equal((await api.patch(`/v1/campaigns/${id}`, {})).body.error.code, 'validation_failed');
+  t.equal((await api.patch('/v1/campaigns/cmp_nope', { name: 'x' })).body.error.code, 'resource_not_found');
+  t.equal((await api.patch(`/v1/campaigns/${id}`, { audience_segment: 'nope' })).body.error.code, 'resource_not_found');
+  const edited = await api.patch(`/v1/campaigns/${id}`, { name: 'Spring sale', ends_at: inMs(3_600_000) }, { 'if-match': '"1"' });
+  t.match(edited.body, { name: 'Spring sale', version: 2, ends_at: /Z$/ });
+
+  // Transitions: draft -> active -> paused -> active -> ended (final).
+  t.equal((await api.post(`/v1/campaigns/${id}/pause`, {})).body.error.code, 'invalid_state');
+  t.equal((await api.post(`/v1/campaigns/${id}/activate`, {})).body.status, 'active');
+  t.equal((await api.post(`/v1/campaigns/${id}/activate`, {})).body.error.code, 'invalid_state');
+  t.equal((await api.delete(`/v1/campaigns/${id}`)).body.error.code, 'invalid_state', 'not while active');
+  t.equal((await api.post(`/v1/campaigns/${id}/pause`, {})).body.status, 'paused');
+  t.equal((await api.post(`/v1/campaigns/${id}/activate`, {})).body.status, 'active');
+  t.equal((await api.get('/v1/campaigns?status=active')).body.data.length, 1);
+  t.equal((await api.post('/v1/campaigns/cmp_nope/activate', {})).body.error.code, 'resource_not_found');
+
+  // The audience segment is in use: it cannot be renamed or deleted.
+  const vip = (await api.get('/v1/segments')).body.data[0];
+  t.match((await api.patch(`/v1/segments/${vip.id}`, { name: 'gold' })).body.error, { code: 'resource_in_use', details: { campaigns: [id] } });
+
+  // Rules join through campaign_id, which must name a campaign of the environment.
+  t.match((await api.post('/v1/rules', { name: 'r', definition: awardRule(1), campaign_id: 'cmp_nope' }, idem())).body.error, {
+    code: 'resource_not_found',
+    param: 'campaign_id',
+  });
+  const rule = await api.post('/v1/rules', { name: 'r', definition: awardRule(1), campaign_id: id }, idem());
+  t.equal(rule.body.campaign_id, id);
+  const loose = await api.post('/v1/rules', { name: 'loose', definition: awardRule(1) }, idem());
+  t.equal((await api.patch(`/v1/rules/${loose.body.id}`, { campaign_id: 'cmp_nope' })).body.error.code, 'resource_not_found');
+  t.same(
+    (await api.get(`/v1/rules?campaign_id=${id}`)).body.data.map((r: { id: string }) => r.id),
+    [rule.body.id],
+  );
+
+  t.equal((await api.post(`/v1/campaigns/${id}/end`, {})).body.status, 'ended');
+  t.equal((await api.post(`/v1/campaigns/${id}/activate`, {})).body.error.code, 'invalid_state', 'ended is final');
+  t.equal((await api.patch(`/v1/campaigns/${id}`, { name: 'again' })).body.error.code, 'invalid_state');
+  const inUse = await api.delete(`/v1/campaigns/${id}`);
+  t.match(inUse.body.error, { code: 'resource_in_use', details: { rules: [rule.body.id] } });
+  await api.post(`/v1/rules/${rule.body.id}/archive`, {});
+  t.equal((await api.delete(`/v1/campaigns/${id}`)).status, 204);
+  t.equal((await api.get(`/v1/campaigns/${id}`)).body.error.code, 'resource_not_found');
+  t.equal((await api.delete('/v1/campaigns/cmp_nope')).body.error.code, 'resource_not_found');
+});
+
+t.test("a campaign's rules fire only while it is active, inside its schedule, for its audience", async (t) => {
+  const { anon } = await startForTest(t);
+  const { server: api } = await signUp(anon);
+  await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  const vip = await api.post('/v1/segments', { name: 'vip', kind: 'static' }, idem());
+  const c = await api.post('/v1/campaigns', { name: 'Spring', audience_segment: 'vip' }, idem());
+  const rule = await api.post('/v1/rules', { name: 'r', definition: awardRule(3), campaign_id: c.body.id }, idem());
+  await api.post(`/v1/rules/${rule.body.id}/publish`, {});
+  let n = 0;
+  const order = (who: string) => api.post('/v1/events', { id: `o-${++n}`, name: 'order.completed', customer_id: who, occurred_at: now(), mode: 'sync' });
+
+  t.match((await order('ann')).body.effects, [{ type: 'rule.skipped', reason: 'campaign_inactive' }], 'draft');
+  await api.post(`/v1/campaigns/${c.body.id}/activate`, {});
+  t.match((await order('ann')).body.effects, [{ type: 'rule.skipped', reason: 'segment_not_matched' }], 'not in the audience');
+  await api.post(`/v1/segments/${vip.body.id}/members`, { customer_id: 'ann' }, idem());
+  t.match(
+    (await order('ann')).body.effects,
+    [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 3, campaign_id: c.body.id }],
+    'active, in the audience',
+  );
+  await api.post(`/v1/campaigns/${c.body.id}/pause`, {});
+  t.match((await order('ann')).body.effects, [{ type: 'rule.skipped', reason: 'campaign_inactive' }], 'paused');
+  await api.post(`/v1/campaigns/${c.body.id}/activate`, {});
+  await api.patch(`/v1/campaigns/${c.body.id}`, { starts_at: inMs(3_600_000) });
+  t.match((await order('ann')).body.effects, [{ type: 'rule.skipped', reason: 'campaign_inactive', detail: /not started/ }], 'before the schedule');
+  await api.patch(`/v1/campaigns/${c.body.id}`, { starts_at: inMs(-7_200_000), ends_at: inMs(-3_600_000) });
+  t.match((await order('ann')).body.effects, [{ type: 'rule.skipped', reason: 'campaign_inactive', detail: /over/ }], 'after the schedule');
+  await api.patch(`/v1/campaigns/${c.body.id}`, { ends_at: null, audience_segment: null });
+  t.match((await order('bob')).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded' }], 'no audience: everyone');
+  const got = await api.get(`/v1/campaigns/${c.body.id}`);
+  t.same(got.body.spent, [{ currency: 'coins', amount: 6 }], 'spent is what was awarded');
+});
+
+t.test('the budget cap is never exceeded, with many concurrent events', async (t) => {
+  const { anon } = await startForTest(t);
+  const { server: api } = await signUp(anon);
+  await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  const c = await api.post('/v1/campaigns', { name: 'Capped', budgets: [{ currency: 'coins', amount: 100 }] }, idem());
+  await api.post(`/v1/campaigns/${c.body.id}/activate`, {});
+  const rule = await api.post('/v1/rules', { name: 'r', definition: awardRule(7), campaign_id: c.body.id }, idem());
+  await api.post(`/v1/rules/${rule.body.id}/publish`, {});
+
+  // 40 customers x 3 events, in batches sent concurrently: 120 x 7 = 840 wanted, 100 allowed.
+  let awarded = 0;
+  let exhausted = 0;
+  const batches = [];
+  for (let b = 0; b < 6; b++) {
+    const events = [];
+    for (let i = 0; i < 20; i++) {
+      events.push({ id: `e-${b}-${i}`, name: 'order.completed', customer_id: `c-${(b * 20 + i) % 40}`, occurred_at: now() });
+    }
+    batches.push(api.post('/v1/events', { events, mode: 'sync' }));
+  }
+  for (const r of await Promise.all(batches)) {
+    t.equal(r.status, 207);
+    for (const item of r.body.data) {
+      for (const e of item.effects ?? []) {
+        if (e.type === 'points.awarded') awarded += e.amount;
+        if (e.type === 'action.skipped' && e.reason === 'budget_exhausted') exhausted++;
+      }
+    }
+  }
+  t.ok(awarded <= 100, `awarded ${awarded} <= 100`);
+  t.ok(awarded >= 70, `the budget is used (awarded ${awarded})`);
+  t.ok(exhausted > 0, 'awards beyond the budget are skipped with budget_exhausted');
+  const got = await api.get(`/v1/campaigns/${c.body.id}`);
+  t.equal(got.body.budgets[0].spent, awarded, 'spent = what the events awarded');
+  t.ok(got.body.budgets[0].reserved <= 100);
+
+  // Lowering the budget below what is reserved is refused; raising it lets awards continue.
+  const low = await api.patch(`/v1/campaigns/${c.body.id}`, { budgets: [{ currency: 'coins', amount: 1 }] });
+  t.match(low.body.error, { code: 'invalid_state', param: 'budgets[0].amount' });
+  t.equal((await api.patch(`/v1/campaigns/${c.body.id}`, { budgets: [{ currency: 'coins', amount: 200 }] })).status, 200);
+  const more = await api.post('/v1/events', { id: 'more-1', name: 'order.completed', customer_id: 'c-1', occurred_at: now(), mode: 'sync' });
+  t.match(more.body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 7 }]);
+});
+
+t.test('campaign routes: remaining error codes (scopes, filters, If-Match on transitions, reused keys)', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  const reader = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'reader', scopes: ['programs:read'] }, idem());
+  const ro = anon.with({ authorization: `Bearer ${reader.body.token}` });
+  t.equal((await ro.post('/v1/campaigns', { name: 'x' }, idem())).body.error.code, 'insufficient_scope');
+  const key = idem();
+  const c = await api.post('/v1/campaigns', { name: 'x' }, key);
+  t.equal((await api.post('/v1/campaigns', { name: 'y' }, key)).body.error.code, 'idempotency_key_reused');
+  t.equal((await ro.post(`/v1/campaigns/${c.body.id}/activate`, {})).body.error.code, 'insufficient_scope');
+  t.equal((await ro.delete(`/v1/campaigns/${c.body.id}`)).body.error.code, 'insufficient_scope');
+  t.equal((await ro.get(`/v1/campaigns/${c.body.id}`)).status, 200);
+  t.equal((await api.get('/v1/campaigns?status=running')).body.error.code, 'validation_failed');
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/activate`, {}, { 'if-match': '"5"' })).body.error.code, 'stale_write');
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/activate`, { now: true })).body.error.code, 'validation_failed');
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/end`, {}, { 'if-match': '"1"' })).body.status, 'ended');
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/pause`, {})).body.error.code, 'invalid_state');
+  t.equal((await api.post('/v1/campaigns/cmp_nope/pause', {})).body.error.code, 'resource_not_found');
+  t.equal((await api.post('/v1/campaigns/cmp_nope/end', {})).body.error.code, 'resource_not_found');
+  t.equal((await api.patch(`/v1/campaigns/${c.body.id}`, { starts_at: 'tomorrow' })).body.error.code, 'validation_failed');
+});

@@ -1,0 +1,103 @@
+// A campaign budget across two nodes: two server processes on one Redis and one PostgreSQL, sync
+// events for customers on every partition sent through both nodes at once (each node forwards to
+// the partition owner and grants from its own leased chunks). The awards never pass the budget,
+// and `spent` ends equal to what the events awarded.
+import t from 'tap';
+import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
+import { Client, databaseUrl, idem, redisUrl, signUp, storageFor } from '../helpers/service.js';
+
+const budget = 500;
+const award = 9;
+
+async function ownedBoth(a: ServerProcess, b: ServerProcess, timeoutMs: number): Promise<void> {
+  const owned = async (s: ServerProcess) => {
+    const r = await fetch(`http://127.0.0.1:${s.port}/readyz`).catch(() => null);
+    const body = r === null ? {} : ((await r.json()) as { checks?: { partitions_owned?: string } });
+    return Number(body.checks?.partitions_owned ?? 0);
+  };
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const [na, nb] = await Promise.all([owned(a), owned(b)]);
+    if (na > 0 && nb > 0 && na + nb === 16) return;
+    if (Date.now() > until) throw new Error(`partitions not split: ${na} + ${nb}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+t.test('two nodes never award more than the campaign budget', async (t) => {
+  const storage = storageFor(t);
+  const base = {
+    REDIS_URL: redisUrl,
+    DATABASE_URL: databaseUrl,
+    DB_SCHEMA: storage.schema,
+    KEY_PREFIX: storage.prefix,
+    PARTITIONS: '16',
+    ADVERTISE_HOST: '127.0.0.1',
+  };
+  const servers: ServerProcess[] = [];
+  t.teardown(async () => {
+    for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await kill9(s);
+  });
+  servers.push(await spawnServer({ ...base, NODE_ID: 'node-a' }));
+  servers.push(await spawnServer({ ...base, NODE_ID: 'node-b' }));
+  const [a, b] = servers as [ServerProcess, ServerProcess];
+  await ownedBoth(a, b, 15_000);
+
+  const anonA = new Client(`http://127.0.0.1:${a.port}`);
+  const tenant = await signUp(anonA);
+  const auth = { authorization: `Bearer ${tenant.secretKey}` };
+  const apiA = anonA.with(auth);
+  const apiB = new Client(`http://127.0.0.1:${b.port}`, auth);
+  t.equal((await apiA.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const c = await apiA.post('/v1/campaigns', { name: 'Capped', budgets: [{ currency: 'coins', amount: budget }] }, idem());
+  t.equal((await apiA.post(`/v1/campaigns/${c.body.id}/activate`, {})).status, 200);
+  const rule = await apiA.post(
+    '/v1/rules',
+    {
+      name: 'r',
+      campaign_id: c.body.id,
+      definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'order.completed' }, actions: [{ type: 'points.award', currency: 'coins', amount: award }] },
+    },
+    idem(),
+  );
+  t.equal((await apiA.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+  // Node B learns the change over the bus; give it a moment.
+  await new Promise((r) => setTimeout(r, 300));
+
+  // 2 nodes x 6 batches x 20 events = 240 events x 9 = 2160 wanted, 500 allowed.
+  const occurredAt = new Date(Date.now() - 1000).toISOString();
+  const sends = [];
+  for (const [n, api] of [apiA, apiB].entries()) {
+    for (let batch = 0; batch < 6; batch++) {
+      const events = Array.from({ length: 20 }, (_, i) => ({
+        id: `e-${n}-${batch}-${i}`,
+        name: 'order.completed',
+        customer_id: `c-${(batch * 20 + i) % 60}`,
+        occurred_at: occurredAt,
+      }));
+      sends.push(api.post('/v1/events', { events, mode: 'sync' }));
+    }
+  }
+  let awarded = 0;
+  let exhausted = 0;
+  for (const r of await Promise.all(sends)) {
+    t.equal(r.status, 207);
+    for (const item of r.body.data) {
+      for (const e of item.effects ?? []) {
+        if (e.type === 'points.awarded') awarded += e.amount;
+        if (e.type === 'action.skipped' && e.reason === 'budget_exhausted') exhausted++;
+      }
+    }
+  }
+  t.ok(awarded <= budget, `awarded ${awarded} <= ${budget}`);
+  t.ok(awarded >= budget / 2, `most of the budget is used across nodes (${awarded})`);
+  t.ok(exhausted > 0, 'the rest is skipped with budget_exhausted');
+
+  // spent is projected by each partition's owner: poll until both nodes' projections landed.
+  let spent = -1;
+  for (let i = 0; i < 50 && spent !== awarded; i++) {
+    spent = (await apiA.get(`/v1/campaigns/${c.body.id}`)).body.budgets[0].spent;
+    if (spent !== awarded) await new Promise((r) => setTimeout(r, 100));
+  }
+  t.equal(spent, awarded, 'spent = what the events awarded');
+});

@@ -1,0 +1,48 @@
+// The node budget allowance against real PostgreSQL: two allowances (two nodes) lease chunks of
+// one budget concurrently; what they grant never exceeds the budget, a grant's unused part comes
+// back, released chunks become leasable by the other node, and an exhausted budget grants 0.
+import t from 'tap';
+import { BudgetAllowances } from '../../src/catalog/campaign-budgets.js';
+import { wantAll } from '../../src/domain/campaigns.js';
+import { sqlForTest } from '../helpers/sql.js';
+
+const key = 'cmp_1|coins';
+
+t.test('two nodes never grant more than the budget', async (t) => {
+  const { sql } = await sqlForTest(t, 'postgres');
+  await sql`insert into campaign_budgets (environment_id, campaign_id, currency, amount) values ('env_1', 'cmp_1', 'coins', 1000)`;
+  const nodes = [new BudgetAllowances(sql), new BudgetAllowances(sql)];
+
+  // Given 2 x 200 concurrent commands wanting 7 each (2800 > 1000)
+  const grants = await Promise.all(Array.from({ length: 400 }, (_, i) => nodes[i % 2]!.grant('env_1', { [key]: 7 })));
+  // Then every grant is all or part of the want, and the sum never passes the budget.
+  const total = grants.reduce((n, g) => n + (g[key] ?? 0), 0);
+  t.ok(total <= 1000, `granted ${total} <= 1000`);
+  t.ok(total >= 1000 - 7 * 2, `nearly all of the budget is granted (${total})`);
+  const [row] = await sql`select reserved::float8 as reserved from campaign_budgets where campaign_id = 'cmp_1'`;
+  t.equal(row!.reserved, 1000, 'reserved never passes amount');
+  t.equal(total + nodes[0]!.holds('env_1', key) + nodes[1]!.holds('env_1', key), 1000, 'granted + held = reserved');
+
+  // When node 0 gives an unused grant back and releases, node 1 can lease it.
+  const g = grants.find((x, i) => i % 2 === 0 && (x[key] ?? 0) === 7)!;
+  nodes[0]!.giveBack('env_1', g, { [key]: 2 });
+  t.equal(nodes[0]!.holds('env_1', key) >= 5, true, 'the unused 5 is back in the node');
+  const held0 = nodes[0]!.holds('env_1', key);
+  await nodes[0]!.release('env_1');
+  const [after] = await sql`select reserved::float8 as reserved from campaign_budgets where campaign_id = 'cmp_1'`;
+  t.equal(after!.reserved, 1000 - held0, 'released chunks go back to PostgreSQL');
+  const late = await new BudgetAllowances(sql, { dryRetryMs: 0 }).grant('env_1', { [key]: wantAll });
+  t.equal(late[key], held0, 'another node leases what was released');
+});
+
+t.test('an exhausted budget grants 0 without asking again at once', async (t) => {
+  const { sql } = await sqlForTest(t, 'postgres');
+  await sql`insert into campaign_budgets (environment_id, campaign_id, currency, amount) values ('env_1', 'cmp_1', 'coins', 10)`;
+  const node = new BudgetAllowances(sql);
+  t.same(await node.grant('env_1', { [key]: 8 }), { [key]: 8 });
+  t.same(await node.grant('env_1', { [key]: 8 }), { [key]: 2 }, 'a partial grant: the step skips an award that does not fit');
+  const again = node.grant('env_1', { [key]: 8 });
+  t.notOk(again instanceof Promise, 'answered synchronously while the budget is known dry');
+  t.same(again, { [key]: 0 });
+  t.same(await node.grant('env_1', { 'cmp_none|coins': 5 }), { 'cmp_none|coins': 0 }, 'no budget row: nothing to lease');
+});
