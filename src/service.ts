@@ -66,6 +66,7 @@ import { PgSnapshotStore } from './persistence/sql/snapshot-store.js';
 import { Projector } from './projector/projector.js';
 import { Authenticator } from './tenancy/authenticator.js';
 import { TenancyService, tenancyOptionsFromConfig } from './tenancy/service.js';
+import { simulationSubject } from './gateway/simulation-subject.js';
 import { WorkerPool } from './workers/pool.js';
 
 export interface Service {
@@ -303,7 +304,12 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         audit: new AuditLog(sql),
         drainProjector: () => projector.drain(),
       }),
-      ...rulesRoutes({ rules, pool, campaignExists: (env, id) => campaigns.exists(env, id) }),
+      ...rulesRoutes({
+        rules,
+        pool,
+        campaignExists: (env, id) => campaigns.exists(env, id),
+        subject: (env, ref, ruleId) => simulationSubject({ engine, now, counters, segments, tiers }, env, ref, ruleId),
+      }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...rewardRoutes({ engine, now, rewards, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...customerRoutes({

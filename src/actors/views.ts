@@ -32,6 +32,8 @@ export interface CustomerView {
   inventory: Array<{ item: string; quantity: number }>;
   /** Ids of the static segments the customer is a member of (names are resolved by the caller). */
   segmentIds: string[];
+  /** Times each rule fired per limit scope ("rule|limit|scope" -> count): what simulations read. */
+  ruleLimits: Record<string, number>;
 }
 
 export function toView(s: CustomerState, nowMs: number): CustomerView {
@@ -60,6 +62,7 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
       completedAtMs: p.completedAtMs,
     })),
     inventory: inventoryList(s.inventory),
+    ruleLimits: { ...s.ruleLimits },
     counters: Object.fromEntries(Object.entries(s.counters ?? {}).map(([id, c]) => [id, counterValue(c, nowMs)])),
     segmentIds: [...(s.segmentIds ?? [])],
   };

@@ -112,7 +112,22 @@ export interface RuleCounters {
 
 const noCounters: Record<string, number | undefined> = {};
 const noneReady = (): boolean => false;
-const noTiers: Record<string, string> = {};
+const noTiers: Readonly<Record<string, string>> = {};
+
+/** The customer's level per tier program KEY (what `customer.tiers.<program key>` reads). */
+export function levelsByProgramKey(
+  programs: readonly { id: string; key: string }[],
+  tiers: Readonly<Record<string, { level: string }>>,
+): Readonly<Record<string, string>> {
+  let out: Record<string, string> | null = null;
+  for (const p of programs) {
+    const held = Object.hasOwn(tiers, p.id) ? tiers[p.id] : undefined;
+    if (held === undefined) continue;
+    out ??= Object.create(null) as Record<string, string>;
+    out[p.key] = held.level;
+  }
+  return out ?? noTiers;
+}
 const noSegments: readonly string[] = [];
 const noGrant: BudgetGrant = {};
 
@@ -150,6 +165,7 @@ export function applyRules(
   let ruleIdNow = '';
   const segmentDefs = rules.segments;
   let segments: readonly string[] | null = segmentDefs === undefined || segmentDefs.length === 0 ? noSegments : null;
+  let tierLevels: Readonly<Record<string, string>> | null = null;
   const input: EvalInput = {
     event,
     customer: {
@@ -161,7 +177,11 @@ export function applyRules(
         segments ??= segmentNames(segmentDefs ?? [], subject.segmentIds ?? noSegments, subject.attributes);
         return segments;
       },
-      tiers: noTiers,
+      // `customer.tiers.<program key>`: resolved on first read, like segments.
+      get tiers(): Readonly<Record<string, string>> {
+        tierLevels ??= levelsByProgramKey(rules.tierPrograms, subject.tiers);
+        return tierLevels;
+      },
       externalId: subject.externalId,
     },
     limitCounts: (limitId, scopeKey) => subject.ruleLimits[limitKey(ruleIdNow, limitId, scopeKey)] ?? 0,

@@ -1,10 +1,11 @@
 // Wire mappers: engine views (camelCase, ms numbers) to the API's snake_case JSON with RFC 3339
 // timestamps, and CallResult errors to ApiError. The only place customer and event shapes are
 // spelled in snake_case.
-import type { CallResult } from '../actors/partition.js';
+import type { CallResult, Target } from '../actors/partition.js';
 import type { CustomerView } from '../actors/views.js';
 import type { ChallengeEffect } from '../domain/challenge-effects.js';
 import { ApiError } from '../errors/api-error.js';
+import { customerIdPartition } from '../ids.js';
 import type { LedgerRow } from '../persistence/sql/read-model.js';
 
 export function iso(ms: number | null): string | null {
@@ -27,6 +28,11 @@ export function customerWire(
 
 export function aliasWire(a: { alias: string; kind: string; createdAtMs: number }, customerId: string) {
   return { alias: a.alias, kind: a.kind, customer_id: customerId, created_at: iso(a.createdAtMs) };
+}
+
+/** A customer reference from a request: the service id (cust_...) or the caller's external id. */
+export function customerTarget(ref: string): Target {
+  return customerIdPartition(ref) >= 0 ? { by: 'id', id: ref } : { by: 'key', key: ref };
 }
 
 /** Unwraps a successful result or throws its error as ApiError. */

@@ -50,9 +50,22 @@ function loadRules(): Promise<typeof import('../domain/rules/index.js')> {
   return rules;
 }
 
+// Compiled definitions, most recently used last: a rule simulated many times (an operator
+// iterating on a trace, a load test) is validated and compiled once per thread, not per call.
+const compiledMax = 256;
+const compiled = new Map<string, ReturnType<Awaited<ReturnType<typeof loadRules>>['validateAndCompile']>>();
+
 async function runRuleTask(task: Extract<Task, { kind: 'rule.compile' | 'rule.simulate' }>): Promise<TaskResult> {
   const { validateAndCompile, simulateRule } = await loadRules();
-  const c = validateAndCompile(task.definition, task.meta);
+  const key = canonicalJson([task.definition, task.meta]);
+  let c = compiled.get(key);
+  if (c === undefined) {
+    c = validateAndCompile(task.definition, task.meta);
+    if (compiled.size >= compiledMax) compiled.delete(compiled.keys().next().value as string);
+  } else {
+    compiled.delete(key);
+  }
+  compiled.set(key, c);
   if (task.kind === 'rule.compile') {
     return c.ok ? { kind: 'rule.compiled', ok: true, plan: c.plan, threadId } : { kind: 'rule.compiled', ok: false, problems: c.problems, threadId };
   }

@@ -134,3 +134,66 @@ t.test('tiers follow the ledger: rule awards and manual adjustments move custome
   t.match(st.body.tiers, [{ level: 'gold' }], 'a manual credit counts too');
   t.match((await api.get(`/v1/customers/${cid}/export`)).body.tiers, [{ program: program.body.id, level: 'gold' }]);
 });
+
+t.test('rules read customer.tiers.<program key>; simulate traces against the named customer as it is', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const levels = [
+    { key: 'bronze', title: 'Bronze', threshold: 0 },
+    { key: 'silver', title: 'Silver', threshold: 100 },
+  ];
+  t.equal((await api.post('/v1/tier_programs', { key: 'rank', name: 'Rank', currency: 'coins', basis: 'lifetime_earned', levels }, idem())).status, 201);
+  const rule = await api.post(
+    '/v1/rules',
+    {
+      name: 'silver vip bonus',
+      definition: {
+        schema: 'service.rule/v2',
+        trigger: { kind: 'customer_event', event: 'level.completed' },
+        limits: [{ id: 'once', scope: ['customer'], max: 1 }],
+        conditions: {
+          all: [
+            { path: 'customer.attributes.vip', op: 'eq', value: true },
+            { path: 'customer.tiers.rank', op: 'eq', value: 'silver' },
+          ],
+        },
+        actions: [{ type: 'points.award', currency: 'coins', amount: 5 }],
+      },
+    },
+    idem(),
+  );
+  t.equal(rule.status, 201, JSON.stringify(rule.body));
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+  const c = await api.post('/v1/customers', { external_id: 'sim-1', attributes: { vip: true } }, idem());
+  t.equal(c.status, 201);
+  const simulate = (customer_id?: string) =>
+    api.post(`/v1/rules/${rule.body.id}/simulate`, { event: { name: 'level.completed', properties: {} }, ...(customer_id === undefined ? {} : { customer_id }) });
+
+  // No tier yet (placement follows the first credit): the tier condition fails, and the trace
+  // shows the customer's real values.
+  const bronze = await simulate('sim-1');
+  t.equal(bronze.status, 200);
+  t.match(bronze.body.trace.outcome, { fired: false, reason: 'conditions_not_met' });
+  const steps = bronze.body.trace.steps.filter((s: { check: string }) => s.check === 'condition');
+  t.match(steps, [
+    { path: 'customer.attributes.vip', actual: true, pass: true },
+    { path: 'customer.tiers.rank', found: false, pass: false },
+  ]);
+  t.equal((await api.post('/v1/ledger_entries', { customer_id: 'sim-1', currency: 'coins', amount: 150, reason: 'grant' }, idem())).status, 201);
+  const silver = await simulate(c.body.id);
+  t.match(silver.body.trace.outcome, { fired: true });
+  t.same(silver.body.plan, [{ type: 'points.award', currency: 'coins', amount: 5 }]);
+  t.match((await simulate()).body.trace.outcome, { fired: false, reason: 'conditions_not_met' }, 'without customer_id: an empty customer');
+  t.match((await simulate('never-seen')).body.trace.outcome, { fired: false, reason: 'conditions_not_met' }, 'an unknown external id: a new customer');
+  const missing = await simulate('cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ');
+  t.equal(missing.status, 404);
+  t.match(missing.body.error, { code: 'resource_not_found', param: 'customer_id' });
+
+  // The live path reads the same tier level; afterwards simulate sees the spent limit.
+  const live = await api.post('/v1/events', { id: 'lv-1', name: 'level.completed', customer_id: 'sim-1', occurred_at: new Date(Date.now() - 1000).toISOString(), mode: 'sync' });
+  t.match(live.body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 5 }]);
+  t.match((await simulate('sim-1')).body.trace.outcome, { fired: false, reason: 'limit_reached' });
+  t.same((await api.get(`/v1/customers/${c.body.id}/balances`)).body.data[0].available, 155, 'simulations changed nothing');
+});

@@ -5,7 +5,7 @@
 // Customers are named by service id (cust_...) or external id.
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
-import type { ReplyView, Target } from '../../actors/partition.js';
+import type { ReplyView, } from '../../actors/partition.js';
 import type { ChallengeCatalog, ChallengeRecord } from '../../catalog/challenges.js';
 import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
@@ -14,7 +14,6 @@ import { challengeLimits, challengeStatuses, type Command as ChallengeCommand, t
 import { periodKey, periodKinds } from '../../domain/periods.js';
 import type { TierProgram } from '../../domain/tiers.js';
 import { ApiError } from '../../errors/api-error.js';
-import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
 import type { AuditLog } from '../../persistence/sql/audit-log.js';
 import type { ChallengeReadModel, ProgressRow } from '../../persistence/sql/challenge-read-model.js';
@@ -22,7 +21,7 @@ import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
-import { iso, unwrap } from '../wire.js';
+import { customerTarget, iso, unwrap } from '../wire.js';
 import { effectWire } from './events.js';
 
 const timestamp = z.iso.datetime({ offset: true });
@@ -146,9 +145,6 @@ function actorProgressWire(p: ChallengeProgress, customer: string) {
 const readAuth: AuthSpec = { kind: 'credential', scopes: ['programs:read'], allow: ['secret', 'pat', 'session'] };
 const writeAuth: AuthSpec = { kind: 'credential', scopes: ['programs:write'], allow: ['secret', 'pat', 'session'] };
 
-function customerTarget(ref: string): Target {
-  return customerIdPartition(ref) >= 0 ? { by: 'id', id: ref } : { by: 'key', key: ref };
-}
 
 const ms = (v: string | null | undefined) => (v === undefined ? undefined : v === null ? null : Date.parse(v));
 

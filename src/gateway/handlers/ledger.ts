@@ -5,18 +5,16 @@
 // currency configs it needs, then hand it the command.
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
-import type { Target } from '../../actors/partition.js';
 import type { Currency, CurrencyCatalog } from '../../catalog/currencies.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
 import type { TierProgram } from '../../domain/tiers.js';
 import { ledgerLimits } from '../../domain/ledger.js';
 import { ApiError } from '../../errors/api-error.js';
-import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
 import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
-import { balanceWire, iso, ledgerEntryWire, unwrap } from '../wire.js';
+import { balanceWire, customerTarget, iso, ledgerEntryWire, unwrap } from '../wire.js';
 
 const currencyBody = z.strictObject({
   key: z
@@ -59,9 +57,6 @@ export interface LedgerDeps {
 }
 
 
-function customerTarget(ref: string): Target {
-  return customerIdPartition(ref) >= 0 ? { by: 'id', id: ref } : { by: 'key', key: ref };
-}
 
 function currencyWire(c: Currency) {
   return {

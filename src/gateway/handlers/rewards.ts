@@ -6,7 +6,7 @@
 // after the journal acknowledged it. Reads come from the reward_issuances read table.
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
-import type { CallResult, Target } from '../../actors/partition.js';
+import type { CallResult, } from '../../actors/partition.js';
 import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import type { RewardCatalog, RewardRecord, RewardStatus } from '../../catalog/rewards.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
@@ -14,13 +14,13 @@ import { ledgerLimits } from '../../domain/ledger.js';
 import { type Issuance, issuanceIdPrefix, type RewardCommand } from '../../domain/rewards.js';
 import type { TierProgram } from '../../domain/tiers.js';
 import { ApiError } from '../../errors/api-error.js';
-import { customerIdPartition, newId } from '../../ids.js';
+import { newId } from '../../ids.js';
 import { limits } from '../../limits.js';
 import type { IssuanceRow } from '../../persistence/sql/read-model.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
-import { iso, unwrap } from '../wire.js';
+import { customerTarget, iso, unwrap } from '../wire.js';
 
 const expiryAfter = z
   .string()
@@ -111,9 +111,6 @@ export function issuanceWire(i: IssuanceFields, customerId: string) {
   };
 }
 
-function customerTarget(ref: string): Target {
-  return customerIdPartition(ref) >= 0 ? { by: 'id', id: ref } : { by: 'key', key: ref };
-}
 
 /** Decisions of the actor that certainly wrote nothing: the reserved unit can go back at once. */
 const refusedCodes = new Set(['resource_not_found', 'reward_unavailable', 'validation_failed']);

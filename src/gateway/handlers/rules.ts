@@ -15,6 +15,7 @@ import type { WorkerPool } from '../../workers/pool.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
+import { emptySubject, type SimulationSubject } from '../simulation-subject.js';
 import { iso } from '../wire.js';
 
 export interface RulesDeps {
@@ -22,6 +23,8 @@ export interface RulesDeps {
   pool: WorkerPool;
   /** campaign_id must name a campaign of the environment (404 resource_not_found otherwise). */
   campaignExists?: (environmentId: string, id: string) => Promise<boolean>;
+  /** The customer a simulation with customer_id traces against; absent: an empty customer. */
+  subject?: (environmentId: string, customerRef: string, ruleId: string) => Promise<SimulationSubject>;
 }
 
 const definitionField = z.custom<unknown>((v) => v !== undefined && v !== null, 'A rule definition document is required.');
@@ -293,18 +296,21 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       body: simulateBody,
       responses: { 200: { description: '{simulated, plan, trace}' } },
       handler: async (ctx: RequestContext<z.infer<typeof simulateBody>>) => {
-        const rule = await rules.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        const env = environmentIdOf(ctx.principal);
+        const rule = await rules.get(env, ctx.params.id ?? '');
         const definition = rule.draftDefinition ?? rule.activeVersion?.definition;
-        // For now the customer snapshot is empty (no attributes, counters, segments or tiers;
-        // counters read by the rule are not ready). customer_id is accepted but not looked up.
+        // The named customer as it is now (attributes, counters, segments, tiers, this rule's limit
+        // counts), or an empty one without customer_id.
+        const ref = ctx.body.customer_id;
+        const subject = ref === undefined || deps.subject === undefined ? emptySubject : await deps.subject(env, ref, rule.id);
         const r = await pool.run({
           kind: 'rule.simulate',
           definition,
           meta: { ruleId: rule.id, versionNumber: rule.draftDefinition === null ? (rule.activeVersion?.number ?? 0) : 0, priority: rule.priority },
           input: {
             event: { name: ctx.body.event.name, properties: ctx.body.event.properties, trust: ctx.body.event.trust },
-            customer: { attributes: {}, counters: {}, readyCounters: [], segments: [], tiers: {}, externalId: null },
-            limitCounts: [],
+            customer: subject.customer,
+            limitCounts: subject.limitCounts,
           },
         });
         if (r.kind !== 'rule.simulated') throw new ApiError('internal_error');

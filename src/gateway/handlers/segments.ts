@@ -6,16 +6,14 @@
 // 409 resource_in_use.
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
-import type { Target } from '../../actors/partition.js';
 import type { Segment, SegmentCatalog } from '../../catalog/segments.js';
 import { segmentKinds } from '../../domain/segments.js';
 import { ApiError } from '../../errors/api-error.js';
-import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
-import { iso, unwrap } from '../wire.js';
+import { customerTarget, iso, unwrap } from '../wire.js';
 
 export interface SegmentDeps {
   segments: SegmentCatalog;
@@ -75,10 +73,6 @@ export function segmentWire(s: Segment) {
   };
 }
 
-function customerTarget(ref: string): Target {
-  if (ref.startsWith('cust_') && customerIdPartition(ref) >= 0) return { by: 'id', id: ref };
-  return { by: 'key', key: ref };
-}
 
 export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
   const { segments, engine } = deps;

@@ -1,0 +1,87 @@
+// The customer a rule simulation traces against (POST /v1/rules/{id}/simulate with customer_id):
+// attributes, counters by name with their readiness, segment names, tier levels by program key and
+// the rule's limit counts, read from the customer's actor as a view (nothing changes). Without a
+// customer the simulation runs on an empty one (no attributes, counters not ready, no segments).
+import type { Engine } from '../actors/engine.js';
+import type { CounterDef } from '../domain/counters.js';
+import { levelsByProgramKey } from '../domain/rule-effects.js';
+import type { SimulationInput } from '../domain/rules/simulate.js';
+import { type SegmentDef, segmentNames } from '../domain/segments.js';
+import { ApiError } from '../errors/api-error.js';
+import { customerTarget, unwrap } from './wire.js';
+
+export interface SimulationSubjectDeps {
+  engine: Engine;
+  now(environmentId: string): number | Promise<number>;
+  counters: { all(environmentId: string): Promise<CounterDef[]> };
+  segments: { all(environmentId: string): Promise<SegmentDef[]> };
+  tiers: { all(environmentId: string): Promise<ReadonlyArray<{ id: string; key: string }>> };
+}
+
+export type SimulationSubject = Pick<SimulationInput, 'customer' | 'limitCounts'>;
+
+export const emptySubject: SimulationSubject = {
+  customer: { attributes: {}, counters: {}, readyCounters: [], segments: [], tiers: {}, externalId: null },
+  limitCounts: [],
+};
+
+export async function simulationSubject(deps: SimulationSubjectDeps, env: string, customerRef: string, ruleId: string): Promise<SimulationSubject> {
+  const target = customerTarget(customerRef);
+  const [result, counterDefs, segmentDefs, programs] = await Promise.all([
+    (async () => deps.engine.execute({ env, target, command: { kind: 'customer.view' }, nowMs: await deps.now(env) }))(),
+    deps.counters.all(env),
+    deps.segments.all(env),
+    deps.tiers.all(env),
+  ]);
+  if (result.ok === false && result.code === 'resource_not_found') {
+    // An external id never seen is a customer an event would create: simulate that new customer.
+    if (target.by === 'key') return newCustomerSubject(customerRef, counterDefs, segmentDefs);
+    throw new ApiError('resource_not_found', { message: 'No customer with this id.', param: 'customer_id' });
+  }
+  const reply = unwrap(result);
+  if (reply.kind !== 'customer') throw new ApiError('internal_error');
+  const view = reply.customer;
+  const counters: Record<string, number> = {};
+  const readyCounters: string[] = [];
+  for (const d of counterDefs) {
+    counters[d.name] = view.counters[d.id] ?? 0;
+    if (d.status === 'ready') readyCounters.push(d.name);
+  }
+  const prefix = `${ruleId}|`;
+  const limitCounts: SimulationSubject['limitCounts'] = [];
+  for (const [key, count] of Object.entries(view.ruleLimits)) {
+    if (!key.startsWith(prefix)) continue;
+    const rest = key.slice(prefix.length);
+    const bar = rest.indexOf('|');
+    limitCounts.push({ limitId: rest.slice(0, bar), scopeKey: rest.slice(bar + 1), count });
+  }
+  const held: Record<string, { level: string }> = {};
+  for (const t of view.tiers) held[t.programId] = { level: t.level };
+  return {
+    customer: {
+      attributes: view.attributes,
+      counters,
+      readyCounters,
+      segments: segmentNames(segmentDefs, view.segmentIds, view.attributes),
+      tiers: { ...levelsByProgramKey(programs, held) },
+      externalId: view.externalId,
+    },
+    limitCounts,
+  };
+}
+
+function newCustomerSubject(externalId: string, counterDefs: readonly CounterDef[], segmentDefs: readonly SegmentDef[]): SimulationSubject {
+  const counters: Record<string, number> = {};
+  for (const d of counterDefs) counters[d.name] = 0;
+  return {
+    customer: {
+      attributes: {},
+      counters,
+      readyCounters: counterDefs.filter((d) => d.status === 'ready').map((d) => d.name),
+      segments: segmentNames(segmentDefs, [], {}),
+      tiers: {},
+      externalId,
+    },
+    limitCounts: [],
+  };
+}
