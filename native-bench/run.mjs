@@ -35,6 +35,7 @@ const usage = `usage: npm run bench -- [options]
   --only <a,b>        run only these scenarios (${scenarios.map((s) => s.name).join(', ')})
   --duration <s>      measured seconds per load scenario (default 10)
   --warmup <s>        warm-up seconds excluded from stats (default 2)
+  --settle <s>        pause before each service scenario so the last one's backlog drains (default 5)
   --connections <n>   override every scenario's connection count
   --embedded          service without Redis/PostgreSQL (DATA_DIR in a tmp dir)
   --skip-service      bare server only
@@ -50,6 +51,7 @@ const { values: opt } = parseArgs({
     only: { type: 'string' },
     duration: { type: 'string', default: '10' },
     warmup: { type: 'string', default: '2' },
+    settle: { type: 'string', default: '5' },
     connections: { type: 'string' },
     embedded: { type: 'boolean', default: false },
     'skip-service': { type: 'boolean', default: false },
@@ -110,6 +112,9 @@ function ensureWrk() {
 /** Scenario results so far, for rates derived from other scenarios. */
 const measuredRows = new Map();
 const measured = (server, scenario) => measuredRows.get(`${server}/${scenario}`)?.metrics ?? null;
+
+/** Pause before each service scenario (ms). */
+const settleMs = Number(opt.settle ?? 5) * 1000;
 
 let nextSeq = Date.now() * 1000;
 
@@ -681,6 +686,9 @@ async function main() {
                 try {
                   if (inst.child.exited) throw new Error(`service is not running: ${inst.child.describeExit()}`);
                   if (sc.setup) ctx.vars = { ...ctx.vars, ...(await sc.setup(ctx)) };
+                  // Let the previous scenario's after-the-ack work (projection, snapshots) settle,
+                  // so each scenario measures its own load rather than the last one's backlog.
+                  await new Promise((r) => setTimeout(r, settleMs));
                   if (sc.kind === 'load') {
                     record(await runLoadScenario(sc, inst, tmp, ctx));
                     if (sc.wrk && wrkOk) record(await runWrkRow(sc, inst, tmp, ctx));
