@@ -184,6 +184,12 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const campaigns = new CampaignCatalog(sql, storage.bus, {
     segmentExists: async (env, name) => (await segments.byName(env, name)) !== null,
     currencyExists: async (env, key) => (await currencies.all(env)).some((c) => c.key === key),
+    // Challenges join a campaign through their campaign_id: while one that is not ended names it, it cannot be deleted.
+    otherUsers: async (env, campaignId) => ({
+      challenge: (await sql`select id from challenges where environment_id = ${env} and campaign_id = ${campaignId} and status <> 'ended' order by id`).map(
+        (r) => r.id as string,
+      ),
+    }),
   });
   await campaigns.start();
   // Chunks of campaign budgets this node leased; given back when a campaign changes and at stop.
@@ -303,6 +309,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         readModel: challengeReadModel,
         audit: new AuditLog(sql),
         drainProjector: () => projector.drain(),
+        campaignExists: (env, id) => campaigns.exists(env, id),
       }),
       ...rulesRoutes({
         rules,

@@ -131,7 +131,8 @@ export function budgetWants(
 export function grantUsed(effects: ReadonlyArray<{ type: string; campaignId?: string; currency?: string; amount?: number }>): BudgetGrant {
   const used: BudgetGrant = {};
   for (const e of effects) {
-    if (e.type !== 'points.awarded' || e.campaignId === undefined || e.currency === undefined || e.amount === undefined) continue;
+    if (e.type !== 'points.awarded' && e.type !== 'challenge.points_awarded') continue;
+    if (e.campaignId === undefined || e.currency === undefined || e.amount === undefined) continue;
     const k = budgetKey(e.campaignId, e.currency);
     used[k] = (used[k] ?? 0) + e.amount;
   }

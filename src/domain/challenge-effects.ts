@@ -4,10 +4,14 @@
 // fired rules' `challenge.progress` actions), and a completion applies its actions (points.award
 // through the ledger, tier re-placement as rules do) in the SAME journal entry as the event. Pure:
 // challenge definitions, currencies, tier programs and the time zone were loaded before the step.
+import { type BudgetGrant, budgetKey, type CampaignFact, type CampaignGate, campaignInactiveReason, consumeGrant } from './campaigns.js';
 import * as ch from './challenges.js';
+import { evolveInventory, grant as grantItem, type InventoryFact, type InventoryState, inventoryFromPairs, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
-import type { Effect, RuleSubject } from './rule-effects.js';
-import { tierFacts } from './rule-effects.js';
+import type { Effect, RuleCounters, RuleSubject } from './rule-effects.js';
+import { levelsByProgramKey, tierFacts } from './rule-effects.js';
+import { type RewardFact, requested } from './rewards.js';
+import { type SegmentDef, segmentNames } from './segments.js';
 import {
   compileRule,
   type EvalInput,
@@ -31,7 +35,9 @@ export type ChallengeEffect =
   | { type: 'challenge.progressed'; challengeId: string; periodKey: string; count: number; target: number }
   | { type: 'challenge.completed'; challengeId: string; periodKey: string; completions: number }
   | { type: 'challenge.skipped'; challengeId: string; reason: string }
-  | { type: 'challenge.points_awarded'; challengeId: string; currency: string; amount: number; entryId: string }
+  | { type: 'challenge.points_awarded'; challengeId: string; currency: string; amount: number; entryId: string; campaignId?: string }
+  | { type: 'challenge.item_granted'; challengeId: string; item: string; quantity: number }
+  | { type: 'challenge.reward_requested'; challengeId: string; rewardId: string; issuanceId: string }
   | { type: 'challenge.action_skipped'; challengeId: string; action: string; reason: string };
 
 /** What the step needs besides the customer: loaded before the step. */
@@ -40,9 +46,17 @@ export interface ChallengeContext {
   timeZone: string;
   currencies: readonly ledger.CurrencyConfig[];
   tierPrograms: readonly TierProgram[];
+  /** Campaigns by id: a challenge with a campaign_id progresses only while it is live, for its audience. */
+  campaigns?: Readonly<Record<string, CampaignGate>>;
+  /** Segments (conditions and audiences read `customer.segments`). */
+  segments?: readonly SegmentDef[];
+  /** Counter values and readiness (conditions read `customer.counters.<name>`). */
+  counters?: RuleCounters | null;
+  /** What is left of the command's campaign budget grant after the rules (consumed by completion awards). */
+  budget?: BudgetGrant;
 }
 
-type StepFact = ch.ChallengeFact | ledger.LedgerFact | TierFact;
+type StepFact = ch.ChallengeFact | ledger.LedgerFact | TierFact | InventoryFact | RewardFact | CampaignFact;
 
 /** Compiles a challenge (never throws; a definition that did not validate compiles to an inert plan). */
 export function compileChallenge(config: ch.ChallengeConfig, version: number): ChallengeRuntime {
@@ -52,7 +66,10 @@ export function compileChallenge(config: ch.ChallengeConfig, version: number): C
     ...(config.qualifying.conditions !== undefined && config.qualifying.conditions !== null ? { conditions: config.qualifying.conditions } : {}),
     actions: config.completionActions as RuleAction[],
   } as RuleV2;
-  return { config, plan: compileRule(definition, { ruleId: config.id, versionNumber: version, priority: 0 }) };
+  const plan = compileRule(definition, { ruleId: config.id, versionNumber: version, priority: 0 });
+  // budgetWants reads the campaign of completion awards from the plan, as it does for rules.
+  if (config.campaignId != null) plan.campaignId = config.campaignId;
+  return { config, plan };
 }
 
 export interface DefinitionProblem {
@@ -106,7 +123,6 @@ function wireParam(path: string): string {
 
 const noCounters: Record<string, number | undefined> = {};
 const noneReady = (): boolean => false;
-const noTiers: Record<string, string> = {};
 const noSegments: readonly string[] = [];
 const noLimits = (): number => 0;
 
@@ -120,10 +136,27 @@ class Book {
   readonly credited = new Set<string>();
   evaluate: Set<string> | null = null;
 
+  private items: InventoryState | null = null;
+  /** The step's private copy of the budget grant (null: none taken for this command). */
+  readonly grant: BudgetGrant | null;
+
   constructor(
-    private readonly subject: Pick<RuleSubject, 'ledger' | 'tiers'>,
+    private readonly subject: Pick<RuleSubject, 'ledger' | 'tiers'> & { inventory?: InventoryState },
     private readonly earlier: ReadonlyArray<{ kind: string }>,
-  ) {}
+    grant: BudgetGrant | undefined = undefined,
+  ) {
+    this.grant = grant === undefined ? null : { ...grant };
+  }
+
+  /** The inventory as it stands after the earlier facts of this step (a private copy). */
+  inventory(): InventoryState {
+    if (this.items === null) {
+      let inv = inventoryFromPairs(inventoryPairs(this.subject.inventory ?? {}));
+      for (const f of this.earlier) if (f.kind === 'item.granted') inv = evolveInventory(inv, f as InventoryFact);
+      this.items = inv;
+    }
+    return this.items;
+  }
 
   ledger(): ledger.LedgerState {
     if (this.book === null) {
@@ -159,22 +192,47 @@ function isTierFact(f: { kind: string }): f is TierFact {
 /** Applies one completion's actions: ledger facts and effects appended; tiers are re-placed in finish(). */
 function complete(
   fact: ch.ChallengeFact & { kind: 'challenge.completed' },
-  actions: readonly ResolvedAction[],
-  context: Pick<ChallengeContext, 'currencies'>,
+  rt: ChallengeRuntime,
+  context: Pick<ChallengeContext, 'currencies' | 'campaigns'>,
   book: Book,
   facts: StepFact[],
   effects: Effect[],
   ctx: ledger.LedgerCtx,
 ): void {
   effects.push({ type: 'challenge.completed', challengeId: fact.challengeId, periodKey: fact.periodKey, completions: fact.completions });
-  for (const action of actions) {
+  const campaign = rt.config.campaignId != null ? context.campaigns?.[rt.config.campaignId] : undefined;
+  for (const action of actionsOf(rt)) {
     if (action.type === 'tier.evaluate') {
       book.evaluate ??= new Set();
       book.evaluate.add(action.program ?? '*');
       continue;
     }
+    if (action.type === 'item.grant') {
+      const g = grantItem(book.inventory(), action.item, action.quantity, fact.challengeId, ctx);
+      if (!g.ok) {
+        effects.push({ type: 'challenge.action_skipped', challengeId: fact.challengeId, action: action.type, reason: g.reason });
+        continue;
+      }
+      evolveInventory(book.inventory(), g.fact);
+      facts.push(g.fact);
+      effects.push({ type: 'challenge.item_granted', challengeId: fact.challengeId, item: action.item, quantity: action.quantity });
+      continue;
+    }
+    if (action.type === 'reward.issue') {
+      // Stock is shared across customers: the completion records the request (outbox), like a rule.
+      const f = requested(action.rewardId, fact.challengeId, ctx, 'challenge_completion');
+      facts.push(f);
+      effects.push({ type: 'challenge.reward_requested', challengeId: fact.challengeId, rewardId: action.rewardId, issuanceId: f.issuance.id });
+      continue;
+    }
     if (action.type !== 'points.award') {
       effects.push({ type: 'challenge.action_skipped', challengeId: fact.challengeId, action: action.type, reason: 'action_not_available' });
+      continue;
+    }
+    // A capped campaign currency: the award must fit in what is left of the command's grant.
+    const capped = campaign?.capped.includes(action.currency) === true;
+    if (capped && (book.grant === null || !consumeGrant(book.grant, budgetKey(campaign.id, action.currency), action.amount))) {
+      effects.push({ type: 'challenge.action_skipped', challengeId: fact.challengeId, action: action.type, reason: 'budget_exhausted' });
       continue;
     }
     const d = ledger.decide(
@@ -191,6 +249,7 @@ function complete(
       ctx,
     );
     if (!d.ok) {
+      if (capped && book.grant !== null) book.grant[budgetKey(campaign.id, action.currency)]! += action.amount;
       effects.push({ type: 'challenge.action_skipped', challengeId: fact.challengeId, action: action.type, reason: d.code });
       continue;
     }
@@ -201,8 +260,16 @@ function complete(
     }
     book.setLedger(b);
     book.credited.add(action.currency);
+    if (capped) facts.push({ kind: 'campaign.spent', campaignId: campaign.id, currency: action.currency, amount: action.amount, atMs: ctx.nowMs });
     if (d.reply.kind === 'ledger.entry') {
-      effects.push({ type: 'challenge.points_awarded', challengeId: fact.challengeId, currency: action.currency, amount: action.amount, entryId: d.reply.entry.id });
+      effects.push({
+        type: 'challenge.points_awarded',
+        challengeId: fact.challengeId,
+        currency: action.currency,
+        amount: action.amount,
+        entryId: d.reply.entry.id,
+        ...(capped ? { campaignId: campaign.id } : {}),
+      });
     }
   }
 }
@@ -257,21 +324,42 @@ export function applyChallenges(
   }
   if (targets.size === 0) return { facts, effects };
 
+  let segments: readonly string[] | null = null;
+  let tierLevels: Readonly<Record<string, string>> | null = null;
   const input: EvalInput = {
     event: { name: event.name, properties: event.properties, trust: event.trust },
     customer: {
       attributes: subject.attributes,
-      counters: noCounters,
-      countersReady: noneReady,
-      segments: noSegments,
-      tiers: noTiers,
+      counters: context.counters?.values ?? noCounters,
+      countersReady: context.counters?.ready ?? noneReady,
+      // Resolved on first read, as for rules (before this step's facts).
+      get segments(): readonly string[] {
+        segments ??= context.segments === undefined ? noSegments : segmentNames(context.segments, subject.segmentIds ?? noSegments, subject.attributes);
+        return segments;
+      },
+      get tiers(): Readonly<Record<string, string>> {
+        tierLevels ??= levelsByProgramKey(context.tierPrograms, subject.tiers);
+        return tierLevels;
+      },
       externalId: subject.externalId,
     },
     limitCounts: noLimits,
   };
   const root = { event: { id: event.id, name: event.name, properties: event.properties }, customer: { attributes: subject.attributes } };
-  const book = new Book(subject, earlier);
+  const book = new Book(subject, earlier, context.budget);
   for (const { rt, byRule } of targets.values()) {
+    // A challenge of a campaign progresses only while the campaign is live, for its audience.
+    if (rt.config.campaignId != null) {
+      const gate = context.campaigns?.[rt.config.campaignId];
+      if (campaignInactiveReason(gate, ctx.nowMs) !== null) {
+        effects.push({ type: 'challenge.skipped', challengeId: rt.config.id, reason: 'campaign_inactive' });
+        continue;
+      }
+      if (gate?.audienceSegment != null && !input.customer.segments.includes(gate.audienceSegment)) {
+        effects.push({ type: 'challenge.skipped', challengeId: rt.config.id, reason: 'segment_not_matched' });
+        continue;
+      }
+    }
     const qualifies = byRule || evaluatePlan(rt.plan, input).fired;
     const d = ch.decide(
       subject.challenges,
@@ -295,7 +383,7 @@ export function applyChallenges(
       if (f.kind === 'challenge.progressed') {
         effects.push({ type: 'challenge.progressed', challengeId: f.challengeId, periodKey: f.periodKey, count: f.count, target: f.target });
       } else if (f.kind === 'challenge.completed') {
-        complete(f, actionsOf(rt), context, book, facts, effects, ctx);
+        complete(f, rt, context, book, facts, effects, ctx);
       }
     }
   }
@@ -311,7 +399,7 @@ export function runChallengeCommand(
   context: ChallengeContext,
   runtime: ChallengeRuntime | null,
   command: ch.Command,
-  subject: Pick<RuleSubject, 'ledger' | 'tiers'> & { challenges: ch.ChallengesState },
+  subject: Pick<RuleSubject, 'ledger' | 'tiers'> & { challenges: ch.ChallengesState; inventory?: InventoryState },
   ctx: ledger.LedgerCtx,
 ): { ok: true; facts: StepFact[]; effects: Effect[]; reply: ch.Reply } | Extract<ch.Decision, { ok: false }> {
   const d = ch.decide(subject.challenges, command, ctx);
@@ -321,7 +409,8 @@ export function runChallengeCommand(
   const book = new Book(subject, []);
   for (const f of d.facts) {
     facts.push(f);
-    if (f.kind === 'challenge.completed' && runtime !== null) complete(f, actionsOf(runtime), context, book, facts, effects, ctx);
+    // An operator's reevaluation takes no budget grant: capped campaign awards are skipped (budget_exhausted).
+    if (f.kind === 'challenge.completed' && runtime !== null) complete(f, runtime, context, book, facts, effects, ctx);
   }
   finish(book, context.tierPrograms, facts, effects, ctx);
   return { ok: true, facts, effects, reply: d.reply };

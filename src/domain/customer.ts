@@ -421,8 +421,9 @@ function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerStat
     const event = { name: cmd.name, occurredAtMs: cmd.occurredAtMs, properties: cmd.properties };
     const bumps = counterBumps(cc, event, subject.counters, ctx.nowMs);
     if (bumps.length > 0) facts.push({ kind: 'counter.counted', eventId: recorded.id, bumps });
-    // Counter values are computed only when a rule on this event reads counters.
-    if (cmd.rules?.plans.some((p) => p.event === cmd.name && p.counters.length > 0)) {
+    // Counter values are computed only when a rule or challenge on this event reads counters.
+    const reads = (p: { event: string; counters: readonly string[] }) => p.event === cmd.name && p.counters.length > 0;
+    if (cmd.rules?.plans.some(reads) || cmd.rules?.challenges?.some((c) => reads(c.plan))) {
       const values: Record<string, number> = {};
       for (const def of cc.defs) {
         let s = subject.counters[def.id];
@@ -442,7 +443,16 @@ function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerStat
   const requested = r?.challengeProgress ?? [];
   if (active.length === 0 && requested.length === 0) return r?.effects ?? noEffects;
   const c = applyChallenges(
-    { challenges: active, timeZone: rules.timeZone ?? 'UTC', currencies: rules.currencies, tierPrograms: rules.tierPrograms },
+    {
+      challenges: active,
+      timeZone: rules.timeZone ?? 'UTC',
+      currencies: rules.currencies,
+      tierPrograms: rules.tierPrograms,
+      campaigns: rules.campaigns,
+      segments: rules.segments,
+      counters,
+      budget: r === null ? rules.budget : r.budgetLeft,
+    },
     requested,
     { id: recorded.id, ...event },
     subject,

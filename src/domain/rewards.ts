@@ -126,15 +126,20 @@ function issuedFrom(base: Pick<Issuance, 'id' | 'sourceType' | 'sourceId' | 'cre
 }
 
 /** A rule's request for a reward (the outbox entry), journaled with the event that fired the rule. */
-export function requested(rewardId: string, ruleId: string, ctx: RewardCtx): RewardFact {
+export function requested(
+  rewardId: string,
+  sourceId: string,
+  ctx: RewardCtx,
+  sourceType: 'rule_execution' | 'challenge_completion' = 'rule_execution',
+): RewardFact & { kind: 'reward.issue_requested' } {
   return {
     kind: 'reward.issue_requested',
     issuance: {
       id: ctx.newId(issuanceIdPrefix),
       rewardId,
       status: 'pending',
-      sourceType: 'rule_execution',
-      sourceId: ruleId,
+      sourceType,
+      sourceId,
       cost: null,
       currency: null,
       costEntryId: null,

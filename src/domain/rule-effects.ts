@@ -151,6 +151,8 @@ export function applyRules(
   effects: Effect[];
   /** challenge.progress actions of the rules that fired (applied by challenge-effects.ts). */
   challengeProgress: Array<{ challengeId: string; ruleId: string }>;
+  /** What is left of the command's budget grant after the rules' awards (for challenge completions). */
+  budgetLeft: BudgetGrant | undefined;
 } {
   const facts: Array<RuleFact | ledger.LedgerFact | TierFact | RewardFact | InventoryFact | CampaignFact> = [];
   const challengeProgress: Array<{ challengeId: string; ruleId: string }> = [];
@@ -304,5 +306,5 @@ export function applyRules(
     for (const f of t.facts) facts.push(f);
     for (const e of t.effects) effects.push(e);
   }
-  return { facts, effects, challengeProgress };
+  return { facts, effects, challengeProgress, budgetLeft: grant ?? rules.budget };
 }

@@ -82,7 +82,18 @@ export function challengeEffectWire(e: ChallengeEffect): Record<string, unknown>
     case 'challenge.skipped':
       return { type: e.type, challenge_id: e.challengeId, reason: e.reason };
     case 'challenge.points_awarded':
-      return { type: e.type, challenge_id: e.challengeId, currency: e.currency, amount: e.amount, ledger_entry_id: e.entryId };
+      return {
+        type: e.type,
+        challenge_id: e.challengeId,
+        currency: e.currency,
+        amount: e.amount,
+        ledger_entry_id: e.entryId,
+        ...(e.campaignId === undefined ? {} : { campaign_id: e.campaignId }),
+      };
+    case 'challenge.item_granted':
+      return { type: e.type, challenge_id: e.challengeId, item: e.item, quantity: e.quantity };
+    case 'challenge.reward_requested':
+      return { type: e.type, challenge_id: e.challengeId, reward_id: e.rewardId, issuance_id: e.issuanceId };
     case 'challenge.action_skipped':
       return { type: e.type, challenge_id: e.challengeId, action: e.action, reason: e.reason };
   }

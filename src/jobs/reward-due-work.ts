@@ -72,7 +72,8 @@ export class RewardDueWork {
   /** After an event's ack: delivers the rewards its rules requested (errors are left to the sweep). */
   afterEvent(environmentId: string, customerId: string, effects: readonly Effect[]): void {
     for (const e of effects) {
-      if (e.type !== 'reward.issue_requested') continue;
+      // Rules' reward.issue actions and challenge completions' both journal a pending request.
+      if (e.type !== 'reward.issue_requested' && e.type !== 'challenge.reward_requested') continue;
       void this.fulfil(environmentId, customerId, e.issuanceId, e.rewardId).catch((err: unknown) =>
         this.deps.logger.warn({ err, issuance: e.issuanceId }, 'reward request not fulfilled; the sweep retries'),
       );

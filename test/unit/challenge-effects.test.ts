@@ -124,7 +124,7 @@ t.test('given two contributions, when the third completes, then the award and th
   t.equal(balanceOf(w.state!.ledger, 'coins', T0).available, 100, 'completion happens exactly once');
 });
 
-t.test('given a completion into an unknown currency, then the action is reported skipped and the completion stands', async (t) => {
+t.test('given a completion into an unknown currency, then that action is reported skipped, the others apply and the completion stands', async (t) => {
   const w = new World();
   const ctx = context([config({ target: 1, completionActions: [{ type: 'points.award', currency: 'gems', amount: 5 }, { type: 'item.grant', item: 'sword', quantity: 1 }] })]);
   const effects = w.effects(w.event(ctx, { match_id: 'm1', mode: 'ranked' }));
@@ -132,9 +132,10 @@ t.test('given a completion into an unknown currency, then the action is reported
     { type: 'challenge.progressed' },
     { type: 'challenge.completed' },
     { type: 'challenge.action_skipped', action: 'points.award' },
-    { type: 'challenge.action_skipped', action: 'item.grant', reason: 'action_not_available' },
+    { type: 'challenge.item_granted', item: 'sword', quantity: 1 },
   ]);
   t.equal(w.state?.challenges.completions.chl_1, 1);
+  t.equal(w.state?.inventory.sword, 1, 'the item is in the inventory');
 });
 
 t.test('given a rule that progresses a challenge, when it fires, then the challenge counts once even if its own event also matches', async (t) => {

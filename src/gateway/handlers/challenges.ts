@@ -101,6 +101,13 @@ export interface ChallengeDeps {
   readModel: ChallengeReadModel;
   audit: AuditLog;
   drainProjector(): Promise<void>;
+  /** campaign_id must name a campaign of the environment (404 resource_not_found otherwise). */
+  campaignExists?: (environmentId: string, id: string) => Promise<boolean>;
+}
+
+async function checkCampaign(deps: ChallengeDeps, env: string, id: string | null | undefined): Promise<void> {
+  if (id == null || deps.campaignExists === undefined) return;
+  if (!(await deps.campaignExists(env, id))) throw new ApiError('resource_not_found', { message: `No campaign ${id}.`, param: 'campaign_id' });
 }
 
 export function challengeWire(c: ChallengeRecord) {
@@ -216,6 +223,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       responses: { 201: { description: 'The challenge (ETag = version).' } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
+        await checkCampaign(deps, environmentIdOf(ctx.principal), b.campaign_id);
         const c = await deps.challenges.create(environmentIdOf(ctx.principal), {
           name: b.name,
           qualifying: b.qualifying,
@@ -273,6 +281,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       responses: { 200: { description: 'The challenge (ETag = version).' } },
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const b = ctx.body;
+        await checkCampaign(deps, environmentIdOf(ctx.principal), b.campaign_id);
         const c = await deps.challenges.update(
           environmentIdOf(ctx.principal),
           ctx.params.id ?? '',

@@ -120,7 +120,9 @@ async function recordOne(
   // Capped campaign awards: take a grant from the node's allowance before the step.
   let grant: BudgetGrant | null = null;
   if (rules?.campaigns !== undefined && deps.budgets !== undefined) {
-    const wants = budgetWants(rules.plans, rules.campaigns, ev, nowMs);
+    // Rules' awards and the completion awards of the campaign challenges this event may complete.
+    const plans = rules.challenges === undefined || rules.challenges.length === 0 ? rules.plans : [...rules.plans, ...rules.challenges.map((c) => c.plan)];
+    const wants = budgetWants(plans, rules.campaigns, ev, nowMs);
     if (Object.keys(wants).length > 0) {
       const g = deps.budgets.grant(env, wants);
       grant = g instanceof Promise ? await g : g;
