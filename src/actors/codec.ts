@@ -3,12 +3,11 @@
 // decoder for every version ever written stays here. Never put class instances or Maps on the
 // wire: snapshots turn Maps into arrays explicitly.
 import { Packr } from 'msgpackr';
-import type { CustomerState, Fact } from '../domain/customer.js';
+import { type CustomerState, type Fact, sharedEmpty } from '../domain/customer.js';
 import { emptyLedger, type LedgerState } from '../domain/ledger.js';
 import { inventoryFromPairs, inventoryPairs } from '../domain/inventory.js';
 import { SeenEvents } from '../domain/seen-events.js';
-import { emptyRewards, type RewardsState } from '../domain/rewards.js';
-import { emptyChallengesState } from '../domain/challenges.js';
+import type { RewardsState } from '../domain/rewards.js';
 
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
 
@@ -56,17 +55,17 @@ type SnapshotV1 = [
   /** Added with tiers; absent in older snapshots (then empty). */
   tiers?: CustomerState['tiers'],
   /** Added with rewards; absent in older snapshots (then empty). */
-  rewards?: RewardsState,
+  rewards?: RewardsState | null,
   /** Added with challenges; absent in older snapshots (then empty). */
-  challenges?: CustomerState['challenges'],
+  challenges?: CustomerState['challenges'] | null,
   /** Added with counters; absent in older snapshots (then empty). */
-  counters?: CustomerState['counters'],
+  counters?: CustomerState['counters'] | null,
   /** Added with item.grant: [item, quantity] pairs; absent in older snapshots (then empty). */
-  inventory?: Array<[string, number]>,
+  inventory?: Array<[string, number]> | null,
   /** Added with match results; absent in older snapshots (then empty). */
-  matchRates?: CustomerState['matchRates'],
+  matchRates?: CustomerState['matchRates'] | null,
   /** Added with segments; absent in older snapshots (then empty). */
-  segmentIds?: string[],
+  segmentIds?: string[] | null,
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -89,12 +88,13 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.ledger,
     s.ruleLimits,
     s.tiers,
-    s.rewards,
-    s.challenges,
-    s.counters,
-    inventoryPairs(s.inventory),
-    s.matchRates,
-    s.segmentIds,
+    // Mechanics the customer never used are written as nil (decoded back to the shared empties).
+    s.rewards === sharedEmpty.rewards ? null : s.rewards,
+    s.challenges === sharedEmpty.challenges ? null : s.challenges,
+    s.counters === sharedEmpty.counters ? null : s.counters,
+    s.inventory === sharedEmpty.inventory ? null : inventoryPairs(s.inventory),
+    s.matchRates === sharedEmpty.matchRates ? null : s.matchRates,
+    s.segmentIds === sharedEmpty.segmentIds ? null : s.segmentIds,
   ];
   return packr.pack(v1);
 }
@@ -121,13 +121,19 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     ledger: v[13] ?? emptyLedger(),
     ruleLimits: v[14] ?? {},
     tiers: v[15] ?? {},
-    rewards: v[16] ?? emptyRewards(),
-    challenges: v[17] ?? emptyChallengesState(),
-    counters: v[18] ?? {},
-    inventory: inventoryFromPairs(v[19] ?? []),
-    matchRates: v[20] ?? {},
-    segmentIds: v[21] ?? [],
+    rewards: v[16] == null || (v[16].issuances.length === 0 && v[16].voided.length === 0) ? sharedEmpty.rewards : v[16],
+    challenges:
+      v[17] == null || (isEmpty(v[17].enrollments) && isEmpty(v[17].progress) && isEmpty(v[17].completions)) ? sharedEmpty.challenges : v[17],
+    counters: v[18] == null || isEmpty(v[18]) ? sharedEmpty.counters : v[18],
+    inventory: v[19] == null || v[19].length === 0 ? sharedEmpty.inventory : inventoryFromPairs(v[19]),
+    matchRates: v[20] == null || isEmpty(v[20]) ? sharedEmpty.matchRates : v[20],
+    segmentIds: v[21] == null || v[21].length === 0 ? sharedEmpty.segmentIds : v[21],
   };
+}
+
+function isEmpty(o: object): boolean {
+  for (const _ in o) return false;
+  return true;
 }
 
 /** Forwarded calls between nodes reuse the same packer. */

@@ -19,6 +19,20 @@ import type { RateState } from './match/rate.js';
 import type { CampaignFact } from './campaigns.js';
 import { decideMembership, evolveMembership, type SegmentCommand, type SegmentFact } from './segments.js';
 
+/**
+ * Mechanics most customers never touch start as these SHARED empty values, so a new customer
+ * allocates nothing for them (a million customers fit in memory); evolve gives the customer its
+ * own value on the first fact that changes one (copy on first write). Never mutate these.
+ */
+export const sharedEmpty = {
+  rewards: rewards.emptyRewards(),
+  challenges: challenges.emptyChallengesState(),
+  counters: {} as CountersState,
+  inventory: emptyInventory(),
+  matchRates: {} as RateState,
+  segmentIds: [] as string[],
+};
+
 export interface Ctx {
   nowMs: number;
   environmentId: string;
@@ -509,12 +523,12 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       ledger: ledger.emptyLedger(),
       ruleLimits: {},
       tiers: {},
-      rewards: rewards.emptyRewards(),
-      challenges: challenges.emptyChallengesState(),
-      counters: {},
-      inventory: emptyInventory(),
-      matchRates: {},
-      segmentIds: [],
+      rewards: sharedEmpty.rewards,
+      challenges: sharedEmpty.challenges,
+      counters: sharedEmpty.counters,
+      inventory: sharedEmpty.inventory,
+      matchRates: sharedEmpty.matchRates,
+      segmentIds: sharedEmpty.segmentIds,
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -563,30 +577,30 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'reward.cancelled':
     case 'reward.expired':
     case 'reward.reservation_voided':
-      state.rewards = rewards.evolve(state.rewards, fact);
+      state.rewards = rewards.evolve(state.rewards === sharedEmpty.rewards ? rewards.emptyRewards() : state.rewards, fact);
       return state;
     case 'challenge.enrolled':
     case 'challenge.unenrolled':
     case 'challenge.progressed':
     case 'challenge.completed':
     case 'challenge.revoked':
-      state.challenges = challenges.evolve(state.challenges, fact);
+      state.challenges = challenges.evolve(state.challenges === sharedEmpty.challenges ? challenges.emptyChallengesState() : state.challenges, fact);
       return state;
     case 'counter.counted':
     case 'counter.backfilled':
-      state.counters = evolveCounters(state.counters, fact);
+      state.counters = evolveCounters(state.counters === sharedEmpty.counters ? {} : state.counters, fact);
       return state;
     case 'item.granted':
-      state.inventory = evolveInventory(state.inventory, fact);
+      state.inventory = evolveInventory(state.inventory === sharedEmpty.inventory ? emptyInventory() : state.inventory, fact);
       return state;
     case 'match_rate.counted':
     case 'match_rate.released':
     case 'match_rate.merged':
-      state.matchRates = evolveMatch(state.matchRates ?? {}, fact);
+      state.matchRates = evolveMatch(state.matchRates === undefined || state.matchRates === sharedEmpty.matchRates ? {} : state.matchRates, fact);
       return state;
     case 'segment.member_added':
     case 'segment.member_removed':
-      state.segmentIds = evolveMembership(state.segmentIds, fact);
+      state.segmentIds = evolveMembership(state.segmentIds === sharedEmpty.segmentIds ? [] : state.segmentIds, fact);
       return state;
     case 'campaign.spent':
       // Budget accounting lives in the projection (campaign_spend); nothing in customer state.
