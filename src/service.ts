@@ -67,6 +67,7 @@ import { Projector } from './projector/projector.js';
 import { Authenticator } from './tenancy/authenticator.js';
 import { TenancyService, tenancyOptionsFromConfig } from './tenancy/service.js';
 import { simulationSubject } from './gateway/simulation-subject.js';
+import { Scheduler } from './jobs/scheduler.js';
 import { WorkerPool } from './workers/pool.js';
 
 export interface Service {
@@ -251,12 +252,12 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   };
   const backfill = new CounterBackfill({ sql, engine, counters, pool, drainProjector: () => projector.drain(), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX });
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
-  dueWork.start();
   const rewards = new RewardCatalog(sql, currencies);
   const rewardDue = new RewardDueWork({ sql, engine, rewards, now, drainProjector: () => projector.drain(), logger });
-  rewardDue.start();
   const challengeEnds = new ChallengeEnds({ challenges, now, logger });
-  challengeEnds.start();
+  // One scheduler for all due work; a test clock's advance runs the same jobs for its environment.
+  const scheduler = new Scheduler([challengeEnds, dueWork, rewardDue], logger);
+  scheduler.start();
   await placement.start();
 
   const matchResults = new MatchResults({
@@ -295,10 +296,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...testClockRoutes({
         clocks,
-        runDue: async (env, nowMs) => {
-          await challengeEnds.runForEnvironment(env, nowMs);
-          return (await dueWork.runForEnvironment(env, nowMs)) + (await rewardDue.expireForEnvironment(env, nowMs));
-        },
+        runDue: (env, nowMs) => scheduler.runForEnvironment(env, nowMs),
       }),
       ...challengeRoutes({
         challenges,
@@ -371,9 +369,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         clearInterval(purgeTimer);
         await gateway.close();
         await publicGrpc.close(2000);
-        await dueWork.stop();
-        await rewardDue.stop();
-        await challengeEnds.stop();
+        await scheduler.stop();
         await backfill.idle();
         await placement.stop();
         await budgets.release(null).catch((err: unknown) => logger.warn({ err }, 'budget release failed'));

@@ -3,9 +3,9 @@
 // makes the status say so). Runs on the real clock every minute, and for one environment right
 // after its test clock moves. Ending is idempotent, so overlapping sweeps (or nodes) are harmless.
 import type { Logger } from 'pino';
+import type { DueJob } from './scheduler.js';
 import type { ChallengeCatalog } from '../catalog/challenges.js';
 
-const everyMs = 60_000;
 
 export interface ChallengeEndsDeps {
   challenges: Pick<ChallengeCatalog, 'endDue' | 'environmentsWithEndsDue'>;
@@ -13,29 +13,14 @@ export interface ChallengeEndsDeps {
   logger: Logger;
 }
 
-export class ChallengeEnds {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+export class ChallengeEnds implements DueJob {
+  readonly name = 'challenge ends';
 
   constructor(private readonly deps: ChallengeEndsDeps) {}
 
-  start(): void {
-    this.timer = setInterval(() => {
-      this.running ??= this.sweep()
-        .catch((err: unknown) => this.deps.logger.warn({ err }, 'challenge-end sweep failed'))
-        .finally(() => {
-          this.running = null;
-        });
-    }, everyMs);
-    this.timer.unref();
-  }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    await this.running;
-  }
-
-  private async sweep(): Promise<void> {
+  /** Everything due by the real clock (the scheduler calls it every minute). */
+  async sweep(): Promise<void> {
     for (const env of await this.deps.challenges.environmentsWithEndsDue(Date.now())) {
       await this.runForEnvironment(env, await this.deps.now(env));
     }

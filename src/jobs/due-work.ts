@@ -11,9 +11,9 @@ import type { Engine } from '../actors/engine.js';
 import type { CurrencyCatalog } from '../catalog/currencies.js';
 import { tierProgramOf } from '../catalog/rules-context.js';
 import type { TierProgram } from '../domain/tiers.js';
+import type { DueJob } from './scheduler.js';
 import type { Sql } from '../persistence/sql/db.js';
 
-const everyMs = 60_000;
 const concurrency = 32;
 
 export interface DueWorkDeps {
@@ -26,30 +26,15 @@ export interface DueWorkDeps {
   logger: Logger;
 }
 
-export class DueWork {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+export class DueWork implements DueJob {
+  readonly name = 'ledger and tier checks';
 
   constructor(private readonly deps: DueWorkDeps) {}
 
-  start(): void {
-    this.timer = setInterval(() => {
-      this.running ??= this.sweep()
-        .catch((err: unknown) => this.deps.logger.warn({ err }, 'due-work sweep failed'))
-        .finally(() => {
-          this.running = null;
-        });
-    }, everyMs);
-    this.timer.unref();
-  }
-
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    await this.running;
-  }
 
   /** Every environment with work due by the real clock (a test clock only runs ahead of it). */
-  private async sweep(): Promise<void> {
+  /** Everything due by the real clock (the scheduler calls it every minute). */
+  async sweep(): Promise<void> {
     const nowMs = Date.now();
     const envs = await this.deps.sql`
       select distinct environment_id from ledger_entries

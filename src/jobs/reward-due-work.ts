@@ -15,9 +15,9 @@ import { type RewardCatalog, termsOf } from '../catalog/rewards.js';
 import type { RewardCommand, RewardTerms } from '../domain/rewards.js';
 import type { Effect } from '../domain/rule-effects.js';
 import { ApiError } from '../errors/api-error.js';
+import type { DueJob } from './scheduler.js';
 import type { Sql } from '../persistence/sql/db.js';
 
-const everyMs = 60_000;
 const concurrency = 32;
 /** A reservation older than this without a confirmed issuance is reconciled (a live request finishes far sooner). */
 export const reservationStaleMs = 5 * 60_000;
@@ -34,29 +34,14 @@ export interface RewardDueWorkDeps {
   logger: Logger;
 }
 
-export class RewardDueWork {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+export class RewardDueWork implements DueJob {
+  readonly name = 'rewards';
 
   constructor(private readonly deps: RewardDueWorkDeps) {}
 
-  start(): void {
-    this.timer = setInterval(() => {
-      this.running ??= this.sweep()
-        .catch((err: unknown) => this.deps.logger.warn({ err }, 'reward sweep failed'))
-        .finally(() => {
-          this.running = null;
-        });
-    }, everyMs);
-    this.timer.unref();
-  }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    await this.running;
-  }
-
-  private async sweep(): Promise<void> {
+  /** Everything due by the real clock (the scheduler calls it every minute). */
+  async sweep(): Promise<void> {
     const nowMs = Date.now();
     const envs = await this.deps.sql`
       select distinct environment_id from reward_issuances
@@ -126,6 +111,10 @@ export class RewardDueWork {
   }
 
   /** Expires every issuance of the environment due at nowMs; returns how many customers were settled. */
+  runForEnvironment(environmentId: string, nowMs: number): Promise<number> {
+    return this.expireForEnvironment(environmentId, nowMs);
+  }
+
   async expireForEnvironment(environmentId: string, nowMs: number): Promise<number> {
     await this.deps.drainProjector();
     const rows = await this.deps.sql`

@@ -1,0 +1,54 @@
+// The one scheduler of due work. Every job that falls due with time (ledger confirmations and
+// expiries and the tier downgrade checks they drive, reward issuance expiry, re-drives and stock
+// reconciliation, challenge ends) runs from here: on the real clock every minute, and for one
+// environment right after its test clock moves. Jobs are idempotent (each settles through the
+// customers' actors or one conditional statement), so nodes sweeping together is harmless.
+import type { Logger } from 'pino';
+
+export interface DueJob {
+  readonly name: string;
+  /** Everything due by the real clock, in every environment. */
+  sweep(): Promise<void>;
+  /** Everything due in one environment at `nowMs` (a test clock's time); how much was settled. */
+  runForEnvironment(environmentId: string, nowMs: number): Promise<number>;
+}
+
+const everyMs = 60_000;
+
+export class Scheduler {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+
+  constructor(
+    private readonly jobs: readonly DueJob[],
+    private readonly logger: Logger,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => {
+      this.running ??= this.sweep().finally(() => {
+        this.running = null;
+      });
+    }, everyMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await this.running;
+  }
+
+  /** One pass of every job, in order; a failing job is logged and the next sweep retries it. */
+  async sweep(): Promise<void> {
+    for (const job of this.jobs) {
+      await job.sweep().catch((err: unknown) => this.logger.warn({ err, job: job.name }, 'due-work sweep failed; the next one retries'));
+    }
+  }
+
+  /** Runs every job for one environment at `nowMs` (after a test clock advance), in order. */
+  async runForEnvironment(environmentId: string, nowMs: number): Promise<number> {
+    let settled = 0;
+    for (const job of this.jobs) settled += await job.runForEnvironment(environmentId, nowMs);
+    return settled;
+  }
+}
