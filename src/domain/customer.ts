@@ -136,6 +136,9 @@ export type Command =
   /** Static segment membership (idempotent: no fact when nothing changes). */
   | SegmentCommand;
 
+/** An event to record for an existing customer (the event.record command without its routing). */
+export type EventToRecord = Omit<Extract<Command, { kind: 'event.record' }>, 'kind' | 'externalId'>;
+
 export type Fact =
   | {
       kind: 'customer.created';
@@ -389,16 +392,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
 const matchHooks = {
   recordEvent(
     state: CustomerState,
-    ev: {
-      clientEventId: string;
-      name: string;
-      occurredAtMs: number;
-      properties: Record<string, unknown>;
-      fp: number;
-      trust: string;
-      rules: RulesContext | null;
-      counters?: CountersContext | null;
-    },
+    ev: EventToRecord,
     ctx: Ctx,
   ): { facts: Fact[]; eventId: string; effects: Effect[] } {
     const cmd: Command & { kind: 'event.record' } = { kind: 'event.record', externalId: state.externalId ?? '', ...ev };

@@ -8,7 +8,7 @@
 import type { CountersContext } from '../counters.js';
 import type { ErrorCode } from '../../errors/codes.js';
 import { canonicalJson, hash53 } from '../../util/canonical-json.js';
-import type { CustomerState, Ctx, Fact } from '../customer.js';
+import type { CustomerState, Ctx, EventToRecord, Fact } from '../customer.js';
 import type { Effect, RulesContext } from '../rule-effects.js';
 import type { RateLimit } from './profile.js';
 import { decideRate, evolveRate, mergeRateStates, type PendingVerdict, type RateFact, type RateState } from './rate.js';
@@ -74,16 +74,7 @@ export interface MatchPlayerReply {
 export interface MatchHooks {
   recordEvent(
     state: CustomerState,
-    ev: {
-      clientEventId: string;
-      name: string;
-      occurredAtMs: number;
-      properties: Record<string, unknown>;
-      fp: number;
-      trust: string;
-      rules: RulesContext | null;
-      counters?: CountersContext | null;
-    },
+    ev: EventToRecord,
     ctx: Ctx,
   ): { facts: Fact[]; eventId: string; effects: Effect[] };
 }
