@@ -128,8 +128,12 @@ function requireState(rule: Rule, op: RuleOperation): void {
   }
 }
 
+const recordsPerEnvironmentMax = 1000;
+
 export class RuleCatalog {
   private readonly cache = new Map<string, Promise<RulePlan[]>>();
+  /** Rules read by simulate, per environment; dropped with the plans whenever any rule of it changes. */
+  private readonly records = new Map<string, Map<string, Promise<Rule>>>();
 
   constructor(
     private readonly sql: Sql,
@@ -137,11 +141,15 @@ export class RuleCatalog {
   ) {}
 
   async start(): Promise<void> {
-    await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
+    await this.bus.subscribe(channel, (envId) => {
+      this.cache.delete(envId);
+      this.records.delete(envId);
+    });
   }
 
   private async changed(environmentId: string): Promise<void> {
     this.cache.delete(environmentId);
+    this.records.delete(environmentId);
     await this.bus.publish(channel, environmentId).catch(() => {});
   }
 
@@ -161,6 +169,24 @@ export class RuleCatalog {
     const rows = await this.sql.unsafe(`${selectRule} where r.environment_id = $1 and r.id = $2`, [environmentId, id]);
     if (rows.length === 0) throw notFound(id);
     return ruleRow(rows[0]!);
+  }
+
+  /**
+   * get() through a per-environment cache (simulate reads the rule on every call; a PostgreSQL
+   * round trip there waits behind projection and snapshot writes). Same staleness as the plans:
+   * dropped on any change of a rule of the environment, on this node at once, elsewhere by the bus.
+   */
+  getCached(environmentId: string, id: string): Promise<Rule> {
+    let env = this.records.get(environmentId);
+    if (env === undefined) this.records.set(environmentId, (env = new Map()));
+    let rule = env.get(id);
+    if (rule === undefined) {
+      if (env.size >= recordsPerEnvironmentMax) env.clear();
+      const loading = this.get(environmentId, id);
+      loading.catch(() => env.delete(id));
+      env.set(id, (rule = loading));
+    }
+    return rule;
   }
 
   /** Ordered by id; `after` is the last id of the previous page. */

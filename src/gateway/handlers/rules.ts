@@ -297,7 +297,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       responses: { 200: { description: '{simulated, plan, trace}' } },
       handler: async (ctx: RequestContext<z.infer<typeof simulateBody>>) => {
         const env = environmentIdOf(ctx.principal);
-        const rule = await rules.get(env, ctx.params.id ?? '');
+        const rule = await rules.getCached(env, ctx.params.id ?? '');
         const definition = rule.draftDefinition ?? rule.activeVersion?.definition;
         // The named customer as it is now (attributes, counters, segments, tiers, this rule's limit
         // counts), or an empty one without customer_id.
