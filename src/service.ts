@@ -308,6 +308,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         audit: new AuditLog(sql),
         drainProjector: () => projector.drain(),
         campaignExists: (env, id) => campaigns.exists(env, id),
+        campaignGates: (env) => campaigns.gates(env),
       }),
       ...rulesRoutes({
         rules,

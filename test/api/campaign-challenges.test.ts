@@ -87,6 +87,30 @@ t.test('challenges in campaigns', async (t) => {
   const spent = (await api.get(`/v1/campaigns/${campaign.body.id}`)).body;
   t.match(spent.budgets, [{ currency: 'coins', amount: 150, spent: 100 }], 'only what was awarded is spent');
 
+  // An operator's reevaluation takes no budget grant: a completion award in a capped currency is skipped.
+  const two = await api.post(
+    '/v1/challenges',
+    {
+      name: 'Two quests',
+      qualifying: { event: 'quest.done' },
+      target: 2,
+      contribution_key: null,
+      status: 'active',
+      campaign_id: campaign.body.id,
+      completion_actions: [{ type: 'points.award', currency: 'coins', amount: 1 }],
+    },
+    idem(),
+  );
+  t.equal(two.status, 201, JSON.stringify(two.body));
+  const quest = await api.post('/v1/events', { id: 'q-1', name: 'quest.done', customer_id: 'ann', occurred_at: now(), properties: {}, mode: 'sync' });
+  t.match(quest.body.effects, [{ type: 'challenge.progressed', challenge_id: two.body.id, count: 1, target: 2 }]);
+  const lowered = await api.patch(`/v1/challenges/${two.body.id}`, { target: 1 });
+  t.equal(lowered.status, 200, JSON.stringify(lowered.body));
+  const re = await api.post(`/v1/challenges/${two.body.id}/reevaluate`, { customer_id: 'ann', reason: 'target lowered' });
+  t.equal(re.status, 200, JSON.stringify(re.body));
+  t.match(re.body, { completed: 1 });
+  t.match(re.body.effects, [{ type: 'challenge.completed' }, { type: 'challenge.action_skipped', action: 'points.award', reason: 'budget_exhausted' }]);
+
   // A campaign that a live challenge names cannot be deleted; pausing stops its challenges.
   t.equal((await api.post(`/v1/campaigns/${campaign.body.id}/pause`, {})).status, 200);
   t.match((await send('e-4', 'cid')).body.effects, [{ type: 'challenge.skipped', reason: 'campaign_inactive' }]);

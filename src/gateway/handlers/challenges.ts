@@ -22,6 +22,7 @@ import { etagHeader, expectedVersion } from '../etag.js';
 import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { customerTarget, iso, unwrap } from '../wire.js';
+import type { CampaignGate } from '../../domain/campaigns.js';
 import { effectWire } from './events.js';
 
 const timestamp = z.iso.datetime({ offset: true });
@@ -103,6 +104,8 @@ export interface ChallengeDeps {
   drainProjector(): Promise<void>;
   /** campaign_id must name a campaign of the environment (404 resource_not_found otherwise). */
   campaignExists?: (environmentId: string, id: string) => Promise<boolean>;
+  /** The environment's campaigns: a reevaluated completion never awards a capped currency (no budget grant). */
+  campaignGates?: (environmentId: string) => Promise<Readonly<Record<string, CampaignGate>>>;
 }
 
 async function checkCampaign(deps: ChallengeDeps, env: string, id: string | null | undefined): Promise<void> {
@@ -167,12 +170,18 @@ function auditReason(value: string | undefined): string {
 export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
   /** Everything a challenge command needs, loaded before the actor step. */
   async function context(env: string): Promise<ChallengeContext> {
-    const [all, programs, timeZone] = await Promise.all([deps.currencies.all(env), deps.tiers.all(env), deps.challenges.timeZone(env)]);
+    const [all, programs, timeZone, campaigns] = await Promise.all([
+      deps.currencies.all(env),
+      deps.tiers.all(env),
+      deps.challenges.timeZone(env),
+      deps.campaignGates?.(env),
+    ]);
     return {
       challenges: [],
       timeZone,
       currencies: all.map((c) => ({ key: c.key, negativeBalance: c.negativeBalance, expiryDays: c.expiryDays })),
       tierPrograms: programs.map(tierProgramOf),
+      campaigns,
     };
   }
 
