@@ -121,7 +121,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     ledger: v[13] ?? emptyLedger(),
     ruleLimits: v[14] ?? {},
     tiers: v[15] ?? {},
-    rewards: v[16] == null || (v[16].issuances.length === 0 && v[16].voided.length === 0) ? sharedEmpty.rewards : v[16],
+    rewards: v[16] == null || (v[16].issuances.length === 0 && (v[16].voided?.length ?? 0) === 0) ? sharedEmpty.rewards : { ...v[16], voided: v[16].voided ?? [] },
     challenges:
       v[17] == null || (isEmpty(v[17].enrollments) && isEmpty(v[17].progress) && isEmpty(v[17].completions)) ? sharedEmpty.challenges : v[17],
     counters: v[18] == null || isEmpty(v[18]) ? sharedEmpty.counters : v[18],
