@@ -1,41 +1,18 @@
 // Recovery of challenge progress: a node that takes over after a crash rebuilds, from snapshots
 // plus the journal tail, exactly the challenge records, completions and completion awards the live
 // node had. Real engine and ClusterPlacement over in-memory ports (as in engine.test.ts).
-import { pino } from 'pino';
 import t from 'tap';
-import { Engine } from '../../src/actors/engine.js';
+import type { Engine } from '../../src/actors/engine.js';
 import type { Call, CallResult } from '../../src/actors/partition.js';
-import { ClusterPlacement } from '../../src/cluster/placement.js';
 import { compileChallenge } from '../../src/domain/challenge-effects.js';
 import type { ChallengeConfig } from '../../src/domain/challenges.js';
 import type { RulesContext } from '../../src/domain/rule-effects.js';
-import { MemoryJournal } from '../../src/persistence/memory/journal.js';
-import { MemoryLeases } from '../../src/persistence/memory/leases.js';
-import { MemoryMembership } from '../../src/persistence/memory/membership.js';
-import { MemorySnapshotStore } from '../../src/persistence/memory/snapshot-store.js';
-import { type Journal, offsetZero } from '../../src/persistence/ports.js';
+import { type MemoryStorage, memoryNode, memoryStorage } from '../helpers/memory-node.js';
 
 const P = 4;
 const T0 = Date.parse('2026-11-23T20:00:00Z');
 
-async function node(shared: { journal: Journal; snapshots: MemorySnapshotStore; leases: MemoryLeases }, nodeId: string) {
-  const placement = new ClusterPlacement({
-    node: { nodeId, grpcAddress: '127.0.0.1:1', startedAtMs: 0 },
-    partitions: P,
-    journal: shared.journal,
-    snapshots: shared.snapshots,
-    leases: shared.leases,
-    membership: new MemoryMembership(),
-    projector: { projectedOffset: async () => offsetZero, projectedSoFar: () => offsetZero, onAcked: () => {} },
-    logger: pino({ level: 'silent' }),
-    snapshotEveryMs: 60_000,
-    activeActorsMax: 1000,
-  });
-  const engine = new Engine(P, placement, null, shared.journal);
-  placement.attach(engine);
-  await placement.start();
-  return { engine, placement };
-}
+const node = (storage: MemoryStorage, nodeId: string) => memoryNode(storage, nodeId, P);
 
 const daily: ChallengeConfig = {
   id: 'chl_daily',
@@ -96,10 +73,7 @@ async function views(e: Engine) {
   );
 }
 
-function storage() {
-  const leases = new MemoryLeases();
-  return { leases, journal: new MemoryJournal((p) => leases.currentEpoch(p)), snapshots: new MemorySnapshotStore() };
-}
+const storage = () => memoryStorage();
 
 const hour = 3_600_000;
 const calls = Array.from({ length: 40 }, (_, i) => match(`c${(i % 3) + 1}`, i < 24 ? `m${i % 5}` : `m${i % 4}`, T0 + i * 2 * hour));

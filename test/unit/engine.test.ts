@@ -1,49 +1,14 @@
-// The engine over in-memory twins: group commit, replies only after the ack, recovery from
-// snapshot + journal tail, aliases with merge, fencing. Real ClusterPlacement with memory leases.
-import { pino } from 'pino';
+
 import t from 'tap';
-import { Engine } from '../../src/actors/engine.js';
+import type { Engine } from '../../src/actors/engine.js';
 import type { Call, CallResult } from '../../src/actors/partition.js';
 import type { CounterDef } from '../../src/domain/counters.js';
-import { ClusterPlacement } from '../../src/cluster/placement.js';
-import { MemoryJournal } from '../../src/persistence/memory/journal.js';
-import { MemoryLeases } from '../../src/persistence/memory/leases.js';
-import { MemoryMembership } from '../../src/persistence/memory/membership.js';
-import { MemorySnapshotStore } from '../../src/persistence/memory/snapshot-store.js';
-import { type Journal, offsetZero } from '../../src/persistence/ports.js';
+import { type MemoryStorage, memoryNode, memoryStorage } from '../helpers/memory-node.js';
 
 const P = 4;
 
-async function node(shared: { journal: Journal; snapshots: MemorySnapshotStore; leases: MemoryLeases }, nodeId = 'n1') {
-  const membership = new MemoryMembership();
-  const acked: number[] = [];
-  const placement = new ClusterPlacement({
-    node: { nodeId, grpcAddress: '127.0.0.1:1', startedAtMs: 0 },
-    partitions: P,
-    journal: shared.journal,
-    snapshots: shared.snapshots,
-    leases: shared.leases,
-    membership,
-    projector: {
-      projectedOffset: async () => offsetZero,
-      projectedSoFar: () => offsetZero,
-      onAcked: (_p, _o, records) => acked.push(records.length),
-    },
-    logger: pino({ level: 'silent' }),
-    snapshotEveryMs: 60_000,
-    activeActorsMax: 1000,
-  });
-  const engine = new Engine(P, placement, null, shared.journal);
-  placement.attach(engine);
-  await placement.start();
-  return { engine, placement, acked };
-}
-
-/** `leaseClock`: the leases' time (a frozen clock keeps leases live however long a test blocks the loop). */
-function shared(leaseClock: () => number = Date.now) {
-  const leases = new MemoryLeases(leaseClock);
-  return { leases, journal: new MemoryJournal((p) => leases.currentEpoch(p)), snapshots: new MemorySnapshotStore() };
-}
+const node = (storage: MemoryStorage, nodeId = 'n1') => memoryNode(storage, nodeId, P);
+const shared = memoryStorage;
 
 const ev = (customer: string, id: string, fp = 1): Call => ({
   env: 'env_1',

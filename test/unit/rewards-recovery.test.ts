@@ -1,39 +1,16 @@
 // Recovery of reward issuances over the in-memory twins (real engine and placement): issuances
 // recorded before a snapshot and after it (journal tail, then a crash) are rebuilt identically by
 // the next owner, and the rebuilt actor keeps deciding the same way (a redeemed one stays redeemed).
-import { pino } from 'pino';
 import t from 'tap';
-import { Engine } from '../../src/actors/engine.js';
+import type { Engine } from '../../src/actors/engine.js';
 import type { Call, CallResult } from '../../src/actors/partition.js';
-import { ClusterPlacement } from '../../src/cluster/placement.js';
 import type { RewardCommand, RewardTerms } from '../../src/domain/rewards.js';
-import { MemoryJournal } from '../../src/persistence/memory/journal.js';
-import { MemoryLeases } from '../../src/persistence/memory/leases.js';
-import { MemoryMembership } from '../../src/persistence/memory/membership.js';
-import { MemorySnapshotStore } from '../../src/persistence/memory/snapshot-store.js';
-import { type Journal, offsetZero } from '../../src/persistence/ports.js';
+import { type MemoryStorage, memoryNode, memoryStorage } from '../helpers/memory-node.js';
 
 const P = 4;
 const day = 86_400_000;
 
-async function node(shared: { journal: Journal; snapshots: MemorySnapshotStore; leases: MemoryLeases }, nodeId: string) {
-  const placement = new ClusterPlacement({
-    node: { nodeId, grpcAddress: '127.0.0.1:1', startedAtMs: 0 },
-    partitions: P,
-    journal: shared.journal,
-    snapshots: shared.snapshots,
-    leases: shared.leases,
-    membership: new MemoryMembership(),
-    projector: { projectedOffset: async () => offsetZero, projectedSoFar: () => offsetZero, onAcked: () => {} },
-    logger: pino({ level: 'silent' }),
-    snapshotEveryMs: 60_000,
-    activeActorsMax: 1000,
-  });
-  const engine = new Engine(P, placement, null, shared.journal);
-  placement.attach(engine);
-  await placement.start();
-  return { engine, placement };
-}
+const node = (storage: MemoryStorage, nodeId: string) => memoryNode(storage, nodeId, P);
 
 function ok(r: CallResult) {
   if (r.ok !== true) throw new Error(`expected ok, got ${JSON.stringify(r)}`);
@@ -48,8 +25,7 @@ const at = (customer: string, nowMs: number, command: Call['command']): Call => 
 const reward = (customer: string, nowMs: number, command: RewardCommand) => at(customer, nowMs, { kind: 'reward.run', command, tierPrograms: [] });
 
 t.test('replay rebuilds identical issuances from snapshots plus the journal tail', async (t) => {
-  const leases = new MemoryLeases();
-  const s = { leases, journal: new MemoryJournal((p) => leases.currentEpoch(p)), snapshots: new MemorySnapshotStore() };
+  const s = memoryStorage();
   const issuancesOf = async (e: Engine, customer: string) => {
     const v = ok(await e.execute(at(customer, 100 * day, { kind: 'customer.view' })));
     return v.kind === 'customer' ? v.customer.issuances : [];
