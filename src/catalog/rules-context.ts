@@ -117,11 +117,13 @@ export class RulesContexts {
     }
     return Promise.all([plans, currencies, tiers, challenges, segments, campaigns]).then(([p, c, t, ch, s, g]) => {
       const configs: CurrencyConfig[] = c.map((x) => ({ key: x.key, negativeBalance: x.negativeBalance, expiryDays: x.expiryDays }));
+      const capped = (plan: RulePlan) => plan.campaignId != null && (g[plan.campaignId]?.capped.length ?? 0) > 0;
       const value: RulesContext | null =
         p.length === 0 && ch.challenges.length === 0
           ? null
           : {
               plans: p.map((x) => withAudience(x, g)),
+              cappedPlans: [...p.filter(capped), ...ch.challenges.map((c) => c.plan).filter(capped)],
               currencies: configs,
               tierPrograms: t.map(tierProgramOf),
               challenges: ch.challenges,

@@ -430,8 +430,7 @@ function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerStat
     const bumps = counterBumps(cc, event, subject.counters, ctx.nowMs);
     if (bumps.length > 0) facts.push({ kind: 'counter.counted', eventId: recorded.id, bumps });
     // Counter values are computed only when a rule or challenge on this event reads counters.
-    const reads = (p: { event: string; counters: readonly string[] }) => p.event === cmd.name && p.counters.length > 0;
-    if (cmd.rules?.plans.some(reads) || cmd.rules?.challenges?.some((c) => reads(c.plan))) {
+    if (cmd.rules !== null && readsCounters(cmd.rules, cmd.name)) {
       const values: Record<string, number> = {};
       for (const def of cc.defs) {
         let s = subject.counters[def.id];
@@ -469,6 +468,12 @@ function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerStat
   );
   for (const f of c.facts) facts.push(f);
   return r === null ? c.effects : [...r.effects, ...c.effects];
+}
+
+function readsCounters(rules: RulesContext, eventName: string): boolean {
+  for (const p of rules.plans) if (p.event === eventName && p.counters.length > 0) return true;
+  for (const c of rules.challenges ?? []) if (c.plan.event === eventName && c.plan.counters.length > 0) return true;
+  return false;
 }
 
 function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact & { kind: 'event.recorded' } {

@@ -25,6 +25,11 @@ export interface RulesContext {
   segments?: readonly SegmentDef[];
   /** Campaigns by id: a plan with a campaignId runs only while its campaign is live. */
   campaigns?: Readonly<Record<string, CampaignGate>>;
+  /**
+   * The rule plans and challenge plans whose campaign caps a currency (computed once per context):
+   * only events they trigger take a budget grant before the step; empty, no event pays anything.
+   */
+  cappedPlans?: readonly RulePlan[];
   /** Per command (never cached): what this command may award of each capped campaign currency. */
   budget?: BudgetGrant;
 }

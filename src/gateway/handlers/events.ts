@@ -119,10 +119,9 @@ async function recordOne(
   const counters = countersLoaded instanceof Promise ? await countersLoaded : countersLoaded;
   // Capped campaign awards: take a grant from the node's allowance before the step.
   let grant: BudgetGrant | null = null;
-  if (rules?.campaigns !== undefined && deps.budgets !== undefined) {
+  if (rules?.campaigns !== undefined && rules.cappedPlans !== undefined && rules.cappedPlans.length > 0 && deps.budgets !== undefined) {
     // Rules' awards and the completion awards of the campaign challenges this event may complete.
-    const plans = rules.challenges === undefined || rules.challenges.length === 0 ? rules.plans : [...rules.plans, ...rules.challenges.map((c) => c.plan)];
-    const wants = budgetWants(plans, rules.campaigns, ev, nowMs);
+    const wants = budgetWants(rules.cappedPlans, rules.campaigns, ev, nowMs);
     if (Object.keys(wants).length > 0) {
       const g = deps.budgets.grant(env, wants);
       grant = g instanceof Promise ? await g : g;
