@@ -53,6 +53,11 @@ export function storageFor(t: Test): Storage {
   return { schema: name, prefix: name };
 }
 
+/** The environment of a server process spawned on this test's schema and key prefix (external mode). */
+export function serverEnv(storage: Storage, redis: string, extra: Record<string, string>): Record<string, string> {
+  return { REDIS_URL: redis, DATABASE_URL: databaseUrl, DB_SCHEMA: storage.schema, KEY_PREFIX: storage.prefix, ...extra };
+}
+
 export async function configFor(storage: Storage, overrides: Record<string, string> = {}): Promise<Config> {
   return loadConfig({
     PORT: String(await freePort()),

@@ -4,7 +4,7 @@
 // and `spent` ends equal to what the events awarded.
 import t from 'tap';
 import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
-import { Client, databaseUrl, idem, redisUrl, signUp, storageFor } from '../helpers/service.js';
+import { Client, idem, redisUrl, signUp, storageFor, serverEnv } from '../helpers/service.js';
 
 const budget = 500;
 const award = 9;
@@ -26,14 +26,10 @@ async function ownedBoth(a: ServerProcess, b: ServerProcess, timeoutMs: number):
 
 t.test('two nodes never award more than the campaign budget', async (t) => {
   const storage = storageFor(t);
-  const base = {
-    REDIS_URL: redisUrl,
-    DATABASE_URL: databaseUrl,
-    DB_SCHEMA: storage.schema,
-    KEY_PREFIX: storage.prefix,
+  const base = serverEnv(storage, redisUrl, {
     PARTITIONS: '16',
     ADVERTISE_HOST: '127.0.0.1',
-  };
+  });
   const servers: ServerProcess[] = [];
   t.teardown(async () => {
     for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await kill9(s);

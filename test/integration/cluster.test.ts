@@ -6,7 +6,7 @@ import t from 'tap';
 import { partitionOf } from '../../src/ids.js';
 import { openSql } from '../../src/persistence/sql/db.js';
 import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
-import { Client, databaseUrl, redisUrl, signUp, storageFor } from '../helpers/service.js';
+import { Client, databaseUrl, redisUrl, signUp, storageFor, serverEnv } from '../helpers/service.js';
 
 const partitions = 16;
 const customers = 50;
@@ -109,16 +109,12 @@ class Load {
 
 t.test('two nodes share partitions, forward, and survive kill -9 of one', async (t) => {
   const storage = storageFor(t);
-  const base = {
-    REDIS_URL: redisUrl,
-    DATABASE_URL: databaseUrl,
-    DB_SCHEMA: storage.schema,
-    KEY_PREFIX: storage.prefix,
+  const base = serverEnv(storage, redisUrl, {
     PARTITIONS: String(partitions),
     ADVERTISE_HOST: '127.0.0.1',
     // Frequent snapshots, so the kill lands between checkpoints and journal trims.
     SNAPSHOT_EVERY_MS: '500',
-  };
+  });
   const servers: ServerProcess[] = [];
   // kill9 waits for 'exit', which a process already killed by a signal never emits again.
   const killAll = async () => {

@@ -3,22 +3,18 @@
 // same service id when re-sent; an event that was never acknowledged is either fully there or
 // absent (one journal record holds all of an event's facts, so it cannot be half-applied).
 import t from 'tap';
-import { Client, databaseUrl, signUp, storageFor } from '../helpers/service.js';
+import { Client, signUp, storageFor, serverEnv } from '../helpers/service.js';
 import { kill9, spawnServer, startAofRedis } from '../helpers/process.js';
 
 t.test('kill -9 under load loses no acknowledged event and applies none twice', async (t) => {
   const redis = await startAofRedis();
   t.teardown(() => redis.stop());
   const storage = storageFor(t);
-  const env = {
-    REDIS_URL: redis.url,
-    DATABASE_URL: databaseUrl,
-    DB_SCHEMA: storage.schema,
-    KEY_PREFIX: storage.prefix,
+  const env = serverEnv(storage, redis.url, {
     PARTITIONS: '8',
     // Small snapshot interval so crashes land between checkpoints and journal trims.
     SNAPSHOT_EVERY_MS: '300',
-  };
+  });
   const acked = new Map<string, { id: string; customer: string }>();
   const attempted = new Set<string>();
   let secret = '';

@@ -7,7 +7,7 @@
 import t from 'tap';
 import { partitionOf } from '../../src/ids.js';
 import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
-import { Client, databaseUrl, idem, redisUrl, signUp, storageFor } from '../helpers/service.js';
+import { Client, idem, redisUrl, signUp, storageFor, serverEnv } from '../helpers/service.js';
 
 const partitions = 16;
 
@@ -33,15 +33,11 @@ async function waitSplit(a: ServerProcess, b: ServerProcess, timeoutMs: number):
 
 t.test('match reports across two nodes', async (t) => {
   const storage = storageFor(t);
-  const base = {
-    REDIS_URL: redisUrl,
-    DATABASE_URL: databaseUrl,
-    DB_SCHEMA: storage.schema,
-    KEY_PREFIX: storage.prefix,
+  const base = serverEnv(storage, redisUrl, {
     PARTITIONS: String(partitions),
     ADVERTISE_HOST: '127.0.0.1',
     SNAPSHOT_EVERY_MS: '500',
-  };
+  });
   const servers: ServerProcess[] = [];
   t.teardown(async () => {
     for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await kill9(s);

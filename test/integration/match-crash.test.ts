@@ -4,21 +4,17 @@
 // admitted with an event, and each customer's points (a published rule awards 1 coin per
 // match.completed) equal the number of matches the customer played, so no event ran twice.
 import t from 'tap';
-import { Client, databaseUrl, idem, signUp, storageFor } from '../helpers/service.js';
+import { Client, idem, signUp, storageFor, serverEnv } from '../helpers/service.js';
 import { kill9, spawnServer, startAofRedis } from '../helpers/process.js';
 
 t.test('kill -9 in the middle of admissions: each player admitted exactly once after re-reporting', async (t) => {
   const redis = await startAofRedis();
   t.teardown(() => redis.stop());
   const storage = storageFor(t);
-  const env = {
-    REDIS_URL: redis.url,
-    DATABASE_URL: databaseUrl,
-    DB_SCHEMA: storage.schema,
-    KEY_PREFIX: storage.prefix,
+  const env = serverEnv(storage, redis.url, {
     PARTITIONS: '8',
     SNAPSHOT_EVERY_MS: '300',
-  };
+  });
   const customers = 24;
   const endedAt = new Date(Date.now() - 10 * 60_000).toISOString();
   const startedAt = new Date(Date.now() - 20 * 60_000).toISOString();
