@@ -44,7 +44,8 @@ const usage = `usage: npm run bench -- [options]
   --service-main <f>  service entry point (default dist/src/main.js), e.g. another build to compare
   --wrk               install wrk if missing (apt-get) for the closed-loop cross-check
   --no-wrk            skip the wrk cross-check rows
-  --database-url <u>  PostgreSQL for the service (default postgres://postgres@127.0.0.1:5432/test)`;
+  --database-url <u>  PostgreSQL for the service (default postgres://postgres@127.0.0.1:5432/test)
+  --cpu-prof <dir>    write a V8 CPU profile of each service process into dir (written when it stops)`;
 
 const { values: opt } = parseArgs({
   options: {
@@ -61,6 +62,7 @@ const { values: opt } = parseArgs({
     wrk: { type: 'boolean', default: false },
     'no-wrk': { type: 'boolean', default: false },
     'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/test' },
+    'cpu-prof': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
@@ -379,8 +381,9 @@ async function startService(backend, tmp, extraEnv = {}) {
     backend.schemas.push(tag);
   }
   const main = path.resolve(root, opt['service-main']);
+  const profArgs = opt['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(opt['cpu-prof'])}`] : [];
   const spawnIt = () =>
-    startChild('service', process.execPath, [main], { cpu: SERVER_CPU, env, cwd: root });
+    startChild('service', process.execPath, [...profArgs, main], { cpu: SERVER_CPU, env, cwd: root });
   const inst = { name: 'service', port, env, tag, child: spawnIt(), api: apiClient(port) };
   inst.respawn = () => {
     inst.child = spawnIt();
@@ -702,7 +705,8 @@ async function main() {
                 }
               }
             } finally {
-              await inst.child.stop();
+              // A profiled service writes its profile on exit, after draining: give it time.
+              await inst.child.stop(opt['cpu-prof'] ? 120000 : 3000);
             }
           }
         }
