@@ -119,6 +119,7 @@ export function renderMarkdown(rows) {
       throughput = `${fmtInt(m.rps)} req/s`;
     }
     if (r.rate) throughput += ` @ ${fmtInt(r.rate)}/s offered`;
+    if (typeof m.cpu_us_per_event === 'number') throughput += `; ${m.cpu_us_per_event.toFixed(1)} µs server CPU/event`;
     const ratio =
       r.ratio === null || r.ratio === undefined
         ? '-'

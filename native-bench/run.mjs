@@ -417,6 +417,9 @@ async function runLoadScenario(sc, server, tmp, ctx) {
   }
   const conns = scenarioConnections(sc);
   log(`${sc.name} on ${server.name}: ${sc.loop} loop${rate ? ` at ${rate}/s` : ''}, ${conns} connections, ${durationS}s (+${warmupS}s warm-up)`);
+  // The server's CPU time over the measured window: CPU per event holds even when other work
+  // shares the core, where throughput does not.
+  const cpu = sampleCpuWindow(server.child.pid, warmupS, durationS);
   const raw = await runLoadgen({
     port: server.port,
     requests: sc.requests(ctx),
@@ -430,7 +433,43 @@ async function runLoadScenario(sc, server, tmp, ctx) {
     customers: sc.customers,
     tmp,
   });
-  return finishLoadRow(sc, server.name, raw, rate);
+  const row = finishLoadRow(sc, server.name, raw, rate);
+  const cpuSeconds = cpu.seconds();
+  const events = row.metrics.events_per_s * durationS;
+  if (cpuSeconds !== null && events > 0) row.metrics.cpu_us_per_event = (cpuSeconds * 1e6) / events;
+  return row;
+}
+
+/** utime + stime of a process in seconds (Linux /proc), or null when unreadable. */
+function processCpuSeconds(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / clockTicks;
+  } catch {
+    return null;
+  }
+}
+
+const clockTicks = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+/** Samples a process's CPU time at the end of the warm-up and at the end of the measured window. */
+function sampleCpuWindow(pid, warmup, duration) {
+  let start = null;
+  let end = null;
+  const t1 = setTimeout(() => {
+    start = processCpuSeconds(pid);
+  }, warmup * 1000);
+  const t2 = setTimeout(() => {
+    end = processCpuSeconds(pid);
+  }, (warmup + duration) * 1000);
+  return {
+    seconds() {
+      clearTimeout(t1);
+      clearTimeout(t2);
+      return start !== null && end !== null ? end - start : null;
+    },
+  };
 }
 
 function finishLoadRow(sc, serverName, raw, rate, scenarioName = sc.name) {

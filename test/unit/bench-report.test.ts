@@ -84,7 +84,7 @@ t.test('markdown has one row per result with ratio, target and verdict', async (
       server: 'service',
       kind: 'load',
       unit: 'requests',
-      metrics,
+      metrics: { ...metrics, cpu_us_per_event: 41.25 },
       ratio: 0.62,
       ratioOf: 'rps',
       ...checkTargets({ ...metrics, ratio: 0.62 }, [{ metric: 'rps', op: '>=', value: 40000 }]),
@@ -103,6 +103,7 @@ t.test('markdown has one row per result with ratio, target and verdict', async (
   t.equal(lines.length, 6, 'header, rule and four rows');
   t.match(lines[2], /\| single-closed \| bare \| 50,000 req\/s \| 0\.90 ms \| 3\.00 ms \| 9\.00 ms \| 0 \| - \| - \| info \|/);
   t.match(lines[3], /\| 0\.62 \| >= 40,000 req\/s \| pass \|$/);
+  t.match(lines[3], /50,000 req\/s; 41\.3 µs server CPU\/event \|/, 'the server CPU per event when measured');
   t.match(lines[4], /RSS 600 MB, peak 700 MB/);
   t.match(lines[4], /pass \|$/);
   t.match(lines[5], /ERROR: service failed to start/);
