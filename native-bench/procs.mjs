@@ -1,6 +1,7 @@
 // Child processes of a bench run (servers, redis-server, loadgen): spawn pinned to a core, keep
 // the tail of their output for error messages, and kill every one of them by PID on any exit
 // (normal end, error, Ctrl-C). Never kills a process it did not start; never leaves tmp dirs.
+import { createWriteStream } from 'node:fs';
 import { spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import net from 'node:net';
@@ -106,11 +107,16 @@ export function startChild(name, cmd, args, opts = {}) {
   live.add(child);
   proc.stdout?.setEncoding('utf8');
   proc.stderr?.setEncoding('utf8');
+  const copy = opts.logFile ? createWriteStream(opts.logFile, { flags: 'a' }) : null;
   proc.stdout?.on('data', (d) => {
+    copy?.write(d);
     if (opts.captureStdout) child.stdout += d;
     else child.keep(d);
   });
-  proc.stderr?.on('data', (d) => child.keep(d));
+  proc.stderr?.on('data', (d) => {
+    copy?.write(d);
+    child.keep(d);
+  });
   proc.on('error', (err) => {
     child.keep(`spawn failed: ${err.message}`);
   });

@@ -23,7 +23,7 @@ import {
 } from './procs.mjs';
 import { checkTargets, loadMetrics, ratioToBare, renderMarkdown } from './report.mjs';
 import { scenarios } from './scenarios.mjs';
-import { parseWrk, templateFile, wrkScript } from './templates.mjs';
+import { parseWrk, startNodeArgs, templateFile, wrkScript } from './templates.mjs';
 
 const benchDir = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(benchDir, '..');
@@ -45,6 +45,8 @@ const usage = `usage: npm run bench -- [options]
   --wrk               install wrk if missing (apt-get) for the closed-loop cross-check
   --no-wrk            skip the wrk cross-check rows
   --database-url <u>  PostgreSQL for the service (default postgres://postgres@127.0.0.1:5432/test)
+  --service-log <f>   append the service's stdout and stderr to file f
+  --node-args "<a b>" extra node options for the service (e.g. "--trace-gc" with --service-log)
   --cpu-prof <dir>    write a V8 CPU profile of each service process into dir (written when it stops)`;
 
 const { values: opt } = parseArgs({
@@ -63,6 +65,8 @@ const { values: opt } = parseArgs({
     'no-wrk': { type: 'boolean', default: false },
     'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/test' },
     'cpu-prof': { type: 'string' },
+    'service-log': { type: 'string' },
+    'node-args': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
@@ -381,9 +385,12 @@ async function startService(backend, tmp, extraEnv = {}) {
     backend.schemas.push(tag);
   }
   const main = path.resolve(root, opt['service-main']);
-  const profArgs = opt['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(opt['cpu-prof'])}`] : [];
+  // The service runs with the node options of `npm start` (one source of truth), then any extras.
+  const profArgs = [...startNodeArgs(readFileSync(path.join(root, 'package.json'), 'utf8'))];
+  if (opt['cpu-prof']) profArgs.push('--cpu-prof', `--cpu-prof-dir=${path.resolve(opt['cpu-prof'])}`);
+  if (opt['node-args']) profArgs.push(...opt['node-args'].split(' ').filter(Boolean));
   const spawnIt = () =>
-    startChild('service', process.execPath, [...profArgs, main], { cpu: SERVER_CPU, env, cwd: root });
+    startChild('service', process.execPath, [...profArgs, main], { cpu: SERVER_CPU, env, cwd: root, logFile: opt['service-log'] });
   const inst = { name: 'service', port, env, tag, child: spawnIt(), api: apiClient(port) };
   inst.respawn = () => {
     inst.child = spawnIt();

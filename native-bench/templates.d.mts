@@ -23,3 +23,4 @@ export function parseWrk(text: string): {
   rps: number;
   latency_us: { p50: number; p90: number; p99: number; max: number };
 };
+export function startNodeArgs(packageJsonText: string): string[];

@@ -109,3 +109,16 @@ export function parseWrk(text) {
     },
   };
 }
+
+/**
+ * The node options of package.json's `start` script (`node <options> <main>`), so the bench runs
+ * the service exactly as `npm start` does.
+ * @param {string} packageJsonText
+ * @returns {string[]}
+ */
+export function startNodeArgs(packageJsonText) {
+  const start = JSON.parse(packageJsonText).scripts?.start ?? '';
+  const words = start.trim().split(/\s+/);
+  if (words[0] !== 'node') throw new Error(`package.json start script does not run node: ${start}`);
+  return words.slice(1, -1).filter((w) => w.startsWith('--'));
+}

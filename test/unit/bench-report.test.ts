@@ -1,4 +1,5 @@
 // native-bench reporting and templates: metrics, targets, markdown and wrk parsing.
+import { readFileSync } from 'node:fs';
 // Pure functions only; no server, no timing (benchmarks never run as tests).
 import t from 'tap';
 import {
@@ -8,7 +9,7 @@ import {
   ratioToBare,
   renderMarkdown,
 } from '../../native-bench/report.mjs';
-import { batchJson, eventJson, parseWrk, templateFile } from '../../native-bench/templates.mjs';
+import { batchJson, eventJson, parseWrk, startNodeArgs, templateFile } from '../../native-bench/templates.mjs';
 
 const loadgenOut = {
   mode: 'closed',
@@ -157,4 +158,11 @@ Transfer/sec:     12.00MB
   t.equal(r.errors, 3);
   t.equal(r.unexpected, 7);
   t.same(r.latency_us, { p50: 1000, p90: 1500, p99: 2500, max: 12500 });
+});
+
+t.test('the bench runs the service with the node options of npm start', async (t) => {
+  const pkg = readFileSync(new URL('../../package.json', import.meta.url), 'utf8');
+  t.same(startNodeArgs(pkg), ['--max-semi-space-size=32'], 'the options of the real start script');
+  t.same(startNodeArgs('{"scripts":{"start":"node dist/src/main.js"}}'), []);
+  t.throws(() => startNodeArgs('{"scripts":{"start":"tsx src/main.ts"}}'), /does not run node/);
 });
