@@ -1,11 +1,11 @@
 // Piscina worker: CPU-only tasks that must never run on the event loop of the hot path (rule
-// compilation and simulation, counter backfill bases). Pure functions of their
-// input: no I/O, no shared state, so any thread can run any task.
+// validation and compilation, counter backfill bases). Pure functions of their input: no I/O, no
+// shared state, so any thread can run any task. (Simulate compiles here once per rule record and
+// traces on the request thread: src/gateway/simulation-plans.ts.)
 import { threadId } from 'node:worker_threads';
 import type { CounterState, CounterWindow } from '../domain/counters.js';
 import type { RuleMeta, RulePlan } from '../domain/rules/compile.js';
 import type { RuleProblem } from '../domain/rules/schema.js';
-import type { SimulationInput, SimulationResult } from '../domain/rules/simulate.js';
 import { canonicalJson, hash53 } from '../util/canonical-json.js';
 
 export type Task =
@@ -15,8 +15,6 @@ export type Task =
   | { kind: 'fingerprint'; documents: unknown[] }
   /** Validate a rule definition document and compile it into an evaluation plan (plain data). */
   | { kind: 'rule.compile'; definition: unknown; meta: RuleMeta }
-  /** Compile a definition and trace it against one event and customer snapshot (simulate). */
-  | { kind: 'rule.simulate'; definition: unknown; meta: RuleMeta; input: SimulationInput }
   /** A counter backfill's historical bases for a page of customers (their past events). */
   | { kind: 'counter.bases'; def: CounterDefSource; timeZone: string; nowMs: number; customers: BackfillCustomer[] };
 
@@ -24,8 +22,7 @@ export type TaskResult =
   | { kind: 'pong'; nonce: number; threadId: number }
   | { kind: 'fingerprints'; values: number[] }
   | { kind: 'rule.compiled'; ok: true; plan: RulePlan; threadId: number }
-  | { kind: 'rule.simulated'; ok: true; plan: RulePlan; result: SimulationResult; threadId: number }
-  | { kind: 'rule.compiled' | 'rule.simulated'; ok: false; problems: RuleProblem[]; threadId: number }
+  | { kind: 'rule.compiled'; ok: false; problems: RuleProblem[]; threadId: number }
   | { kind: 'counter.bases'; bases: Array<{ customerId: string; base: CounterState }>; threadId: number };
 
 /** A counter definition as stored (the filter uncompiled: plans are compiled in the thread). */
@@ -50,13 +47,14 @@ function loadRules(): Promise<typeof import('../domain/rules/index.js')> {
   return rules;
 }
 
-// Compiled definitions, most recently used last: a rule simulated many times (an operator
-// iterating on a trace, a load test) is validated and compiled once per thread, not per call.
+// Compiled definitions, most recently used last: a definition asked for again (simulate compiles
+// again whenever its rule record is reloaded, which any rule change of the environment causes) is
+// validated and compiled once per thread, not per call.
 const compiledMax = 256;
 const compiled = new Map<string, ReturnType<Awaited<ReturnType<typeof loadRules>>['validateAndCompile']>>();
 
-async function runRuleTask(task: Extract<Task, { kind: 'rule.compile' | 'rule.simulate' }>): Promise<TaskResult> {
-  const { validateAndCompile, simulateRule } = await loadRules();
+async function runRuleTask(task: Extract<Task, { kind: 'rule.compile' }>): Promise<TaskResult> {
+  const { validateAndCompile } = await loadRules();
   const key = canonicalJson([task.definition, task.meta]);
   let c = compiled.get(key);
   if (c === undefined) {
@@ -66,11 +64,7 @@ async function runRuleTask(task: Extract<Task, { kind: 'rule.compile' | 'rule.si
     compiled.delete(key);
   }
   compiled.set(key, c);
-  if (task.kind === 'rule.compile') {
-    return c.ok ? { kind: 'rule.compiled', ok: true, plan: c.plan, threadId } : { kind: 'rule.compiled', ok: false, problems: c.problems, threadId };
-  }
-  if (!c.ok) return { kind: 'rule.simulated', ok: false, problems: c.problems, threadId };
-  return { kind: 'rule.simulated', ok: true, plan: c.plan, result: simulateRule(c.plan, task.input), threadId };
+  return c.ok ? { kind: 'rule.compiled', ok: true, plan: c.plan, threadId } : { kind: 'rule.compiled', ok: false, problems: c.problems, threadId };
 }
 
 let counters: Promise<typeof import('../domain/counters.js')> | null = null;
@@ -88,7 +82,6 @@ export default function run(task: Task): TaskResult | Promise<TaskResult> {
     case 'fingerprint':
       return { kind: 'fingerprints', values: task.documents.map((d) => hash53(canonicalJson(d))) };
     case 'rule.compile':
-    case 'rule.simulate':
       return runRuleTask(task);
     case 'counter.bases':
       return runBases(task);

@@ -230,4 +230,43 @@ t.test('rules', async (t) => {
     t.equal((await tenant.admin.get(`/v1/rules/${ruleId}`)).status, 200, 'a PAT reads it in its environment');
     t.equal((await anon.get('/v1/rules')).status, 401);
   });
+
+  // Simulate compiles a rule once per stored record and reuses the plan: every change of the rule
+  // must show in the next simulate.
+  await t.test('simulate follows every change: draft edit (If-Match), publish, rollback', async (t) => {
+    const sim = async (total: number) => {
+      const r = await api.post(`/v1/rules/${id}/simulate`, { event: { name: 'order.completed', properties: { total } } });
+      t.equal(r.status, 200);
+      return r.body.plan as unknown[];
+    };
+    const points = (amount: number) => [{ type: 'points.award', currency: 'points', amount }];
+    const created = await api.post('/v1/rules', { name: 'Follows changes', definition: definition(10, 1) }, idem());
+    const id = created.body.id as string;
+    t.same(await sim(15), points(1), 'the draft as created');
+    t.same(await sim(15), points(1), 'again, from the same record');
+
+    const edited = await api.patch(`/v1/rules/${id}`, { definition: definition(20, 2) }, { 'if-match': `"${created.body.version}"` });
+    t.equal(edited.status, 200);
+    t.same(await sim(15), [], 'the edited draft: 15 is below its minimum');
+    t.same(await sim(25), points(2));
+
+    const v1 = await api.post(`/v1/rules/${id}/publish`, {}, { 'if-match': `"${edited.body.version}"` });
+    t.match(v1.body, { status: 'published', draft_definition: null, active_version: { number: 1 } });
+    t.same(await sim(25), points(2), 'version 1');
+
+    // Edit and publish with no simulate in between: the last plan used was version 1's.
+    const edited2 = await api.patch(`/v1/rules/${id}`, { definition: definition(5, 3) }, { 'if-match': `"${v1.body.version}"` });
+    const v2 = await api.post(`/v1/rules/${id}/publish`, {}, { 'if-match': `"${edited2.body.version}"` });
+    t.match(v2.body, { active_version: { number: 2 }, draft_definition: null });
+    t.same(await sim(7), points(3), 'version 2');
+
+    const rb = await api.post(`/v1/rules/${id}/rollback`, { number: 1 }, { 'if-match': `"${v2.body.version}"` });
+    t.match(rb.body, { active_version: { number: 1 } });
+    t.same(await sim(7), [], 'rolled back to version 1: 7 is below its minimum');
+    t.same(await sim(25), points(2));
+
+    const stale = await api.patch(`/v1/rules/${id}`, { definition: definition(1, 9) }, { 'if-match': `"${v2.body.version}"` });
+    t.equal(stale.body.error.code, 'stale_write');
+    t.same(await sim(7), [], 'a refused edit changes nothing');
+  });
 });

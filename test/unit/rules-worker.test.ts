@@ -1,10 +1,12 @@
-// Rule compilation and simulation run in the piscina pool (off the main thread): the plan comes
-// back through the worker boundary intact and evaluates the same as one compiled in-process.
+// Rule compilation runs in the piscina pool (off the main thread): the plan comes back through the
+// worker boundary intact, evaluates the same as one compiled in-process, and simulate traces it on
+// the main thread.
 import { threadId } from 'node:worker_threads';
 import t from 'tap';
 import { compileRule } from '../../src/domain/rules/compile.js';
 import { evaluatePlan } from '../../src/domain/rules/evaluate.js';
 import { type RuleDefinition, validateRule } from '../../src/domain/rules/schema.js';
+import { simulateRule } from '../../src/domain/rules/simulate.js';
 import { WorkerPool } from '../../src/workers/pool.js';
 
 const definition = {
@@ -44,24 +46,20 @@ t.test('rule.compile answers the problems of an invalid definition', async (t) =
   t.match(r, { kind: 'rule.compiled', ok: false, problems: [{ path: 'conditions.all[0].path', message: /Unknown path prefix/ }] });
 });
 
-t.test('rule.simulate compiles and traces on a worker thread', async (t) => {
+t.test('a plan compiled on a worker thread traces on the main thread (simulate)', async (t) => {
   const pool = new WorkerPool(1);
   t.teardown(() => pool.close());
-  const r = await pool.run({
-    kind: 'rule.simulate',
-    definition,
-    meta,
-    input: {
-      event: { name: 'order.completed', properties: { total: 12, order_id: 'o1' }, trust: 'merchant_asserted' },
-      customer: { attributes: {}, counters: { orders_30d: 3 }, readyCounters: ['orders_30d'], segments: [], tiers: {}, externalId: 'u1' },
-      limitCounts: [{ limitId: 'per_order', scopeKey: 'customer|s:o1', count: 1 }],
-    },
-  });
-  if (r.kind !== 'rule.simulated' || !r.ok) return t.fail(`unexpected ${JSON.stringify(r)}`);
+  const r = await pool.run({ kind: 'rule.compile', definition, meta });
+  if (r.kind !== 'rule.compiled' || !r.ok) return t.fail(`unexpected ${JSON.stringify(r)}`);
   t.not(r.threadId, threadId);
-  t.match(r.result, { simulated: true, plan: [], trace: { outcome: { fired: false, reason: 'limit_reached', param: 'per_order' } } });
+  const result = simulateRule(r.plan, {
+    event: { name: 'order.completed', properties: { total: 12, order_id: 'o1' }, trust: 'merchant_asserted' },
+    customer: { attributes: {}, counters: { orders_30d: 3 }, readyCounters: ['orders_30d'], segments: [], tiers: {}, externalId: 'u1' },
+    limitCounts: [{ limitId: 'per_order', scopeKey: 'customer|s:o1', count: 1 }],
+  });
+  t.match(result, { simulated: true, plan: [], trace: { outcome: { fired: false, reason: 'limit_reached', param: 'per_order' } } });
   t.same(
-    r.result.trace.steps.map((s) => [s.check, s.pass]),
+    result.trace.steps.map((s) => [s.check, s.pass]),
     [
       ['trigger', true],
       ['trust', true],

@@ -1,13 +1,15 @@
 // Rules (spec 2.5, 3, 4.4): create (idempotent), list, get, PATCH (If-Match), publish (compiled in
 // the worker pool into an immutable numbered version), pause, resume, archive, versions, rollback
-// and simulate (a dry run in the pool that changes nothing). Definitions are checked with
+// and simulate (a dry run that changes nothing: the rule record's plan is compiled once in the pool,
+// the trace runs on the request thread). Definitions are checked with
 // validateRule: 422 rule_invalid lists every problem in details, param naming the first one.
 import { z } from 'zod';
 import type { Rule, RuleCatalog, RuleVersion } from '../../catalog/rules.js';
 import { ruleStatuses } from '../../catalog/rules.js';
-import type { ResolvedAction, RuleMeta, RulePlan } from '../../domain/rules/compile.js';
+import type { ResolvedAction, RuleCompilation, RuleMeta, RulePlan } from '../../domain/rules/compile.js';
 import type { RuleTrace } from '../../domain/rules/evaluate.js';
 import { type RuleProblem, validateRule } from '../../domain/rules/schema.js';
+import { simulateRule } from '../../domain/rules/simulate.js';
 import { trustLevels } from '../../domain/rules/trust.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
@@ -15,6 +17,7 @@ import type { WorkerPool } from '../../workers/pool.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
+import { SimulationPlans } from '../simulation-plans.js';
 import { emptySubject, type SimulationSubject } from '../simulation-subject.js';
 import { iso } from '../wire.js';
 
@@ -154,12 +157,20 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
     if (!(await deps.campaignExists(env, id))) throw new ApiError('resource_not_found', { message: `No campaign ${id}.`, param: 'campaign_id' });
   };
 
-  const compile = async (definition: unknown, meta: RuleMeta): Promise<RulePlan> => {
+  const compilation = async (definition: unknown, meta: RuleMeta): Promise<RuleCompilation> => {
     const r = await pool.run({ kind: 'rule.compile', definition, meta });
     if (r.kind !== 'rule.compiled') throw new ApiError('internal_error');
-    if (!r.ok) throw ruleInvalid(r.problems);
-    return r.plan;
+    return r.ok ? { ok: true, plan: r.plan } : { ok: false, problems: r.problems };
   };
+
+  const compile = async (definition: unknown, meta: RuleMeta): Promise<RulePlan> => {
+    const c = await compilation(definition, meta);
+    if (!c.ok) throw ruleInvalid(c.problems);
+    return c.plan;
+  };
+
+  /** Simulate's plans, compiled once per rule record (see simulation-plans.ts). */
+  const plans = new SimulationPlans(compilation);
 
   const command = (op: 'pause' | 'resume' | 'archive', summary: string) =>
     route({
@@ -298,24 +309,21 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof simulateBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const rule = await rules.getCached(env, ctx.params.id ?? '');
-        const definition = rule.draftDefinition ?? rule.activeVersion?.definition;
+        // Compiled in the pool on the first simulate of this record; every later one reuses it.
+        const compiled = plans.of(rule);
         // The named customer as it is now (attributes, counters, segments, tiers, this rule's limit
         // counts), or an empty one without customer_id.
         const ref = ctx.body.customer_id;
         const subject = ref === undefined || deps.subject === undefined ? emptySubject : await deps.subject(env, ref, rule.id);
-        const r = await pool.run({
-          kind: 'rule.simulate',
-          definition,
-          meta: { ruleId: rule.id, versionNumber: rule.draftDefinition === null ? (rule.activeVersion?.number ?? 0) : 0, priority: rule.priority },
-          input: {
-            event: { name: ctx.body.event.name, properties: ctx.body.event.properties, trust: ctx.body.event.trust },
-            customer: subject.customer,
-            limitCounts: subject.limitCounts,
-          },
+        const c = await compiled;
+        if (!c.ok) throw ruleInvalid(c.problems);
+        // The trace is pure and short: it runs here, on the request thread.
+        const r = simulateRule(c.plan, {
+          event: { name: ctx.body.event.name, properties: ctx.body.event.properties, trust: ctx.body.event.trust },
+          customer: subject.customer,
+          limitCounts: subject.limitCounts,
         });
-        if (r.kind !== 'rule.simulated') throw new ApiError('internal_error');
-        if (!r.ok) throw ruleInvalid(r.problems);
-        return { status: 200, body: { simulated: true, plan: r.result.plan.map(actionWire), trace: traceWire(r.result.trace) } };
+        return { status: 200, body: { simulated: true, plan: r.plan.map(actionWire), trace: traceWire(r.trace) } };
       },
     }),
   ];
