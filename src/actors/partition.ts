@@ -26,6 +26,11 @@ export type Target = { by: 'id'; id: string } | { by: 'key'; key: string };
 export type EngineCommand =
   | Command
   | { kind: 'customer.view' }
+  /**
+   * The customer id a target names now (following merges), without building a view. An absent
+   * customer is answered at once: absence depends on nothing waiting for the journal.
+   */
+  | { kind: 'customer.resolve' }
   /** Binds `key` (an alias) to customerId in the key's partition; merges the key's owner if the key is its external id. */
   | { kind: 'key.claim'; customerId: string }
   | { kind: 'key.release'; customerId: string };
@@ -39,6 +44,7 @@ export interface Call {
 
 export type ReplyView =
   | { kind: 'customer'; customer: CustomerView }
+  | { kind: 'resolved'; customerId: string }
   | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string; effects: Effect[] }
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | { kind: 'claimed'; mergedFrom: string | null; matchRates?: RateState }
@@ -415,6 +421,10 @@ export class Partition {
     }
     if (cmd.kind === 'key.release') return this.reply({ ok: true, reply: { kind: 'done' } }, null, resolve);
     if (cmd.kind === 'customer.view') return this.reply(notFound, null, resolve);
+    if (cmd.kind === 'customer.resolve') {
+      resolve(notFound);
+      return;
+    }
     if ((cmd.kind === 'customer.create' || cmd.kind === 'event.record' || cmd.kind === 'match.admit') && call.target.by === 'key') {
       const d = decide(null, cmd, this.ctx(call));
       if (!d.ok) return this.reply({ ok: false, code: d.code, message: d.message, param: d.param }, null, resolve);
@@ -445,6 +455,11 @@ export class Partition {
       if (state.mergedInto !== null) return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
       if (state.deletedAtMs !== null) return this.reply(notFound, null, resolve);
       return this.reply({ ok: true, reply: { kind: 'customer', customer: toView(state, call.nowMs) } }, actor, resolve);
+    }
+    if (cmd.kind === 'customer.resolve') {
+      if (state.deletedAtMs !== null) return this.reply(notFound, null, resolve);
+      // After everything applied before it is durable: the id may be stored by the caller.
+      return this.reply({ ok: true, reply: { kind: 'resolved', customerId: state.id } }, actor, resolve);
     }
     if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
     const d = decide(state, cmd, this.ctx(call));

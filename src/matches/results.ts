@@ -1,18 +1,21 @@
 // Match results (spec 2.12, 3, 4.9): the coordinator of POST /match_results and of reviews. The
-// match record lives in PostgreSQL keyed by (environment, match_id): the first report inserts it
-// with every player pending, then admits the players concurrently, each through a command to its
-// customer's actor (the engine routes it to whichever partition and node owns the customer and
-// follows merges to the survivor, whose actor holds the group's rate windows), then stores the
-// verdicts. A repeat with the same body is a replay that also completes players an interrupted
-// request left pending (rule 5); the actor step is idempotent (rate book + event id dedup), so a
-// player is admitted exactly once however often the report is retried or a node dies.
+// match record lives in PostgreSQL keyed by (environment, match_id) (persistence/sql/
+// match-records.ts, batched across concurrent reports). A report is checked without writing
+// anything (profile, metrics, players resolved: a never-seen external id stays unresolved), then
+// claimed: the record inserted with every player pending, or a conflict, and only then is the
+// stored record read (replay or idempotency_key_reused). The players are admitted concurrently,
+// each by a command to its customer's actor (the engine routes it to whichever partition and node
+// owns the customer and follows merges to the survivor, whose actor holds the group's rate
+// windows); a player named by a never-seen external id is created by that same command. Then the
+// verdicts are stored. A repeat with the same body is a replay that also completes players an
+// interrupted request left pending (rule 5); the actor step is idempotent (rate book + event id
+// dedup), so a player is admitted exactly once however often the report is retried or a node dies.
 import type { CountersContext } from '../domain/counters.js';
 import type { Engine } from '../actors/engine.js';
 import type { CallResult, EngineCommand } from '../actors/partition.js';
 import type { MatchEventSpec, MatchPlayerReply } from '../domain/match/actor.js';
 import { preAdmit, checkProfileOpen } from '../domain/match/admission.js';
 import type { MatchProfile } from '../domain/match/profile.js';
-import type { Reason } from '../domain/match/reasons.js';
 import {
   checkReportMetrics,
   checkResolvedPlayers,
@@ -22,13 +25,15 @@ import {
   parseReport,
   reportFingerprint,
 } from '../domain/match/report.js';
-import { decideReview, deriveMatchStatus, type PlayerRecord, type PlayerStatus, type Review, type ReviewDecision } from '../domain/match/verdict.js';
+import { decideReview, deriveMatchStatus, type PlayerRecord, type ReviewDecision } from '../domain/match/verdict.js';
 import type { RulesContext } from '../domain/rule-effects.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Sql } from '../persistence/sql/db.js';
+import { type AdmissionError, type MatchRow, MatchRecords, type PlayerRow } from '../persistence/sql/match-records.js';
 import type { MatchProfileStore } from './change-sets.js';
 
+export type { AdmissionError, MatchRow, PlayerRow } from '../persistence/sql/match-records.js';
 
 interface EventContext {
   rules: RulesContext | null;
@@ -43,101 +48,6 @@ export interface MatchResultsDeps {
   rules(environmentId: string): RulesContext | null | Promise<RulesContext | null>;
   /** The environment's counter definitions: match events are counted like any other event. */
   counters?(environmentId: string): CountersContext | null | Promise<CountersContext | null>;
-}
-
-type StoredStatus = PlayerStatus | 'pending';
-
-export interface PlayerRow {
-  id: string;
-  matchResultId: string;
-  position: number;
-  customerRef: CustomerRef;
-  customerId: string | null;
-  metrics: Record<string, number>;
-  won: boolean | null;
-  status: StoredStatus;
-  pendingVerdict: PlayerStatus;
-  reasons: Reason[];
-  eventId: string | null;
-  clientEventId: string | null;
-  review: Review | null;
-  createdAtMs: number;
-  updatedAtMs: number;
-}
-
-export interface MatchRow {
-  id: string;
-  matchId: string;
-  profileId: string;
-  profileKey: string;
-  profileRevision: number;
-  event: string;
-  fingerprint: string;
-  startedAtMs: number;
-  endedAtMs: number;
-  durationSeconds: number;
-  reportingKeyId: string;
-  status: string;
-  admissionErrors: AdmissionError[];
-  revision: number;
-  createdAtMs: number;
-  updatedAtMs: number;
-  players: PlayerRow[];
-}
-
-/** Shape of an admission_errors item (spec: not shown; ours). */
-export interface AdmissionError {
-  player_id: string;
-  customer_id: string | null;
-  code: string;
-  message: string;
-}
-
-function json<T>(v: unknown): T {
-  return (typeof v === 'string' ? JSON.parse(v) : v) as T;
-}
-const ms = (d: unknown) => (d as Date).getTime();
-
-function playerRow(r: Record<string, unknown>): PlayerRow {
-  return {
-    id: r.id as string,
-    matchResultId: r.match_result_id as string,
-    position: r.position as number,
-    customerRef: json(r.customer_ref),
-    customerId: (r.customer_id as string | null) ?? null,
-    metrics: json(r.metrics),
-    won: (r.won as boolean | null) ?? null,
-    status: r.status as StoredStatus,
-    pendingVerdict: r.pending_verdict as PlayerStatus,
-    reasons: json(r.reasons),
-    eventId: (r.event_id as string | null) ?? null,
-    clientEventId: (r.client_event_id as string | null) ?? null,
-    review: r.review === null ? null : json(r.review),
-    createdAtMs: ms(r.created_at),
-    updatedAtMs: ms(r.updated_at),
-  };
-}
-
-function matchRow(r: Record<string, unknown>, players: PlayerRow[]): MatchRow {
-  return {
-    id: r.id as string,
-    matchId: r.match_id as string,
-    profileId: r.profile_id as string,
-    profileKey: r.profile_key as string,
-    profileRevision: r.profile_revision as number,
-    event: r.event as string,
-    fingerprint: r.fingerprint as string,
-    startedAtMs: ms(r.started_at),
-    endedAtMs: ms(r.ended_at),
-    durationSeconds: r.duration_seconds as number,
-    reportingKeyId: r.reporting_key_id as string,
-    status: r.status as string,
-    admissionErrors: json(r.admission_errors),
-    revision: r.revision as number,
-    createdAtMs: ms(r.created_at),
-    updatedAtMs: ms(r.updated_at),
-    players,
-  };
 }
 
 const iso = (t: number) => new Date(t).toISOString();
@@ -196,7 +106,11 @@ function throwResult(r: Extract<CallResult, { ok: false }>, param?: string): nev
 }
 
 export class MatchResults {
-  constructor(private readonly deps: MatchResultsDeps) {}
+  private readonly records: MatchRecords;
+
+  constructor(private readonly deps: MatchResultsDeps) {
+    this.records = new MatchRecords(deps.sql);
+  }
 
   private async now(env: string): Promise<number> {
     return await this.deps.nowMs(env);
@@ -208,110 +122,47 @@ export class MatchResults {
     return { rules, counters };
   }
 
-  private async load(env: string, where: { id?: string; matchId?: string }, tx: Sql = this.deps.sql): Promise<MatchRow | null> {
-    const rows =
-      where.id !== undefined
-        ? await tx`select * from match_results where environment_id = ${env} and id = ${where.id}`
-        : await tx`select * from match_results where environment_id = ${env} and match_id = ${where.matchId ?? ''}`;
-    if (rows.length === 0) return null;
-    const r = rows[0]!;
-    const players = await tx`
-      select * from match_result_players where environment_id = ${env} and match_result_id = ${r.id as string} order by position`;
-    return matchRow(r, players.map(playerRow));
-  }
-
   async get(env: string, ref: string): Promise<MatchRow> {
-    const m = ref.startsWith('mr_') ? ((await this.load(env, { id: ref })) ?? (await this.load(env, { matchId: ref }))) : await this.load(env, { matchId: ref });
+    const m = ref.startsWith('mr_')
+      ? ((await this.records.load(env, { id: ref })) ?? (await this.records.load(env, { matchId: ref })))
+      : await this.records.load(env, { matchId: ref });
     if (m === null) throw new ApiError('resource_not_found', { message: `No match result ${ref}.`, param: 'id' });
     return m;
   }
 
   /** Oldest first for the review queue (status held); newest first otherwise. */
-  async list(env: string, q: { status: string | null; limit: number; after: string | null }): Promise<MatchRow[]> {
-    const sql = this.deps.sql;
-    const oldestFirst = q.status === 'held';
-    const rows = oldestFirst
-      ? await sql`
-          select * from match_results where environment_id = ${env} and status = 'held' and (${q.after}::text is null or id > ${q.after})
-          order by id limit ${q.limit}`
-      : await sql`
-          select * from match_results where environment_id = ${env} and (${q.status}::text is null or status = ${q.status})
-            and (${q.after}::text is null or id < ${q.after})
-          order by id desc limit ${q.limit}`;
-    if (rows.length === 0) return [];
-    const ids = rows.map((r) => r.id as string);
-    const players = await sql`
-      select * from match_result_players where environment_id = ${env} and match_result_id = any(${ids}) order by position`;
-    const byMatch = new Map<string, PlayerRow[]>();
-    for (const p of players.map(playerRow)) {
-      let l = byMatch.get(p.matchResultId);
-      if (!l) byMatch.set(p.matchResultId, (l = []));
-      l.push(p);
-    }
-    return rows.map((r) => matchRow(r, byMatch.get(r.id as string) ?? []));
+  list(env: string, q: { status: string | null; limit: number; after: string | null }): Promise<MatchRow[]> {
+    return this.records.list(env, q);
   }
 
   // ---- reporting ------------------------------------------------------------------------------
 
+  /**
+   * A report: checks that need no write (profile, metrics, players resolved), then the claim (the
+   * record inserted with its players pending, or a conflict when the match_id is stored: the
+   * stored record is read only then), then admission. No lookup precedes the claim.
+   */
   async report(env: string, reportingKeyId: string, body: unknown): Promise<{ status: 200 | 201; body: unknown }> {
     const nowMs = await this.now(env);
     const parsed = parseReport(body, nowMs);
     if (!parsed.ok) throw new ApiError('validation_failed', { param: parsed.param, message: parsed.message, details: parsed.details });
     const report = parsed.value;
 
-    const existing = await this.load(env, { matchId: report.matchId });
-    if (existing !== null) return this.repeat(env, existing, report);
-
-    const profile = (await this.deps.profiles.byKey(env)).get(report.profileKey);
-    if (profile === undefined) throw new ApiError('resource_not_found', { message: `No match profile ${report.profileKey}.`, param: 'profile' });
-    const open = checkProfileOpen(profile);
-    if (!open.ok) throw new ApiError(open.code, { param: open.param, message: open.message });
-    const metrics = checkReportMetrics(report, profile);
-    if (!metrics.ok) throw new ApiError('validation_failed', { param: metrics.param, message: metrics.message, details: metrics.details });
-
-    const customerIds = await this.resolvePlayers(env, report, nowMs);
-    const dup = checkResolvedPlayers(customerIds);
-    if (!dup.ok) throw new ApiError('validation_failed', { param: dup.param, message: dup.message, details: dup.details });
+    let checked: { profile: MatchProfile; customerIds: Array<string | null> };
+    try {
+      checked = await this.check(env, report, nowMs);
+    } catch (err) {
+      // Rule 4 comes first for a match_id already stored: a repeat is answered from the stored
+      // record even when the profile was archived or changed since, or a player no longer resolves.
+      if (!(err instanceof ApiError)) throw err;
+      const existing = await this.records.load(env, { matchId: report.matchId });
+      if (existing === null) throw err;
+      return this.repeat(env, existing, report);
+    }
+    const { profile, customerIds } = checked;
 
     const pre = preAdmit(profile, report);
     const matchResultId = newId('mr', nowMs);
-    const at = new Date(nowMs);
-    const fingerprint = reportFingerprint(report);
-    const status = deriveMatchStatus(pre.map((p) => (p.stage === 'final' ? p.verdict.status : p.pending)));
-    const ids = report.players.map(() => newId('mrp', nowMs));
-    const inserted = await this.deps.sql.begin(async (tx) => {
-      const r = await tx`
-        insert into match_results (environment_id, id, match_id, profile_id, profile_key, profile_revision, event, fingerprint,
-          started_at, ended_at, duration_seconds, reporting_key_id, status, created_at, updated_at)
-        values (${env}, ${matchResultId}, ${report.matchId}, ${profile.id}, ${profile.key}, ${profile.revision}, ${profile.event},
-          ${fingerprint}, ${new Date(report.startedAtMs)}, ${new Date(report.endedAtMs)}, ${report.durationSeconds}, ${reportingKeyId},
-          ${status}, ${at}, ${at})
-        on conflict (environment_id, match_id) do nothing returning id`;
-      if (r.length === 0) return false;
-      // One statement for every player (unnest of parallel arrays).
-      const refs = report.players.map((p) => JSON.stringify(p.customer));
-      const metricsJson = report.players.map((p) => JSON.stringify(p.metrics));
-      const won = report.players.map((p) => (p.won === null ? null : String(p.won)));
-      const statuses = pre.map((pp) => (pp.stage === 'final' ? 'rejected' : 'pending'));
-      const verdicts = pre.map((pp) => (pp.stage === 'final' ? 'rejected' : pp.pending));
-      const reasons = pre.map((pp) => JSON.stringify(pp.stage === 'final' ? pp.verdict.reasons : []));
-      const clientIds = customerIds.map((c) => `${report.matchId}:${c}`);
-      await tx`
-        insert into match_result_players (environment_id, id, match_result_id, position, customer_ref, customer_id, metrics, won,
-          status, pending_verdict, reasons, client_event_id, created_at, updated_at)
-        select ${env}, v.id, ${matchResultId}, v.ord - 1, v.ref::jsonb, v.customer_id, v.metrics::jsonb, v.won::boolean,
-          v.status, v.verdict, v.reasons::jsonb, v.client_event_id, ${at}, ${at}
-        from unnest(${ids}::text[], ${refs}::text[], ${customerIds}::text[], ${metricsJson}::text[], ${won}::text[],
-          ${statuses}::text[], ${verdicts}::text[], ${reasons}::text[], ${clientIds}::text[])
-          with ordinality as v(id, ref, customer_id, metrics, won, status, verdict, reasons, client_event_id, ord)`;
-      return true;
-    });
-    if (!inserted) {
-      const other = await this.load(env, { matchId: report.matchId });
-      if (other === null) throw new ApiError('internal_error');
-      return this.repeat(env, other, report);
-    }
-    // The record as just inserted (no read back).
     const stored: MatchRow = {
       id: matchResultId,
       matchId: report.matchId,
@@ -319,39 +170,60 @@ export class MatchResults {
       profileKey: profile.key,
       profileRevision: profile.revision,
       event: profile.event,
-      fingerprint,
+      fingerprint: reportFingerprint(report),
       startedAtMs: report.startedAtMs,
       endedAtMs: report.endedAtMs,
       durationSeconds: report.durationSeconds,
       reportingKeyId,
-      status,
+      status: deriveMatchStatus(pre.map((p) => (p.stage === 'final' ? p.verdict.status : p.pending))),
       admissionErrors: [],
       revision: 1,
       createdAtMs: nowMs,
       updatedAtMs: nowMs,
       players: report.players.map((p, i): PlayerRow => {
         const pp = pre[i]!;
+        const customerId = customerIds[i]!;
         return {
-          id: ids[i]!,
+          id: newId('mrp', nowMs),
           matchResultId,
           position: i,
           customerRef: p.customer,
-          customerId: customerIds[i]!,
+          customerId,
           metrics: p.metrics,
           won: p.won,
           status: pp.stage === 'final' ? 'rejected' : 'pending',
           pendingVerdict: pp.stage === 'final' ? 'rejected' : pp.pending,
           reasons: pp.stage === 'final' ? pp.verdict.reasons : [],
           eventId: null,
-          clientEventId: `${report.matchId}:${customerIds[i]!}`,
+          clientEventId: customerId === null ? null : `${report.matchId}:${customerId}`,
           review: null,
           createdAtMs: nowMs,
           updatedAtMs: nowMs,
         };
       }),
     };
+    if (!(await this.records.claim(env, stored))) {
+      const other = await this.records.load(env, { matchId: report.matchId });
+      if (other === null) throw new ApiError('internal_error');
+      return this.repeat(env, other, report);
+    }
     const done = await this.complete(env, stored, profile, report, pre);
     return { status: 201, body: matchWire(done, false) };
+  }
+
+  /** The checks of a new report that write nothing: profile open, rule 1's metrics, the players (rule 2) each once. */
+  private async check(env: string, report: MatchReport, nowMs: number): Promise<{ profile: MatchProfile; customerIds: Array<string | null> }> {
+    const profile = (await this.deps.profiles.byKey(env)).get(report.profileKey);
+    if (profile === undefined) throw new ApiError('resource_not_found', { message: `No match profile ${report.profileKey}.`, param: 'profile' });
+    const open = checkProfileOpen(profile);
+    if (!open.ok) throw new ApiError(open.code, { param: open.param, message: open.message });
+    const metrics = checkReportMetrics(report, profile);
+    if (!metrics.ok) throw new ApiError('validation_failed', { param: metrics.param, message: metrics.message, details: metrics.details });
+    const customerIds = await this.resolvePlayers(env, report, nowMs);
+    // Players never seen are distinct new customers; the known ones must be distinct customers too.
+    const dup = checkResolvedPlayers(customerIds.map((id, i) => id ?? `\u0000new:${i}`));
+    if (!dup.ok) throw new ApiError('validation_failed', { param: dup.param, message: dup.message, details: dup.details });
+    return { profile, customerIds };
   }
 
   /** Rule 4: identical body = replay (completing pending players, rule 5); another body = idempotency_key_reused. */
@@ -371,8 +243,12 @@ export class MatchResults {
     return { status: 200, body: matchWire(m, true) };
   }
 
-  /** Each player named by `{id}` must exist (resource_not_found); unknown external ids are created. */
-  private async resolvePlayers(env: string, report: MatchReport, nowMs: number): Promise<string[]> {
+  /**
+   * Rule 2 without a write: each player's customer id, or null for an external id no customer has
+   * (its own admission creates it, in the same journal record as its admission). A `cust_` id
+   * nobody has is resource_not_found.
+   */
+  private async resolvePlayers(env: string, report: MatchReport, nowMs: number): Promise<Array<string | null>> {
     const { engine } = this.deps;
     return Promise.all(
       report.players.map(async (p, i) => {
@@ -380,23 +256,16 @@ export class MatchResults {
         const param = `players[${i}].customer.${p.customer.by}`;
         let r: CallResult;
         try {
-          r = await engine.execute({ env, target, command: { kind: 'customer.view' }, nowMs });
+          r = await engine.execute({ env, target, command: { kind: 'customer.resolve' }, nowMs });
         } catch (err) {
           if (err instanceof ApiError && err.code === 'resource_not_found') throw new ApiError('resource_not_found', { message: 'No customer with this id.', param });
           throw err;
         }
-        if (r.ok === true && r.reply.kind === 'customer') return r.reply.customer.id;
+        if (r.ok === true && r.reply.kind === 'resolved') return r.reply.customerId;
         if (r.ok === true || r.ok === 'redirect') throw new ApiError('internal_error');
         if (r.code !== 'resource_not_found') throwResult(r, param);
         if (p.customer.by === 'id') throw new ApiError('resource_not_found', { message: 'No customer with this id.', param });
-        const c = await engine.execute({ env, target, command: { kind: 'customer.create', externalId: p.customer.value, attributes: {} }, nowMs });
-        if (c.ok === true && c.reply.kind === 'customer') return c.reply.customer.id;
-        if (c.ok === false && c.code === 'already_exists') {
-          const again = await engine.execute({ env, target, command: { kind: 'customer.view' }, nowMs });
-          if (again.ok === true && again.reply.kind === 'customer') return again.reply.customer.id;
-        }
-        if (c.ok === false) throwResult(c, param);
-        throw new ApiError('internal_error');
+        return null;
       }),
     );
   }
@@ -413,6 +282,7 @@ export class MatchResults {
     const rules = await this.eventContext(env);
     // Copies: the stored rows (m.players) keep telling which players were pending.
     const players = [...m.players].sort((a, b) => a.position - b.position).map((p) => ({ ...p }));
+    const wasPending = new Set(m.players.filter((p) => p.status === 'pending').map((p) => p.id));
     const errors: AdmissionError[] = [];
     await Promise.all(
       players.map(async (p, i) => {
@@ -422,10 +292,16 @@ export class MatchResults {
           Object.assign(p, { status: 'rejected', reasons: pp.verdict.reasons });
           return;
         }
+        // A player named by an external id no customer had is created by its own admission.
+        const byKey = p.customerId === null;
+        if (byKey && p.customerRef.by !== 'external_id') {
+          errors.push({ player_id: p.id, customer_id: null, code: 'internal_error', message: 'The player has no customer.' });
+          return;
+        }
         const command: EngineCommand = {
           kind: 'match.admit',
           customerId: p.customerId ?? '',
-          externalId: null,
+          externalId: byKey ? p.customerRef.value : null,
           profileId: profile.id,
           rateLimits: profile.rateLimits,
           endedAtMs: report.endedAtMs,
@@ -433,9 +309,10 @@ export class MatchResults {
           outlierReasons: pp.outlierReasons,
           event: this.eventSpec(m, profile.event, p, rules),
         };
+        const target = p.customerId === null ? { by: 'key' as const, key: p.customerRef.value } : { by: 'id' as const, id: p.customerId };
         let r: CallResult;
         try {
-          r = await this.deps.engine.execute({ env, target: { by: 'id', id: p.customerId ?? '' }, command, nowMs });
+          r = await this.deps.engine.execute({ env, target, command, nowMs });
         } catch (err) {
           const e = err instanceof ApiError ? err : new ApiError('internal_error');
           errors.push({ player_id: p.id, customer_id: p.customerId, code: e.code, message: e.message });
@@ -448,30 +325,34 @@ export class MatchResults {
           return;
         }
         const v: MatchPlayerReply = r.reply;
-        Object.assign(p, { status: v.status, reasons: v.reasons, eventId: v.eventId, clientEventId: v.clientEventId });
+        Object.assign(p, {
+          status: v.status,
+          reasons: v.reasons,
+          eventId: v.eventId,
+          clientEventId: v.clientEventId,
+          customerId: p.customerId ?? v.customerId,
+        });
       }),
     );
     const status = statusOf(players);
-    const completed = players.filter((p) => p.status !== 'pending' && m.players.some((q) => q.id === p.id && q.status === 'pending'));
-    const updatedAt = new Date(nowMs);
-    const rows = await this.deps.sql.begin(async (tx) => {
-      if (completed.length > 0) {
-        // Only players still pending: a concurrent repeat that completed them first wins (same verdicts).
-        await tx`
-          update match_result_players p set status = v.status, reasons = v.reasons::jsonb, event_id = v.event_id,
-            client_event_id = v.client_event_id, updated_at = ${updatedAt}
-          from unnest(${completed.map((p) => p.id)}::text[], ${completed.map((p) => p.status)}::text[],
-            ${completed.map((p) => JSON.stringify(p.reasons))}::text[], ${completed.map((p) => p.eventId)}::text[],
-            ${completed.map((p) => p.clientEventId)}::text[]) as v(id, status, reasons, event_id, client_event_id)
-          where p.environment_id = ${env} and p.id = v.id and p.status = 'pending'`;
-      }
-      return tx`
-        update match_results set status = ${status}, admission_errors = (${JSON.stringify(errors)}::text)::jsonb,
-          revision = revision + 1, updated_at = ${updatedAt}
-        where environment_id = ${env} and id = ${m.id} returning revision`;
+    const completed = players.filter((p) => p.status !== 'pending' && wasPending.has(p.id));
+    const revision = await this.records.writeVerdicts({
+      environmentId: env,
+      matchResultId: m.id,
+      status,
+      admissionErrors: errors,
+      players: completed.map((p) => ({
+        id: p.id,
+        status: p.status as Exclude<PlayerRow['status'], 'pending'>,
+        customerId: p.customerId,
+        reasons: p.reasons,
+        eventId: p.eventId,
+        clientEventId: p.clientEventId,
+      })),
+      atMs: nowMs,
     });
     for (const p of completed) p.updatedAtMs = nowMs;
-    return { ...m, players, status, admissionErrors: errors, revision: (rows[0]?.revision as number | undefined) ?? m.revision + 1, updatedAtMs: nowMs };
+    return { ...m, players, status, admissionErrors: errors, revision: revision ?? m.revision + 1, updatedAtMs: nowMs };
   }
 
   private eventSpec(m: MatchRow, eventName: string, p: PlayerRow, context: EventContext | null): MatchEventSpec {
@@ -504,11 +385,11 @@ export class MatchResults {
   ): Promise<{ player: ReturnType<typeof playerWire>; match_result: { id: string; match_id: string; status: string }; replayed: boolean }> {
     const nowMs = await this.now(env);
     const rules = decision === 'admit' ? await this.eventContext(env) : null;
-    return this.deps.sql.begin(async (tx) => {
-      const rows = await tx`select * from match_result_players where environment_id = ${env} and id = ${playerId} for update`;
-      if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No match result player ${playerId}.`, param: 'id' });
-      const p = playerRow(rows[0]!);
-      const m = await this.load(env, { id: p.matchResultId }, tx as unknown as Sql);
+    return this.deps.sql.begin(async (txn) => {
+      const tx = txn as unknown as Sql;
+      const p = await this.records.lockPlayer(tx, env, playerId);
+      if (p === null) throw new ApiError('resource_not_found', { message: `No match result player ${playerId}.`, param: 'id' });
+      const m = await this.records.load(env, { id: p.matchResultId }, tx);
       if (m === null) throw new ApiError('internal_error');
       const revoked = await tx`select revoked_at from credentials where id = ${m.reportingKeyId} and revoked_at is not null`;
       const record: PlayerRecord = {
@@ -537,14 +418,9 @@ export class MatchResults {
       const fact = d.facts[0]!;
       const reasons = v.status === 'rejected' && decision === 'admit' ? [...p.reasons, ...v.reasons] : fact.reasons;
       const next: PlayerRow = { ...p, status: v.status, reasons, review: fact.review, eventId: v.eventId, updatedAtMs: nowMs };
-      await tx`
-        update match_result_players set status = ${next.status}, reasons = (${JSON.stringify(next.reasons)}::text)::jsonb,
-          review = (${JSON.stringify(next.review)}::text)::jsonb, event_id = ${next.eventId}, updated_at = ${new Date(nowMs)}
-        where environment_id = ${env} and id = ${p.id}`;
       const all = m.players.map((x) => (x.id === p.id ? next : x));
       const status = statusOf(all);
-      await tx`
-        update match_results set status = ${status}, revision = revision + 1, updated_at = now() where environment_id = ${env} and id = ${m.id}`;
+      await this.records.writeReview(tx, env, m.id, next, status, nowMs);
       return { player: playerWire(next), match_result: { ...matchRef, status }, replayed: false };
     });
   }

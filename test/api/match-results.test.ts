@@ -33,11 +33,13 @@ export async function applyCommands(api: Client, commands: unknown[]): Promise<v
 
 let matchCounter = 0;
 function report(players: Array<{ ext?: string; id?: string; kills?: number; score?: number; won?: boolean }>, over: Record<string, unknown> = {}) {
+  // One instant for both ends: the duration is exactly 600 s (two clock reads could be 1 ms apart).
+  const now = Date.now();
   return {
     profile: 'arena',
     match_id: `m-${process.pid}-${++matchCounter}`,
-    started_at: minutesAgo(20),
-    ended_at: minutesAgo(10),
+    started_at: new Date(now - 20 * 60_000).toISOString(),
+    ended_at: new Date(now - 10 * 60_000).toISOString(),
     players: players.map((p) => ({
       customer: p.id !== undefined ? { id: p.id } : { external_id: p.ext ?? 'p' },
       metrics: { kills: p.kills ?? 5, score: p.score ?? 1000 },
@@ -181,9 +183,9 @@ t.test('match results over the API', async (t) => {
     t.match(future.body.error, { code: 'validation_failed', param: 'ended_at' });
     const old = await api.post('/v1/match_results', report([{ ext: 'e-1' }], { started_at: minutesAgo(8 * 24 * 60 + 10), ended_at: minutesAgo(8 * 24 * 60) }));
     t.match(old.body.error, { code: 'validation_failed', param: 'ended_at' });
-    const unknownCustomer = await api.post('/v1/match_results', report([{ id: 'cust_00001M84KXN2SAE60B7HZ04F81HQ7' }]));
+    const unknownCustomer = await api.post('/v1/match_results', report([{ ext: 'e-1' }, { id: 'cust_00001M84KXN2SAE60B7HZ04F81HQ7' }]));
     t.equal(unknownCustomer.status, 404);
-    t.match(unknownCustomer.body.error, { code: 'resource_not_found', param: 'players[0].customer.id' });
+    t.match(unknownCustomer.body.error, { code: 'resource_not_found', param: 'players[1].customer.id' });
     const unknownProfile = await api.post('/v1/match_results', { ...report([{ ext: 'e-1' }]), profile: 'nope' });
     t.match(unknownProfile.body.error, { code: 'resource_not_found', param: 'profile' });
     const missingMetric = report([{ ext: 'e-1' }]);
@@ -316,12 +318,23 @@ t.test('match results over the API', async (t) => {
 
   await t.test('archived profiles refuse new reports; stored results and pending reviews are kept', async (t) => {
     await applyCommands(api, [{ ...arena, key: 'old' }]);
-    const held = await api.post('/v1/match_results', { ...report([{ ext: 'ar-1', score: 60000 }]), profile: 'old' });
+    const heldRequest = { ...report([{ ext: 'ar-1', score: 60000 }]), profile: 'old' };
+    const held = { ...(await api.post('/v1/match_results', heldRequest)), request: heldRequest };
     t.equal(held.body.status, 'held');
     await applyCommands(api, [{ type: 'match_profile.archive', key: 'old' }]);
     const refused = await api.post('/v1/match_results', { ...report([{ ext: 'ar-2' }]), profile: 'old' });
     t.equal(refused.body.error.code, 'match_profile_archived');
     t.equal(refused.body.error.param, 'profile');
+    const after = await api.get('/v1/customers?limit=200');
+    t.notOk(JSON.stringify(after.body).includes('"ar-2"'), 'a refused report creates no customer');
+    // Rule 4 comes first: a report stored before the archive is still answered as a replay.
+    const heldBody = held.request;
+    const replay = await api.post('/v1/match_results', heldBody);
+    t.equal(replay.status, 200, JSON.stringify(replay.body));
+    t.equal(replay.body.replayed, true);
+    t.equal(replay.body.id, held.body.id);
+    const otherBody = await api.post('/v1/match_results', { ...heldBody, players: [{ ...heldBody.players[0], won: true }] });
+    t.equal(otherBody.body.error?.code, 'idempotency_key_reused', 'and another body for it is still idempotency_key_reused');
     t.equal((await api.get(`/v1/match_results/${held.body.id}`)).status, 200);
     const admit = await tenant.admin.post(`/v1/match_result_players/${held.body.players[0].id}/reviews`, { decision: 'admit' }, idem());
     t.equal(admit.body.player.status, 'admitted', 'a pending review still completes');
@@ -389,6 +402,77 @@ t.test('match results over the API', async (t) => {
     t.same(again.body.admission_errors, []);
     t.match(again.body.players[0], { status: 'admitted', event_id: p1.event_id }, 'completed with the event recorded the first time');
     t.match((await api.get(`/v1/customers/${p1.customer_id}/balances`)).body.data, [{ currency: 'coins', available: 25 }], 'the event ran once');
+  });
+
+  await t.test('rule 5 for players named by a new external id: the customer is created by the admission, once', async (t) => {
+    const coins = async (customerId: string) =>
+      (await api.get(`/v1/customers/${customerId}/balances`)).body.data.find((b: { currency: string }) => b.currency === 'coins')?.available ?? 0;
+    // Interrupted after the admission: the customer exists and has its event, the row is still
+    // pending and, as the claim stored it, without a customer id.
+    const body = report([{ ext: 'nx-1', won: true }, { ext: 'nx-2', won: false }]);
+    const first = await api.post('/v1/match_results', body);
+    t.equal(first.status, 201);
+    const p1 = first.body.players[0];
+    t.equal(await coins(p1.customer_id), 25);
+    await sql`update match_result_players set status = 'pending', customer_id = null, event_id = null, client_event_id = null where id = ${p1.id}`;
+    const shown = await api.get(`/v1/match_results/${first.body.id}`);
+    t.match(shown.body.players[0], { id: p1.id, customer_id: null, status: 'admitted', event_id: null, client_event_id: null }, 'pending: no customer id yet');
+    const again = await api.post('/v1/match_results', body);
+    t.equal(again.status, 200);
+    t.match(again.body.players[0], { id: p1.id, customer_id: p1.customer_id, status: 'admitted', event_id: p1.event_id, client_event_id: p1.client_event_id });
+    t.equal(await coins(p1.customer_id), 25, 'the admission ran once');
+    t.match((await api.get(`/v1/match_results/${first.body.id}`)).body.players[0], { customer_id: p1.customer_id, event_id: p1.event_id }, 'stored');
+
+    // Interrupted before the admission: the external id was never used, so nobody exists yet.
+    const staged = report([{ ext: 'nx-3', won: true }]);
+    const stagedFirst = await api.post('/v1/match_results', staged);
+    const neverSeen = `nx-never-${process.pid}`;
+    const body2 = { ...staged, players: [{ ...staged.players[0]!, customer: { external_id: neverSeen } }] };
+    const parsed = parseReport(body2, Date.now());
+    if (!parsed.ok) throw new Error(parsed.message);
+    await sql`update match_results set fingerprint = ${reportFingerprint(parsed.value)} where id = ${stagedFirst.body.id}`;
+    await sql`
+      update match_result_players set status = 'pending', customer_id = null, event_id = null, client_event_id = null,
+        customer_ref = (${JSON.stringify({ by: 'external_id', value: neverSeen })}::text)::jsonb
+      where id = ${stagedFirst.body.players[0].id}`;
+    t.equal((await api.get(`/v1/customers?external_id=${neverSeen}`)).body.data.length, 0);
+    const completed = await api.post('/v1/match_results', body2);
+    t.equal(completed.status, 200, JSON.stringify(completed.body));
+    const created = (await api.get(`/v1/customers?external_id=${neverSeen}`)).body.data;
+    t.equal(created.length, 1, 'the repeat created the customer');
+    t.match(completed.body.players[0], { customer_id: created[0].id, status: 'admitted', event_id: /^evt_/, client_event_id: `${staged.match_id}:${created[0].id}` });
+    t.equal(await coins(created[0].id), 25);
+  });
+
+  await t.test('concurrent identical reports: one 201, the others replays of the same record; each player admitted once', async (t) => {
+    const body = report([{ ext: 'twin-1', won: true }, { ext: 'twin-2' }, { ext: 'twin-3' }]);
+    const results = await Promise.all(Array.from({ length: 6 }, () => api.post('/v1/match_results', body)));
+    t.same(
+      results.map((r) => r.status).sort(),
+      [200, 200, 200, 200, 200, 201],
+    );
+    const created = results.find((r) => r.status === 201)!.body;
+    for (const r of results) {
+      t.equal(r.body.id, created.id);
+      t.same(
+        r.body.players.map((p: { id: string }) => p.id),
+        created.players.map((p: { id: string }) => p.id),
+      );
+    }
+    const settled = await api.get(`/v1/match_results/${created.id}`);
+    t.ok(settled.body.players.every((p: { status: string; event_id: string | null }) => p.status === 'admitted' && p.event_id !== null));
+    const winner = settled.body.players[0].customer_id;
+    const bal = (await api.get(`/v1/customers/${winner}/balances`)).body.data.find((b: { currency: string }) => b.currency === 'coins');
+    t.equal(bal?.available, 25, 'the rule ran once for the winner');
+    const different = await Promise.all([
+      api.post('/v1/match_results', report([{ ext: 'race-1' }], { match_id: `race-${process.pid}` })),
+      api.post('/v1/match_results', report([{ ext: 'race-2' }], { match_id: `race-${process.pid}` })),
+    ]);
+    t.same(
+      different.map((r) => r.status).sort(),
+      [201, 422],
+      'the same match_id with another body at the same time: one is stored, the other is idempotency_key_reused',
+    );
   });
 
   await t.test('duplicate_player_after_merge: a pending player whose customer was merged into another player of the match', async (t) => {

@@ -1,0 +1,363 @@
+// The match record in PostgreSQL (match_results + one match_result_players row per player): the
+// claim of a report (the record with every player pending, or nothing when the match_id is already
+// stored), the verdicts written back after admission, and the reads. Claims and verdicts of
+// concurrent reports leave as ONE multi-row statement per batch (GroupBatcher): a claim is one
+// statement (the players are inserted only for records that were inserted), and so are the verdicts
+// (players still pending, then the record). A batch that fails is retried item by item, so one bad
+// report cannot fail the others. Never holds a transaction open across a batch.
+import type { CustomerRef } from '../../domain/match/report.js';
+import type { Reason } from '../../domain/match/reasons.js';
+import type { PlayerStatus, Review } from '../../domain/match/verdict.js';
+import { GroupBatcher } from '../../util/group-batcher.js';
+import type { Sql } from './db.js';
+
+export type StoredStatus = PlayerStatus | 'pending';
+
+export interface PlayerRow {
+  id: string;
+  matchResultId: string;
+  position: number;
+  customerRef: CustomerRef;
+  /**
+   * null while a player named by an external id nobody had used yet is pending: its customer is
+   * created by its own admission, which fills this in with the verdict.
+   */
+  customerId: string | null;
+  metrics: Record<string, number>;
+  won: boolean | null;
+  status: StoredStatus;
+  pendingVerdict: PlayerStatus;
+  reasons: Reason[];
+  eventId: string | null;
+  clientEventId: string | null;
+  review: Review | null;
+  createdAtMs: number;
+  updatedAtMs: number;
+}
+
+/** Shape of an admission_errors item (spec: not shown; ours). */
+export interface AdmissionError {
+  player_id: string;
+  customer_id: string | null;
+  code: string;
+  message: string;
+}
+
+export interface MatchRow {
+  id: string;
+  matchId: string;
+  profileId: string;
+  profileKey: string;
+  profileRevision: number;
+  event: string;
+  fingerprint: string;
+  startedAtMs: number;
+  endedAtMs: number;
+  durationSeconds: number;
+  reportingKeyId: string;
+  status: string;
+  admissionErrors: AdmissionError[];
+  revision: number;
+  createdAtMs: number;
+  updatedAtMs: number;
+  players: PlayerRow[];
+}
+
+interface MatchClaim {
+  environmentId: string;
+  record: MatchRow;
+}
+
+/** A player's verdict after admission (only written while the stored player is still pending). */
+export interface PlayerVerdictWrite {
+  id: string;
+  status: PlayerStatus;
+  customerId: string | null;
+  reasons: Reason[];
+  eventId: string | null;
+  clientEventId: string | null;
+}
+
+/** Everything one report's admission writes back. */
+export interface MatchVerdicts {
+  environmentId: string;
+  matchResultId: string;
+  status: string;
+  admissionErrors: AdmissionError[];
+  players: PlayerVerdictWrite[];
+  atMs: number;
+}
+
+function json<T>(v: unknown): T {
+  return (typeof v === 'string' ? JSON.parse(v) : v) as T;
+}
+const ms = (d: unknown) => (d as Date).getTime();
+const iso = (t: number) => new Date(t).toISOString();
+
+function playerRow(r: Record<string, unknown>): PlayerRow {
+  return {
+    id: r.id as string,
+    matchResultId: r.match_result_id as string,
+    position: r.position as number,
+    customerRef: json(r.customer_ref),
+    customerId: (r.customer_id as string | null) ?? null,
+    metrics: json(r.metrics),
+    won: (r.won as boolean | null) ?? null,
+    status: r.status as StoredStatus,
+    pendingVerdict: r.pending_verdict as PlayerStatus,
+    reasons: json(r.reasons),
+    eventId: (r.event_id as string | null) ?? null,
+    clientEventId: (r.client_event_id as string | null) ?? null,
+    review: r.review === null ? null : json(r.review),
+    createdAtMs: ms(r.created_at),
+    updatedAtMs: ms(r.updated_at),
+  };
+}
+
+function matchRow(r: Record<string, unknown>, players: PlayerRow[]): MatchRow {
+  return {
+    id: r.id as string,
+    matchId: r.match_id as string,
+    profileId: r.profile_id as string,
+    profileKey: r.profile_key as string,
+    profileRevision: r.profile_revision as number,
+    event: r.event as string,
+    fingerprint: r.fingerprint as string,
+    startedAtMs: ms(r.started_at),
+    endedAtMs: ms(r.ended_at),
+    durationSeconds: r.duration_seconds as number,
+    reportingKeyId: r.reporting_key_id as string,
+    status: r.status as string,
+    admissionErrors: json(r.admission_errors),
+    revision: r.revision as number,
+    createdAtMs: ms(r.created_at),
+    updatedAtMs: ms(r.updated_at),
+    players,
+  };
+}
+
+/** Claims and verdicts per batch: bounded so one statement's arrays stay small (a report has <= 100 players). */
+const claimsPerBatchMax = 200;
+
+export class MatchRecords {
+  private readonly claims: GroupBatcher<MatchClaim, boolean>;
+  private readonly verdicts: GroupBatcher<MatchVerdicts, number | null>;
+
+  constructor(private readonly sql: Sql) {
+    this.claims = new GroupBatcher((items) => this.claimMany(items), { itemsMax: claimsPerBatchMax });
+    this.verdicts = new GroupBatcher((items) => this.writeVerdictsMany(items), { itemsMax: claimsPerBatchMax });
+  }
+
+  /**
+   * Inserts the record of a new report, with its players as given (pending or final), unless the
+   * environment already stores this match_id: true when inserted, false on that conflict (the
+   * caller reads the stored record: a replay or idempotency_key_reused).
+   */
+  claim(environmentId: string, record: MatchRow): Promise<boolean> {
+    return this.claims.submit({ environmentId, record });
+  }
+
+  /** Writes the verdicts of players still pending, then the record's status: the record's new revision (null if it vanished). */
+  writeVerdicts(v: MatchVerdicts): Promise<number | null> {
+    return this.verdicts.submit(v);
+  }
+
+  private async claimMany(claims: readonly MatchClaim[]): Promise<boolean[]> {
+    const env: string[] = [];
+    const id: string[] = [];
+    const matchId: string[] = [];
+    const profileId: string[] = [];
+    const profileKey: string[] = [];
+    const profileRevision: number[] = [];
+    const event: string[] = [];
+    const fingerprint: string[] = [];
+    const startedAt: string[] = [];
+    const endedAt: string[] = [];
+    const duration: number[] = [];
+    const keyId: string[] = [];
+    const status: string[] = [];
+    const at: string[] = [];
+    const pEnv: string[] = [];
+    const pId: string[] = [];
+    const pMatch: string[] = [];
+    const pPosition: number[] = [];
+    const pRef: string[] = [];
+    const pCustomer: Array<string | null> = [];
+    const pMetrics: string[] = [];
+    const pWon: Array<string | null> = [];
+    const pStatus: string[] = [];
+    const pVerdict: string[] = [];
+    const pReasons: string[] = [];
+    const pClientEvent: Array<string | null> = [];
+    const pAt: string[] = [];
+    for (const { environmentId, record: m } of claims) {
+      const created = iso(m.createdAtMs);
+      env.push(environmentId);
+      id.push(m.id);
+      matchId.push(m.matchId);
+      profileId.push(m.profileId);
+      profileKey.push(m.profileKey);
+      profileRevision.push(m.profileRevision);
+      event.push(m.event);
+      fingerprint.push(m.fingerprint);
+      startedAt.push(iso(m.startedAtMs));
+      endedAt.push(iso(m.endedAtMs));
+      duration.push(m.durationSeconds);
+      keyId.push(m.reportingKeyId);
+      status.push(m.status);
+      at.push(created);
+      for (const p of m.players) {
+        pEnv.push(environmentId);
+        pId.push(p.id);
+        pMatch.push(m.id);
+        pPosition.push(p.position);
+        pRef.push(JSON.stringify(p.customerRef));
+        pCustomer.push(p.customerId);
+        pMetrics.push(JSON.stringify(p.metrics));
+        pWon.push(p.won === null ? null : String(p.won));
+        pStatus.push(p.status);
+        pVerdict.push(p.pendingVerdict);
+        pReasons.push(JSON.stringify(p.reasons));
+        pClientEvent.push(p.clientEventId);
+        pAt.push(iso(p.createdAtMs));
+      }
+    }
+    // One statement: the records (a stored match_id inserts nothing), then the players of the
+    // records that were inserted. Atomic like any single statement.
+    const rows = await this.sql`
+      with m as (
+        insert into match_results (environment_id, id, match_id, profile_id, profile_key, profile_revision, event, fingerprint,
+          started_at, ended_at, duration_seconds, reporting_key_id, status, created_at, updated_at)
+        select v.env, v.id, v.match_id, v.profile_id, v.profile_key, v.profile_revision, v.event, v.fingerprint,
+          v.started_at, v.ended_at, v.duration_seconds, v.key_id, v.status, v.at, v.at
+        from unnest(${env}::text[], ${id}::text[], ${matchId}::text[], ${profileId}::text[], ${profileKey}::text[],
+          ${profileRevision}::int[], ${event}::text[], ${fingerprint}::text[], ${startedAt}::timestamptz[], ${endedAt}::timestamptz[],
+          ${duration}::float8[], ${keyId}::text[], ${status}::text[], ${at}::timestamptz[])
+          as v(env, id, match_id, profile_id, profile_key, profile_revision, event, fingerprint, started_at, ended_at,
+            duration_seconds, key_id, status, at)
+        on conflict (environment_id, match_id) do nothing
+        returning environment_id, id
+      ), p as (
+        insert into match_result_players (environment_id, id, match_result_id, position, customer_ref, customer_id, metrics, won,
+          status, pending_verdict, reasons, client_event_id, created_at, updated_at)
+        select v.env, v.id, v.match_result_id, v.position, v.ref::jsonb, v.customer_id, v.metrics::jsonb, v.won::boolean,
+          v.status, v.verdict, v.reasons::jsonb, v.client_event_id, v.at, v.at
+        from unnest(${pEnv}::text[], ${pId}::text[], ${pMatch}::text[], ${pPosition}::int[], ${pRef}::text[], ${pCustomer}::text[],
+          ${pMetrics}::text[], ${pWon}::text[], ${pStatus}::text[], ${pVerdict}::text[], ${pReasons}::text[],
+          ${pClientEvent}::text[], ${pAt}::timestamptz[])
+          as v(env, id, match_result_id, position, ref, customer_id, metrics, won, status, verdict, reasons, client_event_id, at)
+        join m on m.environment_id = v.env and m.id = v.match_result_id
+      )
+      select environment_id, id from m`;
+    const inserted = new Set(rows.map((r) => `${r.environment_id as string}\u0000${r.id as string}`));
+    return claims.map((c) => inserted.has(`${c.environmentId}\u0000${c.record.id}`));
+  }
+
+  private async writeVerdictsMany(items: readonly MatchVerdicts[]): Promise<Array<number | null>> {
+    const pEnv: string[] = [];
+    const pId: string[] = [];
+    const pStatus: string[] = [];
+    const pCustomer: Array<string | null> = [];
+    const pReasons: string[] = [];
+    const pEvent: Array<string | null> = [];
+    const pClientEvent: Array<string | null> = [];
+    const pAt: string[] = [];
+    const env: string[] = [];
+    const id: string[] = [];
+    const status: string[] = [];
+    const errors: string[] = [];
+    const at: string[] = [];
+    for (const v of items) {
+      const t = iso(v.atMs);
+      env.push(v.environmentId);
+      id.push(v.matchResultId);
+      status.push(v.status);
+      errors.push(JSON.stringify(v.admissionErrors));
+      at.push(t);
+      for (const p of v.players) {
+        pEnv.push(v.environmentId);
+        pId.push(p.id);
+        pStatus.push(p.status);
+        pCustomer.push(p.customerId);
+        pReasons.push(JSON.stringify(p.reasons));
+        pEvent.push(p.eventId);
+        pClientEvent.push(p.clientEventId);
+        pAt.push(t);
+      }
+    }
+    // Only players still pending: a concurrent repeat that completed them first wins (same
+    // verdicts: the actors answer a repeat as a replay). A customer id already stored is kept.
+    const rows = await this.sql`
+      with p as (
+        update match_result_players p set status = v.status, customer_id = coalesce(p.customer_id, v.customer_id),
+          reasons = v.reasons::jsonb, event_id = v.event_id, client_event_id = coalesce(v.client_event_id, p.client_event_id),
+          updated_at = v.at
+        from unnest(${pEnv}::text[], ${pId}::text[], ${pStatus}::text[], ${pCustomer}::text[], ${pReasons}::text[],
+          ${pEvent}::text[], ${pClientEvent}::text[], ${pAt}::timestamptz[])
+          as v(env, id, status, customer_id, reasons, event_id, client_event_id, at)
+        where p.environment_id = v.env and p.id = v.id and p.status = 'pending'
+      )
+      update match_results r set status = v.status, admission_errors = v.errors::jsonb, revision = r.revision + 1, updated_at = v.at
+      from unnest(${env}::text[], ${id}::text[], ${status}::text[], ${errors}::text[], ${at}::timestamptz[])
+        as v(env, id, status, errors, at)
+      where r.environment_id = v.env and r.id = v.id
+      returning r.environment_id, r.id, r.revision`;
+    const revisions = new Map(rows.map((r) => [`${r.environment_id as string}\u0000${r.id as string}`, r.revision as number] as const));
+    return items.map((v) => revisions.get(`${v.environmentId}\u0000${v.matchResultId}`) ?? null);
+  }
+
+  /** A record with its players (by `mr_` id or by match_id), or null. */
+  async load(env: string, where: { id?: string; matchId?: string }, tx: Sql = this.sql): Promise<MatchRow | null> {
+    const rows =
+      where.id !== undefined
+        ? await tx`select * from match_results where environment_id = ${env} and id = ${where.id}`
+        : await tx`select * from match_results where environment_id = ${env} and match_id = ${where.matchId ?? ''}`;
+    if (rows.length === 0) return null;
+    const r = rows[0]!;
+    const players = await tx`
+      select * from match_result_players where environment_id = ${env} and match_result_id = ${r.id as string} order by position`;
+    return matchRow(r, players.map(playerRow));
+  }
+
+  /** Oldest first for the review queue (status held); newest first otherwise. */
+  async list(env: string, q: { status: string | null; limit: number; after: string | null }): Promise<MatchRow[]> {
+    const sql = this.sql;
+    const oldestFirst = q.status === 'held';
+    const rows = oldestFirst
+      ? await sql`
+          select * from match_results where environment_id = ${env} and status = 'held' and (${q.after}::text is null or id > ${q.after})
+          order by id limit ${q.limit}`
+      : await sql`
+          select * from match_results where environment_id = ${env} and (${q.status}::text is null or status = ${q.status})
+            and (${q.after}::text is null or id < ${q.after})
+          order by id desc limit ${q.limit}`;
+    if (rows.length === 0) return [];
+    const ids = rows.map((r) => r.id as string);
+    const players = await sql`
+      select * from match_result_players where environment_id = ${env} and match_result_id = any(${ids}) order by position`;
+    const byMatch = new Map<string, PlayerRow[]>();
+    for (const p of players.map(playerRow)) {
+      let l = byMatch.get(p.matchResultId);
+      if (!l) byMatch.set(p.matchResultId, (l = []));
+      l.push(p);
+    }
+    return rows.map((r) => matchRow(r, byMatch.get(r.id as string) ?? []));
+  }
+
+  /** A player row, locked until the transaction `tx` ends (reviews). */
+  async lockPlayer(tx: Sql, env: string, playerId: string): Promise<PlayerRow | null> {
+    const rows = await tx`select * from match_result_players where environment_id = ${env} and id = ${playerId} for update`;
+    return rows.length === 0 ? null : playerRow(rows[0]!);
+  }
+
+  /** A review's outcome: the player row, then the record's status (inside the review's transaction). */
+  async writeReview(tx: Sql, env: string, matchResultId: string, p: PlayerRow, matchStatus: string, atMs: number): Promise<void> {
+    await tx`
+      update match_result_players set status = ${p.status}, reasons = (${JSON.stringify(p.reasons)}::text)::jsonb,
+        review = (${JSON.stringify(p.review)}::text)::jsonb, event_id = ${p.eventId}, updated_at = ${new Date(atMs)}
+      where environment_id = ${env} and id = ${p.id}`;
+    await tx`
+      update match_results set status = ${matchStatus}, revision = revision + 1, updated_at = now()
+      where environment_id = ${env} and id = ${matchResultId}`;
+  }
+}

@@ -1,0 +1,145 @@
+// The match record store, against PostgreSQL and embedded PGlite: claims of concurrent reports
+// leave together and each learns whether it inserted (a stored match_id, or the same match_id twice
+// in one batch, inserts once); one claim that PostgreSQL refuses fails alone while the others of its
+// batch are stored; verdicts are written only for players still pending (a second write changes
+// nothing), keep a customer id already stored and fill in one that was not; reads and lists.
+import t from 'tap';
+import { type MatchRow, MatchRecords, type PlayerRow } from '../../src/persistence/sql/match-records.js';
+import { sqlForTest, sqlKinds } from '../helpers/sql.js';
+
+const T0 = Date.UTC(2030, 5, 1, 12, 0, 0, 0);
+const env = 'env_a';
+let seq = 0;
+
+function record(matchId: string, players: Array<{ ext: string; customerId?: string | null }>): MatchRow {
+  const id = `mr_${++seq}`;
+  return {
+    id,
+    matchId,
+    profileId: 'mpf_1',
+    profileKey: 'arena',
+    profileRevision: 1,
+    event: 'match.completed',
+    fingerprint: `fp-${matchId}`,
+    startedAtMs: T0 - 600_000,
+    endedAtMs: T0,
+    durationSeconds: 600,
+    reportingKeyId: 'key_1',
+    status: 'admitted',
+    admissionErrors: [],
+    revision: 1,
+    createdAtMs: T0,
+    updatedAtMs: T0,
+    players: players.map(
+      (p, i): PlayerRow => ({
+        id: `mrp_${seq}_${i}`,
+        matchResultId: id,
+        position: i,
+        customerRef: { by: 'external_id', value: p.ext },
+        customerId: p.customerId ?? null,
+        metrics: { kills: i },
+        won: i === 0 ? true : null,
+        status: 'pending',
+        pendingVerdict: 'admitted',
+        reasons: [],
+        eventId: null,
+        clientEventId: p.customerId ? `${matchId}:${p.customerId}` : null,
+        review: null,
+        createdAtMs: T0,
+        updatedAtMs: T0,
+      }),
+    ),
+  };
+}
+
+for (const kind of sqlKinds) {
+  t.test(`match records (${kind})`, async (t) => {
+    const { sql } = await sqlForTest(t, kind);
+    const records = new MatchRecords(sql);
+
+    await t.test('concurrent claims: each learns whether it inserted; a bad claim fails alone', async (t) => {
+      const a = record('m-a', [{ ext: 'p1' }, { ext: 'p2', customerId: 'cust_2' }]);
+      const b = record('m-b', [{ ext: 'p3' }]);
+      const twin = record('m-a', [{ ext: 'p9' }]);
+      // PostgreSQL refuses \u0000 in jsonb: this claim cannot be stored, whatever it is batched with.
+      const bad = record('m-bad', [{ ext: 'nul\u0000byte' }]);
+      const results = await Promise.allSettled([records.claim(env, a), records.claim(env, bad), records.claim(env, b), records.claim(env, twin)]);
+      t.same(
+        results.map((r) => r.status),
+        ['fulfilled', 'rejected', 'fulfilled', 'fulfilled'],
+      );
+      t.same(
+        results.map((r) => (r.status === 'fulfilled' ? r.value : null)),
+        [true, null, true, false],
+        'the same match_id twice in one batch is inserted once',
+      );
+      const stored = await records.load(env, { matchId: 'm-a' });
+      t.equal(stored?.id, a.id);
+      t.same(
+        stored?.players.map((p) => [p.id, p.customerId, p.status, p.customerRef.value, p.won, p.clientEventId]),
+        [
+          [a.players[0]!.id, null, 'pending', 'p1', true, null],
+          [a.players[1]!.id, 'cust_2', 'pending', 'p2', null, 'm-a:cust_2'],
+        ],
+      );
+      t.match(stored, { startedAtMs: T0 - 600_000, endedAtMs: T0, durationSeconds: 600, revision: 1, status: 'admitted', admissionErrors: [] });
+      t.equal(await records.load(env, { matchId: 'm-bad' }), null, 'nothing of the refused claim is stored');
+      t.equal((await records.load(env, { matchId: 'm-b' }))?.players.length, 1);
+      t.equal(await records.claim(env, record('m-b', [{ ext: 'p3' }])), false, 'a stored match_id is a conflict');
+      t.equal(await records.claim('env_other', record('m-b', [{ ext: 'p3' }])), true, 'match ids are per environment');
+    });
+
+    await t.test('verdicts: only pending players, customer ids filled in, never overwritten', async (t) => {
+      const m = record('m-v', [{ ext: 'v1' }, { ext: 'v2', customerId: 'cust_v2' }]);
+      t.equal(await records.claim(env, m), true);
+      const [p1, p2] = m.players;
+      const revision = await records.writeVerdicts({
+        environmentId: env,
+        matchResultId: m.id,
+        status: 'partially_admitted',
+        admissionErrors: [],
+        atMs: T0 + 1000,
+        players: [
+          { id: p1!.id, status: 'admitted', customerId: 'cust_v1', reasons: [], eventId: 'evt_1', clientEventId: 'm-v:cust_v1' },
+          { id: p2!.id, status: 'rejected', customerId: 'cust_other', reasons: [{ code: 'rate_limited', message: 'x', limit: 3, value: 3 }], eventId: null, clientEventId: 'm-v:cust_other' },
+        ],
+      });
+      t.equal(revision, 2);
+      // A late writer with other verdicts (a concurrent repeat) changes no player that is no longer pending.
+      const again = await records.writeVerdicts({
+        environmentId: env,
+        matchResultId: m.id,
+        status: 'partially_admitted',
+        admissionErrors: [{ player_id: p1!.id, customer_id: null, code: 'internal_error', message: 'x' }],
+        atMs: T0 + 2000,
+        players: [{ id: p1!.id, status: 'rejected', customerId: 'cust_zzz', reasons: [], eventId: null, clientEventId: null }],
+      });
+      t.equal(again, 3);
+      const stored = await records.load(env, { id: m.id });
+      t.match(stored?.players[0], { customerId: 'cust_v1', status: 'admitted', eventId: 'evt_1', clientEventId: 'm-v:cust_v1', updatedAtMs: T0 + 1000 });
+      t.match(stored?.players[1], { customerId: 'cust_v2', status: 'rejected', reasons: [{ code: 'rate_limited' }], eventId: null }, 'a stored customer id is kept');
+      t.match(stored, { status: 'partially_admitted', revision: 3, updatedAtMs: T0 + 2000 });
+      t.equal(stored?.admissionErrors.length, 1);
+      t.equal(
+        await records.writeVerdicts({ environmentId: env, matchResultId: 'mr_missing', status: 'admitted', admissionErrors: [], atMs: T0, players: [] }),
+        null,
+        'no record, no revision',
+      );
+    });
+
+    await t.test('lists: the review queue oldest first, others newest first', async (t) => {
+      const held1 = { ...record('m-h1', [{ ext: 'h1' }]), status: 'held' };
+      const held2 = { ...record('m-h2', [{ ext: 'h2' }]), status: 'held' };
+      t.equal(await records.claim(env, held1), true);
+      t.equal(await records.claim(env, held2), true);
+      const queue = await records.list(env, { status: 'held', limit: 10, after: null });
+      t.same(
+        queue.map((m) => m.id),
+        [held1.id, held2.id],
+      );
+      t.equal(queue[0]!.players.length, 1);
+      const all = await records.list(env, { status: null, limit: 2, after: null });
+      t.ok(all[0]!.id > all[1]!.id);
+    });
+  });
+}
