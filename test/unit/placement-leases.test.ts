@@ -103,8 +103,7 @@ t.test('leases and the heartbeat are renewed while a slow recovery runs', async 
 });
 
 t.test('a lease lost during recovery is not served', async (t) => {
-  let now = 1_000_000;
-  const clock = () => now;
+  const clock = () => 1_000_000;
   const storage = memoryStorage(clock);
   const membership = new MemoryMembership(clock);
   let open!: () => void;
