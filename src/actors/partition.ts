@@ -134,6 +134,8 @@ export class Partition {
   private captureWanted = false;
   private loads = new Map<string, LoadWaiter[]>();
   private loadScheduled = false;
+  /** A batched lookup is awaiting storage: the next one starts only after it (see loadPending). */
+  private loadRunning = false;
   private closed = false;
   lastAcked: Offset = offsetZero;
   checkpoint: Offset = offsetZero;
@@ -328,13 +330,27 @@ export class Partition {
     waiters.push({ call: original ?? call, resolve });
     if (!this.loadScheduled) {
       this.loadScheduled = true;
-      setImmediate(() => void this.loadPending());
+      if (!this.loadRunning) setImmediate(() => void this.loadPending());
     }
   }
 
-  /** One batched lookup for every key and id that missed in this tick, then the waiting calls in order. */
+  /**
+   * One batched lookup for every key and id that missed in this tick, then the waiting calls in
+   * order. Lookups run one at a time: a second one overlapping the first would find a key the
+   * first already bound but whose snapshot is still loading, and take the customer for absent.
+   */
   private async loadPending(): Promise<void> {
     this.loadScheduled = false;
+    this.loadRunning = true;
+    try {
+      await this.runLoads();
+    } finally {
+      this.loadRunning = false;
+      if (this.loadScheduled) setImmediate(() => void this.loadPending());
+    }
+  }
+
+  private async runLoads(): Promise<void> {
     const loads = this.loads;
     this.loads = new Map();
     const idsByEnv = new Map<string, Set<string>>();
@@ -351,12 +367,13 @@ export class Partition {
         const rows = await this.deps.snapshots.lookupKeys(env, [...keys]);
         for (const row of rows) {
           // A binding created in memory meanwhile wins over the stored one.
-          if (this.keys.get(env)?.has(row.key)) continue;
-          this.bindKey(env, row.key, row.customerId);
-          if (row.partition === this.id && !this.actors.has(row.customerId)) {
+          const bound = this.keys.get(env)?.get(row.key);
+          if (bound === undefined) this.bindKey(env, row.key, row.customerId);
+          const customerId = bound ?? row.customerId;
+          if (this.owns(customerId) && !this.actors.has(customerId)) {
             let s = idsByEnv.get(env);
             if (!s) idsByEnv.set(env, (s = new Set()));
-            s.add(row.customerId);
+            s.add(customerId);
           }
         }
       }

@@ -123,6 +123,31 @@ t.test('once the key filter is loaded, a new customer costs no key lookup', asyn
   await m.placement.stop();
 });
 
+t.test('a known customer asked for twice while its snapshot loads is found, not created again', async (t) => {
+  const s = shared();
+  const a = await node(s);
+  const first = ok(await a.engine.execute(ev('slow-1', 'sl1')));
+  await a.placement.stop(); // snapshots; the next node loads the customer lazily
+  // Slow storage: the second call arrives while the first lookup is out, and its own lookup
+  // returns while the first call's snapshot is still loading.
+  const lookupKeys = s.snapshots.lookupKeys.bind(s.snapshots);
+  const load = s.snapshots.load.bind(s.snapshots);
+  const later = <T>(ms: number, v: Promise<T>) => v.then((x) => new Promise<T>((r) => setTimeout(r, ms, x)));
+  s.snapshots.lookupKeys = (env, keys) => later(20, lookupKeys(env, keys));
+  s.snapshots.load = (env, ids) => later(60, load(env, ids));
+  const b = await node(s, 'n2');
+  const one = b.engine.execute(ev('slow-1', 'sl2'));
+  await new Promise((r) => setTimeout(r, 5));
+  const two = b.engine.execute(ev('slow-1', 'sl3'));
+  const [r1, r2] = [ok(await one), ok(await two)];
+  const id = first.kind === 'event' ? first.customerId : '';
+  t.equal(r1.kind === 'event' && r1.customerId, id, 'the first call reached the stored customer');
+  t.equal(r2.kind === 'event' && r2.customerId, id, 'the second call reached the same customer');
+  const view = ok(await b.engine.execute({ env: 'env_1', target: { by: 'key', key: 'slow-1' }, command: { kind: 'customer.view' }, nowMs: 1 }));
+  t.equal(view.kind === 'customer' && view.customer.eventCount, 3, 'every event on the one customer');
+  await b.placement.stop();
+});
+
 t.test('a partition whose journal stops answering sheds new commands with rate_limited', async (t) => {
   // 70k commands applied in one go block the loop for seconds on a loaded machine; this test is
   // about shedding, not lease expiry, so the leases' clock stands still.
