@@ -36,6 +36,12 @@ export const configSchema = z.object({
   EMBEDDED_FSYNC: bool.default(true),
   SNAPSHOT_EVERY_MS: z.coerce.number().int().min(50).default(limits.snapshotEveryMs),
   ACTIVE_ACTORS_MAX: z.coerce.number().int().min(100).default(limits.activeActorsMax),
+  /**
+   * V8 grows the old generation to (1 + N/100) x the live heap after a full collection (main.ts
+   * sets --heap-growing-percent at start). V8's own factor goes up to 4x under a high allocation
+   * rate, so a million resident customers peak at several times their live size; 0 keeps V8's.
+   */
+  HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(1000).default(100),
   /** Uncounted events up to which a counter backfill runs inline in the request (else as a job). */
   COUNTER_BACKFILL_INLINE_MAX: z.coerce.number().int().min(0).default(2000),
 });

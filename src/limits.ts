@@ -38,7 +38,10 @@ export const limits = {
   partitionBacklogRecordsMax: 16_384,
   partitionsDefault: 256,
   leaseTtlMs: 5000,
+  /** Heartbeat and lease renewals, on their own timer (never behind a placement tick). */
   leaseRenewEveryMs: 1000,
+  /** Placement ticks: read owners, acquire and recover, hand over. */
+  placementTickEveryMs: 1000,
   nodeHeartbeatTtlMs: 5000,
   credentialCacheTtlMs: 60_000,
   revocationPropagationMs: 1000,

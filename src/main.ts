@@ -1,10 +1,13 @@
 // Process entry point: read configuration, start the service, stop it cleanly on SIGTERM/SIGINT
 // (close the listen socket, drain, flush the journal, snapshot, release leases).
+import v8 from 'node:v8';
 import { loadConfig } from './config.js';
 import { createLogger } from './observability/logger.js';
 import { startService } from './service.js';
 
 const config = loadConfig();
+// Before the heap grows: bounds the old generation's growth after each full collection (README).
+if (config.HEAP_GROWING_PERCENT > 0) v8.setFlagsFromString(`--heap-growing-percent=${config.HEAP_GROWING_PERCENT}`);
 const logger = createLogger({ level: config.LOG_LEVEL });
 
 try {

@@ -3,8 +3,8 @@
 // decoder for every version ever written stays here. Never put class instances or Maps on the
 // wire: snapshots turn Maps into arrays explicitly.
 import { Packr } from 'msgpackr';
-import { type CustomerState, type Fact, sharedEmpty } from '../domain/customer.js';
-import { emptyLedger, type LedgerState } from '../domain/ledger.js';
+import { type CustomerState, type Fact, isEmptyRecord, sharedEmpty } from '../domain/customer.js';
+import type { LedgerState } from '../domain/ledger.js';
 import { inventoryFromPairs, inventoryPairs } from '../domain/inventory.js';
 import { SeenEvents } from '../domain/seen-events.js';
 import type { RewardsState } from '../domain/rewards.js';
@@ -109,18 +109,18 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     id: v[1],
     environmentId: v[2],
     externalId: v[3],
-    attributes: v[4],
+    attributes: isEmpty(v[4]) ? sharedEmpty.attributes : v[4],
     version: v[5],
     createdAtMs: v[6],
     updatedAtMs: v[7],
     deletedAtMs: v[8],
-    aliases: v[9],
+    aliases: v[9].length === 0 ? sharedEmpty.aliases : v[9],
     mergedInto: v[10],
-    mergedFrom: v[11],
+    mergedFrom: v[11].length === 0 ? sharedEmpty.mergedFrom : v[11],
     events,
-    ledger: v[13] ?? emptyLedger(),
-    ruleLimits: v[14] ?? {},
-    tiers: v[15] ?? {},
+    ledger: v[13] == null || v[13].books.length === 0 ? sharedEmpty.ledger : v[13],
+    ruleLimits: v[14] == null || isEmpty(v[14]) ? sharedEmpty.ruleLimits : v[14],
+    tiers: v[15] == null || isEmpty(v[15]) ? sharedEmpty.tiers : v[15],
     rewards: v[16] == null || (v[16].issuances.length === 0 && (v[16].voided?.length ?? 0) === 0) ? sharedEmpty.rewards : { ...v[16], voided: v[16].voided ?? [] },
     challenges:
       v[17] == null || (isEmpty(v[17].enrollments) && isEmpty(v[17].progress) && isEmpty(v[17].completions)) ? sharedEmpty.challenges : v[17],
@@ -131,10 +131,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
   };
 }
 
-function isEmpty(o: object): boolean {
-  for (const _ in o) return false;
-  return true;
-}
+const isEmpty = isEmptyRecord;
 
 /** Forwarded calls between nodes reuse the same packer. */
 export function packMessage(value: unknown): Uint8Array {

@@ -187,20 +187,27 @@ export class Partition {
       const entries = await this.deps.journal.read(this.id, cursor, 1000);
       if (entries.length === 0) break;
       const decoded = entries.map((e) => ({ offset: e.offset, records: decodeEntry(e.payload) }));
-      // Load, in one query per environment, every customer the tail touches that has a snapshot.
-      const want = new Map<string, Set<string>>();
+      // Load the snapshots of the customers the tail touches, in batched queries per environment.
+      // A customer whose first tail record creates it was born after the checkpoint: it has no
+      // snapshot (snapshots are saved with their checkpoint), so it costs no lookup.
+      const want = new Map<string, string[]>();
+      const seen = new Set<string>();
       for (const e of decoded) {
         if (compareOffsets(e.offset, this.checkpoint) <= 0) continue;
-        for (const [env, customerId] of e.records) {
-          if (customerId === '' || this.actors.has(customerId)) continue;
-          let s = want.get(env);
-          if (!s) want.set(env, (s = new Set()));
-          s.add(customerId);
+        for (const [env, customerId, facts] of e.records) {
+          if (customerId === '' || this.actors.has(customerId) || seen.has(customerId)) continue;
+          seen.add(customerId);
+          if (facts.length > 0 && facts[0]!.kind === 'customer.created') continue;
+          let ids = want.get(env);
+          if (!ids) want.set(env, (ids = []));
+          ids.push(customerId);
         }
       }
       for (const [env, ids] of want) {
-        const rows = await this.deps.snapshots.load(env, [...ids]);
-        for (const row of rows) this.install(decodeSnapshot(row.payload), true);
+        for (let i = 0; i < ids.length; i += snapshotLoadBatch) {
+          const rows = await this.deps.snapshots.load(env, ids.slice(i, i + snapshotLoadBatch));
+          for (const row of rows) this.install(decodeSnapshot(row.payload), true);
+        }
       }
       for (const e of decoded) {
         if (compareOffsets(e.offset, this.checkpoint) > 0) {
@@ -739,6 +746,9 @@ export class Partition {
     return !this.inFlight && this.batch.records.length === 0;
   }
 }
+
+/** Customer ids per snapshot query during recovery. */
+const snapshotLoadBatch = 2000;
 
 const notFound: CallResult = { ok: false, code: 'resource_not_found', message: 'No customer with this id.', param: 'id' };
 

@@ -3,7 +3,9 @@
 // free leases it should hold (recovering the partition before serving it), renews what it holds,
 // and hands over (flush, then release) what another live node should hold. A lease lost to
 // another node closes the partition at once: the fencing epoch in the journal append makes a
-// late write from here impossible anyway.
+// late write from here impossible anyway. The heartbeat and the lease renewals run on their own
+// timer, never behind a placement tick: a tick that recovers partitions for longer than the lease
+// ttl must not let the leases it already took (recovering, serving or handing over) expire.
 import type { Logger } from 'pino';
 import type { Engine, Placement } from '../actors/engine.js';
 import type { JournalRecord } from '../actors/codec.js';
@@ -31,6 +33,8 @@ export interface PlacementOptions {
   logger: Logger;
   snapshotEveryMs: number;
   activeActorsMax: number;
+  /** Heartbeat and lease renewal period (limits.leaseRenewEveryMs); tests shorten it. */
+  leaseRenewEveryMs?: number;
 }
 
 export class ClusterPlacement implements Placement {
@@ -41,6 +45,15 @@ export class ClusterPlacement implements Placement {
   private engine: Engine | null = null;
   private timers: NodeJS.Timeout[] = [];
   private ticking: Promise<void> | null = null;
+  private renewing: Promise<void> | null = null;
+  private renewTimer: NodeJS.Timeout | null = null;
+  /** Set once every lease was released on stop: renewals end. */
+  private left = false;
+  /**
+   * Every lease this node holds, by partition: recovering, serving or handing over. The renewal
+   * timer extends all of them; an entry leaves when the lease is released or found lost.
+   */
+  private readonly leased = new Map<number, number>();
   private stopped = false;
   private refreshing: Promise<void> | null = null;
   private readonly snapshotWriter: SnapshotWriter;
@@ -87,8 +100,12 @@ export class ClusterPlacement implements Placement {
 
   /** Joins the cluster and takes this node's share of partitions before resolving. */
   async start(): Promise<void> {
+    await this.renew();
+    // Renewals run from here on, also while the first tick recovers partitions.
+    this.renewTimer = setInterval(() => void this.renew(), this.opts.leaseRenewEveryMs ?? limits.leaseRenewEveryMs);
+    this.renewTimer.unref();
     await this.tick();
-    this.timers.push(setInterval(() => void this.tick(), limits.leaseRenewEveryMs));
+    this.timers.push(setInterval(() => void this.tick(), limits.placementTickEveryMs));
     this.timers.push(setInterval(() => this.snapshotAll(), this.opts.snapshotEveryMs));
     this.timers.push(setInterval(() => this.passivate(), 1000));
     for (const t of this.timers) t.unref();
@@ -99,6 +116,7 @@ export class ClusterPlacement implements Placement {
     this.stopped = true;
     for (const t of this.timers) clearInterval(t);
     await this.ticking;
+    // Renewals go on while the partitions drain and snapshot, until their leases are released.
     const held = [...this.owned.values()];
     for (const p of held) p.requestSnapshot();
     await waitIdle(held, 3000);
@@ -107,8 +125,11 @@ export class ClusterPlacement implements Placement {
     for (const p of held) {
       p.close();
       this.owned.delete(p.id);
-      await this.opts.leases.release(p.id, this.opts.node.nodeId, p.epoch).catch(() => {});
+      await this.release(p.id, p.epoch);
     }
+    this.left = true;
+    if (this.renewTimer !== null) clearInterval(this.renewTimer);
+    await this.renewing;
     await this.opts.membership.leave(this.opts.node.nodeId).catch(() => {});
   }
 
@@ -122,15 +143,51 @@ export class ClusterPlacement implements Placement {
     return this.ticking;
   }
 
+  /** Heartbeat and lease renewals (one round at a time; a round still running is not doubled). */
+  private renew(): Promise<void> {
+    if (this.renewing || this.left) return this.renewing ?? Promise.resolve();
+    this.renewing = this.runRenew()
+      .catch((err: unknown) => this.opts.logger.warn({ err }, 'lease renewal failed'))
+      .finally(() => {
+        this.renewing = null;
+      });
+    return this.renewing;
+  }
+
+  private async runRenew(): Promise<void> {
+    const { node, leases, membership } = this.opts;
+    const work: Array<Promise<unknown>> = [membership.heartbeat(node, limits.nodeHeartbeatTtlMs)];
+    for (const [p, epoch] of this.leased) {
+      work.push(
+        leases.renew(p, node.nodeId, epoch, limits.leaseTtlMs).then(
+          (ok) => {
+            if (!ok) this.leaseLost(p, epoch);
+          },
+          (err: unknown) => this.opts.logger.warn({ err, partition: p }, 'lease renewal failed'),
+        ),
+      );
+    }
+    await Promise.all(work);
+  }
+
+  /**
+   * Another node may be writing the partition now: a serving partition stops at once; a
+   * recovering one is discarded when its recovery ends; a hand-over just has nothing to release.
+   */
+  private leaseLost(p: number, epoch: number): void {
+    if (this.leased.get(p) !== epoch) return;
+    this.leased.delete(p);
+    const part = this.owned.get(p);
+    if (part !== undefined && part.epoch === epoch) this.drop(part, 'lease lost');
+  }
+
+  private async release(p: number, epoch: number): Promise<void> {
+    if (this.leased.get(p) === epoch) this.leased.delete(p);
+    await this.opts.leases.release(p, this.opts.node.nodeId, epoch).catch(() => {});
+  }
+
   private async runTick(): Promise<void> {
-    const { node, leases, membership, partitions } = this.opts;
-    await membership.heartbeat(node, limits.nodeHeartbeatTtlMs);
-    // Renew what we hold; a lease we lost means another node is writing: stop at once.
-    const renewals = [...this.owned.values()].map(async (p) => {
-      const ok = await leases.renew(p.id, node.nodeId, p.epoch, limits.leaseTtlMs);
-      if (!ok) this.drop(p, 'lease lost');
-    });
-    await Promise.all(renewals);
+    const { node, membership, partitions } = this.opts;
     const alive = await membership.alive();
     await this.readOwners(alive);
     const aliveIds = alive.map((n) => n.nodeId);
@@ -162,6 +219,7 @@ export class ClusterPlacement implements Placement {
     const { node, leases } = this.opts;
     const epoch = await leases.acquire(p, node.nodeId, limits.leaseTtlMs);
     if (epoch === null) return;
+    this.leased.set(p, epoch);
     this.owners[p] = node.nodeId;
     await this.recover(p, epoch);
   }
@@ -185,7 +243,10 @@ export class ClusterPlacement implements Placement {
           this.drop(part, 'poisoned');
           if (!this.stopped) void this.recover(part.id, part.epoch);
         },
-        onFenced: (part) => this.drop(part, 'fenced'),
+        onFenced: (part) => {
+          if (this.leased.get(part.id) === part.epoch) this.leased.delete(part.id);
+          this.drop(part, 'fenced');
+        },
         saveSnapshot: (save) => this.snapshotWriter.save(save),
         onCheckpoint: (part, checkpoint) => {
           const projected = this.opts.projector.projectedSoFar(part.id);
@@ -206,6 +267,12 @@ export class ClusterPlacement implements Placement {
           await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
         }
       }
+      if (this.leased.get(p) !== epoch) {
+        // The lease went while recovering: whoever holds it now serves the partition.
+        partition.close();
+        this.opts.logger.warn({ partition: p }, 'lease lost during recovery; partition not served');
+        return;
+      }
       this.owned.set(p, partition);
       partition.loadKeyFilter().catch((err: unknown) => {
         this.opts.logger.warn({ err, partition: p }, 'key filter not loaded; unknown keys are looked up');
@@ -215,7 +282,7 @@ export class ClusterPlacement implements Placement {
     return run
       .catch((err: unknown) => {
         this.opts.logger.error({ err, partition: p }, 'partition recovery gave up; releasing the lease');
-        void this.opts.leases.release(p, this.opts.node.nodeId, epoch).catch(() => {});
+        void this.release(p, epoch);
       })
       .finally(() => this.recoveringNow.delete(p));
   }
@@ -234,7 +301,7 @@ export class ClusterPlacement implements Placement {
     // landing after the next owner read the checkpoint, it overwrites that owner's newer rows and
     // trims the journal under its recovery.
     await Promise.race([p.saved(), new Promise((r) => setTimeout(r, 3000))]);
-    await this.opts.leases.release(p.id, this.opts.node.nodeId, p.epoch).catch(() => {});
+    await this.release(p.id, p.epoch);
     this.opts.logger.info({ partition: p.id }, 'partition handed over');
   }
 

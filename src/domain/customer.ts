@@ -20,18 +20,37 @@ import type { CampaignFact } from './campaigns.js';
 import { decideMembership, evolveMembership, type SegmentCommand, type SegmentFact } from './segments.js';
 
 /**
- * Mechanics most customers never touch start as these SHARED empty values, so a new customer
+ * Sections most customers never touch start as these SHARED empty values, so a new customer
  * allocates nothing for them (a million customers fit in memory); evolve gives the customer its
- * own value on the first fact that changes one (copy on first write). Never mutate these.
+ * own value on the first fact that changes one (copy on first write). They are frozen, deeply: a
+ * write that forgot to copy throws (modules are strict) instead of reaching every customer.
+ * The types stay mutable on purpose, so state fields keep theirs; never write through them.
  */
-export const sharedEmpty = {
+export const sharedEmpty = deepFreeze({
+  attributes: {} as Record<string, unknown>,
+  aliases: [] as AliasState[],
+  mergedFrom: [] as string[],
+  ledger: ledger.emptyLedger(),
+  ruleLimits: {} as Record<string, number>,
+  tiers: {} as TiersState,
   rewards: rewards.emptyRewards(),
   challenges: challenges.emptyChallengesState(),
   counters: {} as CountersState,
   inventory: emptyInventory(),
   matchRates: {} as RateState,
   segmentIds: [] as string[],
-};
+});
+
+function deepFreeze<T extends object>(value: T): T {
+  for (const v of Object.values(value)) if (typeof v === 'object' && v !== null) deepFreeze(v);
+  return Object.freeze(value);
+}
+
+/** True when the object has no own enumerable key (a record read from a fact or a snapshot). */
+export function isEmptyRecord(o: object): boolean {
+  for (const _ in o) return false;
+  return true;
+}
 
 export interface Ctx {
   nowMs: number;
@@ -510,18 +529,18 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       id: fact.id,
       environmentId: fact.environmentId,
       externalId: fact.externalId,
-      attributes: fact.attributes,
+      attributes: isEmptyRecord(fact.attributes) ? sharedEmpty.attributes : fact.attributes,
       version: 1,
       createdAtMs: fact.atMs,
       updatedAtMs: fact.atMs,
       deletedAtMs: null,
-      aliases: [],
+      aliases: sharedEmpty.aliases,
       mergedInto: null,
-      mergedFrom: [],
+      mergedFrom: sharedEmpty.mergedFrom,
       events: new SeenEvents(),
-      ledger: ledger.emptyLedger(),
-      ruleLimits: {},
-      tiers: {},
+      ledger: sharedEmpty.ledger,
+      ruleLimits: sharedEmpty.ruleLimits,
+      tiers: sharedEmpty.tiers,
       rewards: sharedEmpty.rewards,
       challenges: sharedEmpty.challenges,
       counters: sharedEmpty.counters,
@@ -533,14 +552,14 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
   switch (fact.kind) {
     case 'customer.updated':
-      state.attributes = fact.attributes;
+      state.attributes = isEmptyRecord(fact.attributes) ? sharedEmpty.attributes : fact.attributes;
       state.version = fact.version;
       state.updatedAtMs = fact.atMs;
       return state;
     case 'customer.deleted':
       state.externalId = null;
-      state.attributes = {};
-      state.aliases = [];
+      state.attributes = sharedEmpty.attributes;
+      state.aliases = sharedEmpty.aliases;
       state.deletedAtMs = fact.atMs;
       state.updatedAtMs = fact.atMs;
       state.version = fact.version;
@@ -549,8 +568,12 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       state.events.add(fact.clientEventId, fact.fp, fact.id);
       return state;
     case 'alias.added':
+      if (state.aliases === sharedEmpty.aliases) state.aliases = [];
       state.aliases.push({ alias: fact.alias, kind: fact.aliasKind, createdAtMs: fact.atMs });
-      if (fact.mergedFrom !== null && !state.mergedFrom.includes(fact.mergedFrom)) state.mergedFrom.push(fact.mergedFrom);
+      if (fact.mergedFrom !== null && !state.mergedFrom.includes(fact.mergedFrom)) {
+        if (state.mergedFrom === sharedEmpty.mergedFrom) state.mergedFrom = [];
+        state.mergedFrom.push(fact.mergedFrom);
+      }
       return state;
     case 'customer.merged':
       state.mergedInto = fact.into;
@@ -559,15 +582,17 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'ledger.entry_recorded':
     case 'ledger.pending_confirmed':
     case 'ledger.pending_cancelled':
-      state.ledger = ledger.evolve(state.ledger, fact);
+      state.ledger = ledger.evolve(state.ledger === sharedEmpty.ledger ? ledger.emptyLedger() : state.ledger, fact);
       return state;
     case 'rule.fired':
+      if (fact.limitKeys.length === 0) return state;
+      if (state.ruleLimits === sharedEmpty.ruleLimits) state.ruleLimits = {};
       for (const k of fact.limitKeys) state.ruleLimits[k] = (state.ruleLimits[k] ?? 0) + 1;
       return state;
     case 'tier.changed':
     case 'tier.assigned':
     case 'tier.downgrade_check_scheduled':
-      state.tiers = evolveTiers(state.tiers, fact);
+      state.tiers = evolveTiers(state.tiers === sharedEmpty.tiers ? {} : state.tiers, fact);
       return state;
     case 'reward.issue_requested':
     case 'reward.issued':

@@ -1,7 +1,7 @@
-// Every event id a customer ever recorded (permanent deduplication), packed as 4 float64 per event
-// in one growable Float64Array: [hash53(client event id), content fingerprint, service-id time,
-// service-id random]. Snapshots copy the bytes as they are, so a customer with thousands of events
-// costs a memcpy, not thousands of objects. A lookup scans small sets and indexes large ones.
+// Every event id a customer ever recorded (permanent deduplication), packed as 4 doubles per event
+// in one growable array: [hash53(client event id), content fingerprint, service-id time,
+// service-id random]. Snapshots write the records as float64 bytes, so a customer with thousands of
+// events costs one copy, not thousands of objects. A lookup scans small sets and indexes large ones.
 // Pure data structure: no clock, no randomness. Two ids with the same 53-bit hash would be taken
 // for the same id (probability ~n^2 / 2^54 per customer; documented in the README).
 import { hash53 } from '../util/canonical-json.js';
@@ -35,21 +35,24 @@ export function parseEventId(id: string): { timeMs: number; rand53: number } | n
   return { timeMs: t, rand53: r };
 }
 
+/** Shared by every empty set (never written: the first add replaces it). */
+const noRecords: number[] = Object.freeze([]) as unknown as number[];
+
 export class SeenEvents {
-  private data: Float64Array;
-  private count = 0;
+  /**
+   * The records, 4 numbers each, in a plain array of doubles: a customer with one event costs the
+   * array and its 4 doubles (about 80 bytes), where a typed array and its buffer cost about 250.
+   */
+  private data: number[];
   private index: Map<number, number> | null = null;
 
   constructor(data?: Float64Array) {
-    this.data = data ?? new Float64Array(stride * 2);
-    if (data) {
-      this.count = data.length / stride;
-      if (this.count > indexFrom) this.buildIndex();
-    }
+    this.data = data === undefined || data.length === 0 ? noRecords : Array.from(data);
+    if (this.size > indexFrom) this.buildIndex();
   }
 
   get size(): number {
-    return this.count;
+    return this.data.length / stride;
   }
 
   /** The recorded event for a client event id: its fingerprint and service id. */
@@ -65,34 +68,28 @@ export class SeenEvents {
     if (parsed === null) return;
     const key = hash53(clientEventId);
     if (this.find(key) >= 0) return;
-    if ((this.count + 1) * stride > this.data.length) {
-      const grown = new Float64Array(Math.max(stride * 4, this.data.length * 2));
-      grown.set(this.data.subarray(0, this.count * stride));
-      this.data = grown;
-    }
-    const o = this.count * stride;
-    this.data[o] = key;
-    this.data[o + 1] = fp;
-    this.data[o + 2] = parsed.timeMs;
-    this.data[o + 3] = parsed.rand53;
-    if (this.index) this.index.set(key, this.count);
-    this.count++;
-    if (this.index === null && this.count > indexFrom) this.buildIndex();
+    const n = this.size;
+    // The first record allocates exactly its 4 numbers; later ones grow the array.
+    if (n === 0) this.data = [key, fp, parsed.timeMs, parsed.rand53];
+    else this.data.push(key, fp, parsed.timeMs, parsed.rand53);
+    if (this.index) this.index.set(key, n);
+    else if (n + 1 > indexFrom) this.buildIndex();
   }
 
   /** The packed records (a copy), for snapshots. */
   toArray(): Float64Array {
-    return this.data.slice(0, this.count * stride);
+    return Float64Array.from(this.data);
   }
 
   private find(key: number): number {
     if (this.index) return this.index.get(key) ?? -1;
-    for (let i = 0; i < this.count; i++) if (this.data[i * stride] === key) return i;
+    const d = this.data;
+    for (let o = 0; o < d.length; o += stride) if (d[o] === key) return o / stride;
     return -1;
   }
 
   private buildIndex(): void {
     this.index = new Map();
-    for (let i = 0; i < this.count; i++) this.index.set(this.data[i * stride]!, i);
+    for (let i = 0; i < this.size; i++) this.index.set(this.data[i * stride]!, i);
   }
 }

@@ -1,0 +1,38 @@
+// The permanent deduplication record of one customer: every event id with its fingerprint and
+// service id, across the small (scanned) and large (indexed) sizes and a snapshot round trip.
+import t from 'tap';
+import { eventId, SeenEvents } from '../../src/domain/seen-events.js';
+
+const serviceId = (i: number) => eventId(1_700_000_000_000 + i, 1_000_003 * i + 7);
+
+t.test('ids are found with their fingerprint and service id, before and after the index, and after a round trip', async (t) => {
+  const seen = new SeenEvents();
+  t.equal(seen.size, 0);
+  t.equal(seen.get('e0'), undefined);
+  for (let i = 0; i < 40; i++) {
+    seen.add(`e${i}`, i * 10 + 1, serviceId(i));
+    if (i === 0 || i === 15 || i === 16 || i === 39) {
+      // Small sets are scanned, larger ones indexed: every id recorded so far is found either way.
+      for (let j = 0; j <= i; j++) t.same(seen.get(`e${j}`), { fp: j * 10 + 1, id: serviceId(j) }, `e${j} with ${i + 1} recorded`);
+    }
+  }
+  t.equal(seen.size, 40);
+  seen.add('e3', 999, serviceId(99));
+  t.equal(seen.size, 40, 'an id already recorded is not added again');
+  t.same(seen.get('e3'), { fp: 31, id: serviceId(3) }, 'and keeps its first record');
+  t.equal(seen.get('e40'), undefined);
+  const packed = seen.toArray();
+  t.equal(packed.length, 160, '4 numbers per event');
+  for (const src of [packed, packed.slice(0, 8)]) {
+    const back = new SeenEvents(src);
+    t.equal(back.size, src.length / 4);
+    for (let j = 0; j < back.size; j++) t.same(back.get(`e${j}`), { fp: j * 10 + 1, id: serviceId(j) });
+    back.add('new', 5, serviceId(500));
+    t.same(back.get('new'), { fp: 5, id: serviceId(500) }, 'a decoded set takes new ids');
+  }
+  t.equal(seen.get('new'), undefined, 'the source is not affected');
+  const empty = new SeenEvents(new Float64Array(0));
+  empty.add('a', 1, serviceId(1));
+  t.equal(new SeenEvents().size, 0, 'empty sets do not share what one of them added');
+  t.equal(empty.size, 1);
+});
