@@ -37,6 +37,12 @@ export const limits = {
   /** Records applied but not yet durable per partition before new commands are shed (429). */
   partitionBacklogRecordsMax: 16_384,
   partitionsDefault: 256,
+  /**
+   * Group-commit journal calls out at once across all partitions. One: records arriving while a
+   * call is out go together in the next (2026-11-25 A/B on the bench: 5-10 % less server CPU per
+   * event than a call per event-loop turn, from far fewer socket writes).
+   */
+  journalCallsInFlightMax: 1,
   leaseTtlMs: 5000,
   /** Heartbeat and lease renewals, on their own timer (never behind a placement tick). */
   leaseRenewEveryMs: 1000,

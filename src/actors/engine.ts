@@ -42,6 +42,8 @@ const redirectsMax = 4;
 export class Engine {
   private readonly pendingFlush = new Set<Partition>();
   private flushScheduled = false;
+  /** Journal calls in flight; at most limits.journalCallsInFlightMax, later records wait and join the next. */
+  private appending = 0;
 
   constructor(
     readonly partitions: number,
@@ -120,15 +122,20 @@ export class Engine {
   /** Partitions call this when they have something to write; all flush together next tick. */
   scheduleFlush(p: Partition): void {
     this.pendingFlush.add(p);
-    if (!this.flushScheduled) {
+    if (!this.flushScheduled && this.appending < limits.journalCallsInFlightMax) {
       this.flushScheduled = true;
       setImmediate(this.flushAll);
     }
   }
 
-  /** Group commit across partitions: one journal call for every partition with records. */
+  /**
+   * Group commit across partitions: one journal call for every partition with records. While
+   * limits.journalCallsInFlightMax calls are out, records collect and go in the call after (bigger
+   * batches, far fewer socket writes; each partition still has one write in flight at most).
+   */
   private readonly flushAll = (): void => {
     this.flushScheduled = false;
+    if (this.appending >= limits.journalCallsInFlightMax) return;
     const parts: Partition[] = [];
     const items: Array<{ partition: number; epoch: number; payload: Uint8Array }> = [];
     for (const p of this.pendingFlush) {
@@ -140,16 +147,27 @@ export class Engine {
     }
     this.pendingFlush.clear();
     if (items.length === 0) return;
+    this.appending++;
     this.journal.appendMany(items).then(
       (results) => {
+        this.appended();
         for (let i = 0; i < parts.length; i++) parts[i]!.endFlush(results[i]!);
       },
       (err: unknown) => {
+        this.appended();
         const e = err instanceof Error ? err : new Error(String(err));
         for (const p of parts) p.endFlush(e);
       },
     );
   };
+
+  private appended(): void {
+    this.appending--;
+    if (this.pendingFlush.size > 0 && !this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(this.flushAll);
+    }
+  }
 }
 
 

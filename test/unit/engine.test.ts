@@ -34,6 +34,32 @@ t.test('events in one tick are group-committed and each customer is created once
   await n.placement.stop();
 });
 
+t.test('records arriving while a journal call is out go together in the next call', async (t) => {
+  const s = shared();
+  const real = s.journal.appendMany.bind(s.journal);
+  let calls = 0;
+  let release: () => void = () => {};
+  const held = new Promise<void>((r) => (release = r));
+  s.journal.appendMany = (items) => {
+    calls++;
+    return calls === 1 ? held.then(() => real(items)) : real(items);
+  };
+  const n = await node(s);
+  const first = n.engine.execute(ev('gc-0', 'g0'));
+  await new Promise((r) => setImmediate(r)); // the first call is out now
+  const later: Array<Promise<CallResult>> = [];
+  for (let i = 1; i <= 12; i++) {
+    later.push(n.engine.execute(ev(`gc-${i}`, `g${i}`)));
+    await new Promise((r) => setImmediate(r)); // each in its own event-loop turn
+  }
+  t.equal(calls, 1, 'nothing else was written while the first call was out');
+  release();
+  ok(await first);
+  for (const r of await Promise.all(later)) ok(r);
+  t.equal(calls, 2, 'the twelve later events, over several partitions, took one journal call');
+  await n.placement.stop();
+});
+
 t.test('a duplicate is answered with the first id; different content conflicts', async (t) => {
   const n = await node(shared());
   const first = ok(await n.engine.execute(ev('u', 'e1')));
