@@ -30,8 +30,35 @@ function timeChars(ms: number): string {
   return s;
 }
 
+let lastMs = -1;
+let lastTime = '';
+let lastRandom = '';
+
+/**
+ * Ids minted in the same millisecond by this process increase (the random part of the previous
+ * one plus one, as ULID's monotonic mode does), so lists ordered by id keep creation order.
+ */
 export function newId(prefix: string, nowMs: number = Date.now()): string {
-  return `${prefix}_${timeChars(nowMs)}${randomChars(16)}`;
+  if (nowMs === lastMs) {
+    const next = increment(lastRandom);
+    if (next !== null) {
+      lastRandom = next;
+      return `${prefix}_${lastTime}${next}`;
+    }
+  }
+  lastMs = nowMs;
+  lastTime = timeChars(nowMs);
+  lastRandom = randomChars(16);
+  return `${prefix}_${lastTime}${lastRandom}`;
+}
+
+/** Base32 text plus one; null when every digit is already the greatest. */
+function increment(chars: string): string | null {
+  for (let i = chars.length - 1; i >= 0; i--) {
+    const d = decode[chars.charCodeAt(i)]!;
+    if (d < 31) return chars.slice(0, i) + alphabet[d + 1] + '0'.repeat(chars.length - i - 1);
+  }
+  return null;
 }
 
 export function newSecret(prefix: string, bytes = 24): string {
