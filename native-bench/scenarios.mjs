@@ -148,26 +148,54 @@ async function matchProfileSetup(ctx) {
   return { matchProfile: true, matchStartedAt: new Date(Date.now() - 600_000).toISOString() };
 }
 
+/** @type {Scenario} */
+const singleClosed = {
+  name: 'single-closed',
+  title: 'single events, closed loop (max throughput)',
+  kind: 'load',
+  servers: ['bare', 'service'],
+  loop: 'closed',
+  connections: 64,
+  requests: singleEvent,
+  expect: { bare: 202, service: 202 },
+  eventsPerRequest: 1,
+  unit: 'requests',
+  ratioOf: 'rps',
+  wrk: true,
+  targets: [
+    { metric: 'rps', op: '>=', value: 40000 },
+    { metric: 'ratio', op: '>=', value: 0.5 },
+  ],
+};
+
+/** @type {Scenario} */
+const batch100Closed = {
+  name: 'batch-100-closed',
+  title: '100-event batches, closed loop',
+  kind: 'load',
+  servers: ['bare', 'service'],
+  loop: 'closed',
+  connections: 32,
+  requests: eventBatch(100),
+  expect: { bare: 202, service: 207 },
+  failBody: itemError,
+  eventsPerRequest: 100,
+  unit: 'events',
+  ratioOf: 'events_per_s',
+  targets: [{ metric: 'events_per_s', op: '>=', value: 150000 }],
+};
+
+/**
+ * A service-only variant of `base` for 10k returning customers, reported as a ratio to `base`.
+ * @param {Scenario} base @param {string} name @param {string} title @returns {Scenario}
+ */
+function steadyState(base, name, title) {
+  return { ...base, name, title, servers: ['service'], customers: 10_000, wrk: false, baseline: base.name, targets: [] };
+}
+
 /** @type {Scenario[]} */
 export const scenarios = [
-  {
-    name: 'single-closed',
-    title: 'single events, closed loop (max throughput)',
-    kind: 'load',
-    servers: ['bare', 'service'],
-    loop: 'closed',
-    connections: 64,
-    requests: singleEvent,
-    expect: { bare: 202, service: 202 },
-    eventsPerRequest: 1,
-    unit: 'requests',
-    ratioOf: 'rps',
-    wrk: true,
-    targets: [
-      { metric: 'rps', op: '>=', value: 40000 },
-      { metric: 'ratio', op: '>=', value: 0.5 },
-    ],
-  },
+  singleClosed,
   {
     name: 'single-open-20k',
     title: 'single events, open loop at 20k req/s',
@@ -201,21 +229,7 @@ export const scenarios = [
     targets: [],
     note: 'offered load above capacity: latency from the intended send time must grow with the queue',
   },
-  {
-    name: 'batch-100-closed',
-    title: '100-event batches, closed loop',
-    kind: 'load',
-    servers: ['bare', 'service'],
-    loop: 'closed',
-    connections: 32,
-    requests: eventBatch(100),
-    expect: { bare: 202, service: 207 },
-    failBody: itemError,
-    eventsPerRequest: 100,
-    unit: 'events',
-    ratioOf: 'events_per_s',
-    targets: [{ metric: 'events_per_s', op: '>=', value: 150000 }],
-  },
+  batch100Closed,
   {
     name: 'single-closed-programs',
     title: 'single events with 3 rules (one reading a counter), a challenge and a tier program active',
@@ -249,41 +263,10 @@ export const scenarios = [
     baseline: 'batch-100-closed',
     targets: [{ metric: 'ratio', op: '>=', value: 0.7, label: '>= 0.7 x batch-100-closed' }],
   },
-  {
-    // Steady state: events for 10k returning customers (after the first 10k, no customer is
-    // created), against the 1M-customer run where nearly every event creates one. No target.
-    name: 'single-closed-10k',
-    title: 'single events for 10k returning customers (steady state)',
-    kind: 'load',
-    servers: ['service'],
-    loop: 'closed',
-    connections: 64,
-    customers: 10_000,
-    requests: singleEvent,
-    expect: { bare: 202, service: 202 },
-    eventsPerRequest: 1,
-    unit: 'requests',
-    ratioOf: 'rps',
-    baseline: 'single-closed',
-    targets: [],
-  },
-  {
-    name: 'batch-100-closed-10k',
-    title: '100-event batches for 10k returning customers (steady state)',
-    kind: 'load',
-    servers: ['service'],
-    loop: 'closed',
-    connections: 32,
-    customers: 10_000,
-    requests: eventBatch(100),
-    expect: { bare: 202, service: 207 },
-    failBody: itemError,
-    eventsPerRequest: 100,
-    unit: 'events',
-    ratioOf: 'events_per_s',
-    baseline: 'batch-100-closed',
-    targets: [],
-  },
+  // Steady state: events for 10k returning customers (after the first 10k, no customer is
+  // created), against the 1M-customer runs where nearly every event creates one. No target.
+  steadyState(singleClosed, 'single-closed-10k', 'single events for 10k returning customers (steady state)'),
+  steadyState(batch100Closed, 'batch-100-closed-10k', '100-event batches for 10k returning customers (steady state)'),
   {
     name: 'simulate-open',
     title: 'rule simulation (POST /v1/rules/{id}/simulate), open loop at 500/s',

@@ -109,7 +109,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     id: v[1],
     environmentId: v[2],
     externalId: v[3],
-    attributes: isEmpty(v[4]) ? sharedEmpty.attributes : v[4],
+    attributes: isEmptyRecord(v[4]) ? sharedEmpty.attributes : v[4],
     version: v[5],
     createdAtMs: v[6],
     updatedAtMs: v[7],
@@ -119,19 +119,18 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     mergedFrom: v[11].length === 0 ? sharedEmpty.mergedFrom : v[11],
     events,
     ledger: v[13] == null || v[13].books.length === 0 ? sharedEmpty.ledger : v[13],
-    ruleLimits: v[14] == null || isEmpty(v[14]) ? sharedEmpty.ruleLimits : v[14],
-    tiers: v[15] == null || isEmpty(v[15]) ? sharedEmpty.tiers : v[15],
+    ruleLimits: v[14] == null || isEmptyRecord(v[14]) ? sharedEmpty.ruleLimits : v[14],
+    tiers: v[15] == null || isEmptyRecord(v[15]) ? sharedEmpty.tiers : v[15],
     rewards: v[16] == null || (v[16].issuances.length === 0 && (v[16].voided?.length ?? 0) === 0) ? sharedEmpty.rewards : { ...v[16], voided: v[16].voided ?? [] },
     challenges:
-      v[17] == null || (isEmpty(v[17].enrollments) && isEmpty(v[17].progress) && isEmpty(v[17].completions)) ? sharedEmpty.challenges : v[17],
-    counters: v[18] == null || isEmpty(v[18]) ? sharedEmpty.counters : v[18],
+      v[17] == null || (isEmptyRecord(v[17].enrollments) && isEmptyRecord(v[17].progress) && isEmptyRecord(v[17].completions)) ? sharedEmpty.challenges : v[17],
+    counters: v[18] == null || isEmptyRecord(v[18]) ? sharedEmpty.counters : v[18],
     inventory: v[19] == null || v[19].length === 0 ? sharedEmpty.inventory : inventoryFromPairs(v[19]),
-    matchRates: v[20] == null || isEmpty(v[20]) ? sharedEmpty.matchRates : v[20],
+    matchRates: v[20] == null || isEmptyRecord(v[20]) ? sharedEmpty.matchRates : v[20],
     segmentIds: v[21] == null || v[21].length === 0 ? sharedEmpty.segmentIds : v[21],
   };
 }
 
-const isEmpty = isEmptyRecord;
 
 /** Forwarded calls between nodes reuse the same packer. */
 export function packMessage(value: unknown): Uint8Array {

@@ -36,6 +36,24 @@ function placementOver(storage: ReturnType<typeof memoryStorage>, journal: Journ
   return placement;
 }
 
+/** A journal whose reads of the gated partitions wait until `open()`; `blockedReads()` counts them. */
+function gatedJournal(storage: ReturnType<typeof memoryStorage>, gated: (p: number) => boolean) {
+  let open!: () => void;
+  const gate = new Promise<void>((r) => {
+    open = r;
+  });
+  let blocked = 0;
+  const journal: Journal = Object.create(storage.journal);
+  journal.read = async (p, after, count) => {
+    if (gated(p)) {
+      blocked++;
+      await gate;
+    }
+    return storage.journal.read(p, after, count);
+  };
+  return { journal, open, blockedReads: () => blocked };
+}
+
 t.test('leases and the heartbeat are renewed while a slow recovery runs', async (t) => {
   let now = 1_000_000;
   const clock = () => now;
@@ -43,19 +61,7 @@ t.test('leases and the heartbeat are renewed while a slow recovery runs', async 
   const membership = new MemoryMembership(clock);
   const P = 2;
   // Partition 1 recovers at once; partition 0's journal read waits until the test opens it.
-  let open!: () => void;
-  const gate = new Promise<void>((r) => {
-    open = r;
-  });
-  let blockedReads = 0;
-  const journal: Journal = Object.create(storage.journal);
-  journal.read = async (p, after, count) => {
-    if (p === 0) {
-      blockedReads++;
-      await gate;
-    }
-    return storage.journal.read(p, after, count);
-  };
+  const { journal, open, blockedReads } = gatedJournal(storage, (p) => p === 0);
   const acquired: Array<[number, number | null]> = [];
   const acquire = storage.leases.acquire.bind(storage.leases);
   storage.leases.acquire = async (p, nodeId, ttl) => {
@@ -72,7 +78,7 @@ t.test('leases and the heartbeat are renewed while a slow recovery runs', async 
 
   const placement = placementOver(storage, journal, P, membership);
   const started = placement.start();
-  await until('partition 0 recovering', () => blockedReads === 1);
+  await until('partition 0 recovering', () => blockedReads() === 1);
   const epochs = (await storage.leases.list(P)).map((l) => l?.epoch);
   t.same((await storage.leases.list(P)).map((l) => l?.nodeId), ['n1', 'n1'], 'both leases taken');
 
@@ -106,17 +112,7 @@ t.test('a lease lost during recovery is not served', async (t) => {
   const clock = () => 1_000_000;
   const storage = memoryStorage(clock);
   const membership = new MemoryMembership(clock);
-  let open!: () => void;
-  const gate = new Promise<void>((r) => {
-    open = r;
-  });
-  let blockedReads = 0;
-  const journal: Journal = Object.create(storage.journal);
-  journal.read = async (p, after, count) => {
-    blockedReads++;
-    await gate;
-    return storage.journal.read(p, after, count);
-  };
+  const { journal, open, blockedReads } = gatedJournal(storage, () => true);
   let refused = 0;
   const renew = storage.leases.renew.bind(storage.leases);
   storage.leases.renew = async (p, nodeId, epoch, ttl) => {
@@ -126,7 +122,7 @@ t.test('a lease lost during recovery is not served', async (t) => {
   };
   const placement = placementOver(storage, journal, 1, membership);
   const started = placement.start();
-  await until('recovering', () => blockedReads === 1);
+  await until('recovering', () => blockedReads() === 1);
   // Another node takes the lease over (e.g. this node was paused past the ttl).
   const lease = (await storage.leases.list(1))[0]!;
   await storage.leases.release(0, 'n1', lease.epoch);
