@@ -34,6 +34,8 @@ export const configSchema = z.object({
   POOL_THREADS: z.coerce.number().int().min(1).max(64).default(2),
   /** fsync the embedded journal on every flush (default). Off only for throwaway benchmarks. */
   EMBEDDED_FSYNC: bool.default(true),
+  /** Projection cycle: read-table lag for readers on other nodes vs. CPU per event (see projector.ts). */
+  PROJECTOR_CYCLE_MS: z.coerce.number().int().min(5).max(10_000).default(limits.projectorCycleMs),
   SNAPSHOT_EVERY_MS: z.coerce.number().int().min(50).default(limits.snapshotEveryMs),
   ACTIVE_ACTORS_MAX: z.coerce.number().int().min(100).default(limits.activeActorsMax),
   /**

@@ -52,6 +52,12 @@ export const limits = {
   credentialCacheTtlMs: 60_000,
   revocationPropagationMs: 1000,
   snapshotEveryMs: 2000,
+  /**
+   * Projection cycle. Each cycle has a fixed cost per partition it moves (its offset row), so fewer,
+   * larger cycles cost less per event: 100 ms instead of 20 ms saved ~10 % of server CPU per single
+   * event (docs/bench/2026-11-25-projector-cycle.md). Local reads drain the projector first.
+   */
+  projectorCycleMs: 100,
   /** Active actors kept in memory before the idle, clean ones are passivated. */
   activeActorsMax: 100_000,
   actorIdleMs: 60_000,

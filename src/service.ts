@@ -210,7 +210,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   }, 60_000);
   purgeTimer.unref();
 
-  const projector = new Projector(readModel, storage.journal, logger);
+  const projector = new Projector(readModel, storage.journal, logger, { cycleMs: config.PROJECTOR_CYCLE_MS });
   const forwardServerHolder: { port: number } = { port: 0 };
   const forwardClient = new ForwardClient();
   const placement = new ClusterPlacement({

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { decodeEntry, type JournalRecord } from '../actors/codec.js';
 import type { Fact } from '../domain/customer.js';
 import { entryRowChanges } from '../domain/ledger.js';
+import { limits } from '../limits.js';
 import { projectorLagRecords } from '../observability/metrics.js';
 import { compareOffsets, type Journal, type Offset, offsetZero } from '../persistence/ports.js';
 import type { Projection } from '../persistence/sql/read-model.js';
@@ -28,7 +29,6 @@ interface Lane {
   projected: Offset;
 }
 
-const cycleMs = 20;
 const laneRecordsMax = 50_000;
 /** Across all lanes: beyond it a lane drops its queue and catches up from the journal (bounded memory). */
 const totalRecordsMax = 100_000;
@@ -37,7 +37,7 @@ const catchUpEntries = 500;
 export class Projector {
   private readonly lanes = new Map<number, Lane>();
   /**
-   * The same lanes in an array (lanes are never removed): a cycle runs every 20 ms over every
+   * The same lanes in an array (lanes are never removed): a cycle runs every cycleMs over every
    * partition and most find nothing to do, so it walks them by index, allocating nothing.
    */
   private readonly laneList: Lane[] = [];
@@ -51,19 +51,21 @@ export class Projector {
 
   private readonly laneMax: number;
   private readonly totalMax: number;
+  private readonly cycleMs: number;
 
   constructor(
     private readonly readModel: ReadModelWriter,
     private readonly journal: Journal,
     private readonly logger: Logger,
-    bounds: { laneRecordsMax?: number; totalRecordsMax?: number } = {},
+    bounds: { laneRecordsMax?: number; totalRecordsMax?: number; cycleMs?: number } = {},
   ) {
+    this.cycleMs = bounds.cycleMs ?? limits.projectorCycleMs;
     this.laneMax = bounds.laneRecordsMax ?? laneRecordsMax;
     this.totalMax = bounds.totalRecordsMax ?? totalRecordsMax;
   }
 
   start(): void {
-    this.timer = setInterval(() => void this.cycle(), cycleMs);
+    this.timer = setInterval(() => void this.cycle(), this.cycleMs);
     this.timer.unref();
   }
 
