@@ -11,12 +11,14 @@ const indexFrom = 16;
 const alphabet = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
 const decode = new Int8Array(128).fill(-1);
 for (let i = 0; i < alphabet.length; i++) decode[alphabet.charCodeAt(i)] = i;
+/** 32 ** i, exact (powers of two); a table instead of a Math.pow call per digit. */
+const pow32 = Float64Array.from({ length: 11 }, (_, i) => 32 ** i);
 
 /** Service event ids: `evt_` + 10 chars of milliseconds + 11 chars of a 53-bit random number. */
 export function eventId(timeMs: number, rand53: number): string {
   let s = 'evt_';
-  for (let i = 9; i >= 0; i--) s += alphabet[Math.floor(timeMs / 32 ** i) % 32];
-  for (let i = 10; i >= 0; i--) s += alphabet[Math.floor(rand53 / 32 ** i) % 32];
+  for (let i = 9; i >= 0; i--) s += alphabet[Math.floor(timeMs / pow32[i]!) % 32];
+  for (let i = 10; i >= 0; i--) s += alphabet[Math.floor(rand53 / pow32[i]!) % 32];
   return s;
 }
 

@@ -1,7 +1,8 @@
 // The permanent deduplication record of one customer: every event id with its fingerprint and
 // service id, across the small (scanned) and large (indexed) sizes and a snapshot round trip.
 import t from 'tap';
-import { eventId, SeenEvents } from '../../src/domain/seen-events.js';
+import fc from 'fast-check';
+import { eventId, parseEventId, SeenEvents } from '../../src/domain/seen-events.js';
 
 const serviceId = (i: number) => eventId(1_700_000_000_000 + i, 1_000_003 * i + 7);
 
@@ -35,4 +36,23 @@ t.test('ids are found with their fingerprint and service id, before and after th
   empty.add('a', 1, serviceId(1));
   t.equal(new SeenEvents().size, 0, 'empty sets do not share what one of them added');
   t.equal(empty.size, 1);
+});
+
+t.test('service event ids: the base32 layout, and parsing gives back time and random part', async (t) => {
+  // The layout every stored id has: 10 digits of milliseconds, 11 of the 53-bit random number.
+  const reference = (ms: number, r: number) => {
+    const a = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
+    let s = 'evt_';
+    for (let i = 9; i >= 0; i--) s += a[Math.floor(ms / Math.pow(32, i)) % 32];
+    for (let i = 10; i >= 0; i--) s += a[Math.floor(r / Math.pow(32, i)) % 32];
+    return s;
+  };
+  fc.assert(
+    fc.property(fc.integer({ min: 0, max: 2 ** 48 }), fc.maxSafeNat(), (ms, r) => {
+      const id = eventId(ms, r);
+      return id === reference(ms, r) && parseEventId(id)?.timeMs === ms && parseEventId(id)?.rand53 === r;
+    }),
+  );
+  t.equal(eventId(0, 0), 'evt_000000000000000000000');
+  t.equal(parseEventId('evt_00000000000000000000I'), null, 'a letter outside the alphabet');
 });
