@@ -564,7 +564,12 @@ async function runMemoryScenario(sc, inst, tmp, ctx) {
 async function runRestartScenario(sc, backend, tmp) {
   const batch = sc.batchSize ?? 100;
   const events = sc.events ?? 500_000;
-  const inst = await startService(backend, tmp, { SNAPSHOT_EVERY_MS: String(sc.snapshotEveryMs ?? 3_600_000) });
+  // No snapshot at all (neither the cycle nor the early triggers): every record is replayed.
+  const inst = await startService(backend, tmp, {
+    SNAPSHOT_EVERY_MS: String(sc.snapshotEveryMs ?? 3_600_000),
+    SNAPSHOT_DIRTY_ACTORS_MAX: String(Number.MAX_SAFE_INTEGER),
+    SNAPSHOT_TAIL_RECORDS_MAX: String(Number.MAX_SAFE_INTEGER),
+  });
   try {
     const auth = await setupTenant(inst.api);
     const ctx = { server: 'service', auth, api: inst.api, vars: {} };

@@ -37,6 +37,10 @@ export const configSchema = z.object({
   /** Projection cycle: read-table lag for readers on other nodes vs. CPU per event (see projector.ts). */
   PROJECTOR_CYCLE_MS: z.coerce.number().int().min(5).max(10_000).default(limits.projectorCycleMs),
   SNAPSHOT_EVERY_MS: z.coerce.number().int().min(50).default(limits.snapshotEveryMs),
+  /** A partition with this many dirty actors saves them without waiting for the cycle. */
+  SNAPSHOT_DIRTY_ACTORS_MAX: z.coerce.number().int().min(1).default(limits.snapshotDirtyActorsMax),
+  /** A partition with this many journal records since its last capture saves without waiting. */
+  SNAPSHOT_TAIL_RECORDS_MAX: z.coerce.number().int().min(1).default(limits.snapshotTailRecordsMax),
   ACTIVE_ACTORS_MAX: z.coerce.number().int().min(100).default(limits.activeActorsMax),
   /**
    * V8 grows the old generation to (1 + N/100) x the live heap after a full collection (main.ts

@@ -223,6 +223,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
     projector,
     logger,
     snapshotEveryMs: config.SNAPSHOT_EVERY_MS,
+    snapshotDirtyActorsMax: config.SNAPSHOT_DIRTY_ACTORS_MAX,
+    snapshotTailRecordsMax: config.SNAPSHOT_TAIL_RECORDS_MAX,
     activeActorsMax: config.ACTIVE_ACTORS_MAX,
   });
   const engine = new Engine(config.PARTITIONS, placement, forwardClient, storage.journal);

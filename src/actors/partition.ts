@@ -108,6 +108,10 @@ export interface PartitionDeps {
   onPoisoned(p: Partition, err: unknown): void;
   /** Saves a snapshot (the snapshotter coalesces partitions' saves into one transaction). */
   saveSnapshot(save: SnapshotSave): Promise<'saved' | 'fenced'>;
+  /** Save without waiting for the snapshot cycle at this many dirty actors... */
+  snapshotDirtyActorsMax: number;
+  /** ...or at this many journal records since the last capture. */
+  snapshotTailRecordsMax: number;
   /** A snapshot checkpoint was saved: the journal may be trimmed up to it (and the projector). */
   onCheckpoint(p: Partition, checkpoint: Offset): void;
   onFenced(p: Partition): void;
@@ -132,6 +136,8 @@ export class Partition {
   private saving = false;
   private savingNow: Promise<void> | null = null;
   private captureWanted = false;
+  /** Records acknowledged since the last capture (what a crash would replay, roughly). */
+  private tailRecords = 0;
   private loads = new Map<string, LoadWaiter[]>();
   private loadScheduled = false;
   /** A batched lookup is awaiting storage: the next one starts only after it (see loadPending). */
@@ -626,6 +632,10 @@ export class Partition {
       settle(batch.waiters);
       this.deps.onAcked(this.id, result, batch.records);
       if (batch.capture) void this.save(result, batch.capture);
+      this.tailRecords += batch.records.length;
+      if (this.dirty.size >= this.deps.snapshotDirtyActorsMax || this.tailRecords >= this.deps.snapshotTailRecordsMax) {
+        this.requestSnapshot();
+      }
       if (this.batch.records.length > 0 || this.batch.waiters.length > 0) this.deps.scheduleFlush(this);
       return;
     }
@@ -668,6 +678,7 @@ export class Partition {
       actors.push([actor, actor.seq]);
     }
     this.dirty.clear();
+    this.tailRecords = 0;
     const cap: Capture = { rows, actors, keys: this.keysAdded, keysRemoved: this.keysRemoved };
     this.keysAdded = [];
     this.keysRemoved = [];

@@ -32,6 +32,10 @@ export interface PlacementOptions {
   projector: ProjectorHooks;
   logger: Logger;
   snapshotEveryMs: number;
+  /** Save early at this many dirty actors in a partition (default limits.snapshotDirtyActorsMax). */
+  snapshotDirtyActorsMax?: number;
+  /** Save early at this many records since a partition's last capture (default limits.snapshotTailRecordsMax). */
+  snapshotTailRecordsMax?: number;
   activeActorsMax: number;
   /** Heartbeat and lease renewal period (limits.leaseRenewEveryMs); tests shorten it. */
   leaseRenewEveryMs?: number;
@@ -248,6 +252,8 @@ export class ClusterPlacement implements Placement {
           this.drop(part, 'fenced');
         },
         saveSnapshot: (save) => this.snapshotWriter.save(save),
+        snapshotDirtyActorsMax: this.opts.snapshotDirtyActorsMax ?? limits.snapshotDirtyActorsMax,
+        snapshotTailRecordsMax: this.opts.snapshotTailRecordsMax ?? limits.snapshotTailRecordsMax,
         onCheckpoint: (part, checkpoint) => {
           const projected = this.opts.projector.projectedSoFar(part.id);
           const upTo = compareOffsets(projected, checkpoint) < 0 ? projected : checkpoint;

@@ -3,7 +3,7 @@
 // share one `MemoryStorage`, so a second node recovers what the first journaled and snapshotted.
 import { pino } from 'pino';
 import { Engine } from '../../src/actors/engine.js';
-import { ClusterPlacement } from '../../src/cluster/placement.js';
+import { ClusterPlacement, type PlacementOptions } from '../../src/cluster/placement.js';
 import { MemoryJournal } from '../../src/persistence/memory/journal.js';
 import { MemoryLeases } from '../../src/persistence/memory/leases.js';
 import { MemoryMembership } from '../../src/persistence/memory/membership.js';
@@ -23,7 +23,13 @@ export function memoryStorage(leaseClock: () => number = Date.now): MemoryStorag
 }
 
 /** Starts a node owning every partition it can take; `acked` collects the record count of each acknowledged entry. */
-export async function memoryNode(storage: MemoryStorage, nodeId: string, partitions: number, membership = new MemoryMembership()) {
+export async function memoryNode(
+  storage: MemoryStorage,
+  nodeId: string,
+  partitions: number,
+  membership = new MemoryMembership(),
+  options: Partial<Pick<PlacementOptions, 'snapshotDirtyActorsMax' | 'snapshotTailRecordsMax'>> = {},
+) {
   const acked: number[] = [];
   const placement = new ClusterPlacement({
     node: { nodeId, grpcAddress: '127.0.0.1:1', startedAtMs: 0 },
@@ -36,6 +42,7 @@ export async function memoryNode(storage: MemoryStorage, nodeId: string, partiti
     logger: pino({ level: 'silent' }),
     snapshotEveryMs: 60_000,
     activeActorsMax: 1000,
+    ...options,
   });
   const engine = new Engine(partitions, placement, null, storage.journal);
   placement.attach(engine);

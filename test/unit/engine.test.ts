@@ -60,6 +60,50 @@ t.test('records arriving while a journal call is out go together in the next cal
   await n.placement.stop();
 });
 
+/** Rows of every snapshot save, in order (wraps the store's saveMany). */
+function countSaves(s: MemoryStorage): number[] {
+  const saved: number[] = [];
+  const real = s.snapshots.saveMany.bind(s.snapshots);
+  s.snapshots.saveMany = (items) => {
+    for (const it of items) saved.push(it.rows.length);
+    return real(items);
+  };
+  return saved;
+}
+
+const turns = async (n: number) => {
+  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
+};
+
+t.test('a partition saves before the snapshot cycle once it holds snapshotDirtyActorsMax dirty actors', async (t) => {
+  const s = shared();
+  const saved = countSaves(s);
+  const n = await memoryNode(s, 'n1', 1, undefined, { snapshotDirtyActorsMax: 5, snapshotTailRecordsMax: 1_000_000 });
+  for (let i = 0; i < 4; i++) ok(await n.engine.execute(ev(`d${i}`, `e${i}`)));
+  await turns(5);
+  t.same(saved, [], 'four dirty actors wait for the cycle (60 s here)');
+  ok(await n.engine.execute(ev('d4', 'e4')));
+  await turns(5);
+  t.same(saved, [5], 'the fifth saves all five at once');
+  for (let i = 0; i < 4; i++) ok(await n.engine.execute(ev(`d${i}`, `f${i}`)));
+  await turns(5);
+  t.same(saved, [5], 'saved actors are clean: four of them dirty again is below the bound');
+  await n.placement.stop();
+});
+
+t.test('a partition saves before the snapshot cycle once snapshotTailRecordsMax records followed its last capture', async (t) => {
+  const s = shared();
+  const saved = countSaves(s);
+  const n = await memoryNode(s, 'n1', 1, undefined, { snapshotDirtyActorsMax: 1_000_000, snapshotTailRecordsMax: 10 });
+  for (let i = 0; i < 9; i++) ok(await n.engine.execute(ev('hot', `h${i}`)));
+  await turns(5);
+  t.same(saved, [], 'nine records: nothing saved yet');
+  ok(await n.engine.execute(ev('hot', 'h9')));
+  await turns(5);
+  t.same(saved, [1], 'the tenth record saves the one customer they touched');
+  await n.placement.stop();
+});
+
 t.test('a duplicate is answered with the first id; different content conflicts', async (t) => {
   const n = await node(shared());
   const first = ok(await n.engine.execute(ev('u', 'e1')));
