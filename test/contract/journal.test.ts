@@ -444,15 +444,25 @@ t.test('file journal: appends of one tick across partitions share one write and 
   for (let p = 0; p < 50; p++) t.equal((await j.read(p, offsetZero, 10)).length, 1);
 });
 
-t.test('redis journal: appends of one tick across partitions ride one auto-pipeline', async (t) => {
+t.test('redis journal: appendMany sends one script call for every partition of a group commit', async (t) => {
   const { redis, prefix } = redisForTest(t, 'journal');
   const journal = new RedisJournal(redis, prefix);
   const leases = new RedisLeases(redis, prefix);
   const epochs = await Promise.all(Array.from({ length: 50 }, (_, p) => own(leases, p)));
-  t.equal(redis.autoPipelineQueueSize, 0, 'nothing queued before');
-  const appends = epochs.map((e, p) => journal.append(p, e, bytes(`p${p}`)));
-  // Still in the calling tick: all 50 script calls wait in the pipeline that is sent as one write.
-  t.equal(redis.autoPipelineQueueSize, 50, 'one script call per append, all queued for one write');
-  await Promise.all(appends);
-  for (let p = 0; p < 50; p++) t.equal((await journal.read(p, offsetZero, 10)).length, 1);
+  // A first call loads the script into a fresh Redis (EVALSHA, then EVAL on NOSCRIPT).
+  await journal.appendMany([{ partition: 60, epoch: await own(leases, 60), payload: bytes('warm') }]);
+  const sent: string[] = [];
+  const real = redis.sendCommand.bind(redis);
+  redis.sendCommand = ((cmd: { name: string }, stream?: unknown) => {
+    sent.push(cmd.name);
+    return real(cmd as Parameters<typeof real>[0], stream as Parameters<typeof real>[1]);
+  }) as typeof redis.sendCommand;
+  t.teardown(() => {
+    redis.sendCommand = real;
+  });
+  const offsets = await journal.appendMany(epochs.map((e, p) => ({ partition: p, epoch: e, payload: bytes(`p${p}`) })));
+  redis.sendCommand = real;
+  t.equal(sent.length, 1, `one command for fifty partitions (sent: ${sent.join(', ')})`);
+  t.ok(offsets.every((o) => typeof o === 'string'), 'every partition got its offset');
+  for (let p = 0; p < 50; p++) t.same((await journal.read(p, offsetZero, 10)).map((e) => Buffer.from(e.payload).toString()), [`p${p}`]);
 });

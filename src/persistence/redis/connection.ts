@@ -1,7 +1,10 @@
 // Who owns a Redis connection: adapters accept either a shared ioredis client (the caller owns it
 // and closes it) or a URL (the adapter creates the client and quits it in close()).
-// Invariant: clients we create have enableAutoPipelining, so the many script calls the engine
-// issues in one tick leave in one socket write. Never quit a client we were handed.
+// Clients we create send each command at once (no auto-pipelining): the engine already gathers a
+// tick's appends of every partition into one script call (group commit), so ioredis's pipeline
+// per tick only added a deferral and its bookkeeping (A/B: 100-event batches 28.7 -> 25.0 us of
+// server CPU per event, docs/bench/2026-11-25-snapshots-redis.md). ioredis still pipelines on the
+// connection: a command never waits for the previous reply. Never quit a client we were handed.
 import { Redis } from 'ioredis';
 
 export type RedisSource = Redis | string;
@@ -14,7 +17,7 @@ export interface Connection {
 
 /** A client for the hot path. Pass one of these to several adapters to share the connection. */
 export function createRedis(url: string): Redis {
-  return new Redis(url, { enableAutoPipelining: true, lazyConnect: false });
+  return new Redis(url, { enableAutoPipelining: false, lazyConnect: false });
 }
 
 export function connect(source: RedisSource): Connection {

@@ -29,8 +29,8 @@ export class RedisJournal implements Journal {
   private readonly keys: Keys;
 
   /**
-   * `source`: a shared client (create it with connection.createRedis so enableAutoPipelining is on:
-   * appends for many partitions in one tick then go out in one write) or a URL.
+   * `source`: a shared client (connection.createRedis) or a URL. appendMany is the hot path: one
+   * script call for every partition's batch of a group commit.
    */
   constructor(source: RedisSource, prefix: string) {
     const { redis, owned } = connect(source);
@@ -44,8 +44,8 @@ export class RedisJournal implements Journal {
   private readonly leaseKeys: string[] = [];
 
   /**
-   * One script call. The payload is sent from the caller's memory without a copy (in the next
-   * tick, with auto-pipelining), so the caller must not change it until the promise settles.
+   * One script call. The payload is sent from the caller's memory without a copy (the socket may
+   * queue it), so the caller must not change it until the promise settles.
    */
   async append(partition: number, epoch: number, payload: Uint8Array): Promise<Offset> {
     const stream = (this.streamKeys[partition] ??= this.keys.partitionStream(partition));
