@@ -53,13 +53,16 @@ export const limits = {
   revocationPropagationMs: 1000,
   /**
    * Snapshot cycle: every partition saves its dirty actors at least this often. A partition also
-   * saves as soon as it holds snapshotDirtyActorsMax dirty actors (they cannot be passivated until
-   * saved: bounds memory) or snapshotTailRecordsMax journal records since its last capture (bounds
-   * the replay after a crash). A hot customer is thus rewritten every 10 s, not on every cycle.
+   * saves at the next sweep (every snapshotSweepMs) once it holds snapshotDirtyActorsMax dirty
+   * actors (they cannot be passivated until saved: bounds memory) or snapshotTailRecordsMax journal
+   * records since its last capture (bounds the replay after a crash). A hot customer is thus
+   * rewritten every 10 s, not every 2 s as with the cycle alone.
    */
   snapshotEveryMs: 10_000,
   snapshotDirtyActorsMax: 128,
   snapshotTailRecordsMax: 2048,
+  /** How often partitions are checked against those two bounds (together: one save transaction). */
+  snapshotSweepMs: 1000,
   /**
    * Projection cycle. Each cycle has a fixed cost per partition it moves (its offset row), so fewer,
    * larger cycles cost less per event: 100 ms instead of 20 ms saved ~10 % of server CPU per single

@@ -108,7 +108,7 @@ export interface PartitionDeps {
   onPoisoned(p: Partition, err: unknown): void;
   /** Saves a snapshot (the snapshotter coalesces partitions' saves into one transaction). */
   saveSnapshot(save: SnapshotSave): Promise<'saved' | 'fenced'>;
-  /** Save without waiting for the snapshot cycle at this many dirty actors... */
+  /** snapshotDue at this many dirty actors... */
   snapshotDirtyActorsMax: number;
   /** ...or at this many journal records since the last capture. */
   snapshotTailRecordsMax: number;
@@ -633,9 +633,6 @@ export class Partition {
       this.deps.onAcked(this.id, result, batch.records);
       if (batch.capture) void this.save(result, batch.capture);
       this.tailRecords += batch.records.length;
-      if (this.dirty.size >= this.deps.snapshotDirtyActorsMax || this.tailRecords >= this.deps.snapshotTailRecordsMax) {
-        this.requestSnapshot();
-      }
       if (this.batch.records.length > 0 || this.batch.waiters.length > 0) this.deps.scheduleFlush(this);
       return;
     }
@@ -653,6 +650,11 @@ export class Partition {
   }
 
   // ---- snapshots and passivation --------------------------------------------------------------
+
+  /** True when this partition should save before the snapshot cycle (dirty actors or records past the bounds). */
+  get snapshotDue(): boolean {
+    return this.dirty.size >= this.deps.snapshotDirtyActorsMax || this.tailRecords >= this.deps.snapshotTailRecordsMax;
+  }
 
   /** Snapshot dirty actors now if memory equals durable state, else at the next flush. */
   requestSnapshot(): void {

@@ -36,6 +36,8 @@ export interface PlacementOptions {
   snapshotDirtyActorsMax?: number;
   /** Save early at this many records since a partition's last capture (default limits.snapshotTailRecordsMax). */
   snapshotTailRecordsMax?: number;
+  /** How often partitions past those bounds are saved (default limits.snapshotSweepMs); tests shorten it. */
+  snapshotSweepMs?: number;
   activeActorsMax: number;
   /** Heartbeat and lease renewal period (limits.leaseRenewEveryMs); tests shorten it. */
   leaseRenewEveryMs?: number;
@@ -111,6 +113,7 @@ export class ClusterPlacement implements Placement {
     await this.tick();
     this.timers.push(setInterval(() => void this.tick(), limits.placementTickEveryMs));
     this.timers.push(setInterval(() => this.snapshotAll(), this.opts.snapshotEveryMs));
+    this.timers.push(setInterval(() => this.snapshotDue(), this.opts.snapshotSweepMs ?? limits.snapshotSweepMs));
     this.timers.push(setInterval(() => this.passivate(), 1000));
     for (const t of this.timers) t.unref();
   }
@@ -313,6 +316,14 @@ export class ClusterPlacement implements Placement {
 
   private snapshotAll(): void {
     for (const p of this.owned.values()) p.requestSnapshot();
+  }
+
+  /**
+   * The partitions past their bounds, all in the same pass: their saves share one transaction
+   * (SnapshotWriter), where a save the moment each partition crossed a bound cost one each.
+   */
+  private snapshotDue(): void {
+    for (const p of this.owned.values()) if (p.snapshotDue) p.requestSnapshot();
   }
 
   private passivate(): void {

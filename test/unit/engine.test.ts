@@ -60,47 +60,59 @@ t.test('records arriving while a journal call is out go together in the next cal
   await n.placement.stop();
 });
 
-/** Rows of every snapshot save, in order (wraps the store's saveMany). */
-function countSaves(s: MemoryStorage): number[] {
-  const saved: number[] = [];
+/** Every saveMany call: the rows of each partition's save in it (wraps the store's saveMany). */
+function recordSaves(s: MemoryStorage): number[][] {
+  const calls: number[][] = [];
   const real = s.snapshots.saveMany.bind(s.snapshots);
   s.snapshots.saveMany = (items) => {
-    for (const it of items) saved.push(it.rows.length);
+    calls.push(items.map((it) => it.rows.length));
     return real(items);
   };
-  return saved;
+  return calls;
 }
 
-const turns = async (n: number) => {
-  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
-};
+/** Longer than a few sweeps of 20 ms. */
+const sweeps = () => new Promise((r) => setTimeout(r, 120));
 
-t.test('a partition saves before the snapshot cycle once it holds snapshotDirtyActorsMax dirty actors', async (t) => {
+t.test('a partition holding snapshotDirtyActorsMax dirty actors saves at the next sweep, before the cycle', async (t) => {
   const s = shared();
-  const saved = countSaves(s);
-  const n = await memoryNode(s, 'n1', 1, undefined, { snapshotDirtyActorsMax: 5, snapshotTailRecordsMax: 1_000_000 });
+  const saves = recordSaves(s);
+  const n = await memoryNode(s, 'n1', 1, undefined, { snapshotDirtyActorsMax: 5, snapshotTailRecordsMax: 1_000_000, snapshotSweepMs: 20 });
   for (let i = 0; i < 4; i++) ok(await n.engine.execute(ev(`d${i}`, `e${i}`)));
-  await turns(5);
-  t.same(saved, [], 'four dirty actors wait for the cycle (60 s here)');
+  await sweeps();
+  t.same(saves, [], 'four dirty actors wait for the cycle (60 s here)');
   ok(await n.engine.execute(ev('d4', 'e4')));
-  await turns(5);
-  t.same(saved, [5], 'the fifth saves all five at once');
+  await sweeps();
+  t.same(saves, [[5]], 'the fifth: all five saved together');
   for (let i = 0; i < 4; i++) ok(await n.engine.execute(ev(`d${i}`, `f${i}`)));
-  await turns(5);
-  t.same(saved, [5], 'saved actors are clean: four of them dirty again is below the bound');
+  await sweeps();
+  t.same(saves, [[5]], 'saved actors are clean: four of them dirty again is below the bound');
   await n.placement.stop();
 });
 
-t.test('a partition saves before the snapshot cycle once snapshotTailRecordsMax records followed its last capture', async (t) => {
+t.test('a partition with snapshotTailRecordsMax records since its last capture saves at the next sweep', async (t) => {
   const s = shared();
-  const saved = countSaves(s);
-  const n = await memoryNode(s, 'n1', 1, undefined, { snapshotDirtyActorsMax: 1_000_000, snapshotTailRecordsMax: 10 });
+  const saves = recordSaves(s);
+  const n = await memoryNode(s, 'n1', 1, undefined, { snapshotDirtyActorsMax: 1_000_000, snapshotTailRecordsMax: 10, snapshotSweepMs: 20 });
   for (let i = 0; i < 9; i++) ok(await n.engine.execute(ev('hot', `h${i}`)));
-  await turns(5);
-  t.same(saved, [], 'nine records: nothing saved yet');
+  await sweeps();
+  t.same(saves, [], 'nine records: nothing saved yet');
   ok(await n.engine.execute(ev('hot', 'h9')));
-  await turns(5);
-  t.same(saved, [1], 'the tenth record saves the one customer they touched');
+  await sweeps();
+  t.same(saves, [[1]], 'the tenth record: the one customer they touched is saved');
+  await n.placement.stop();
+});
+
+t.test('partitions past their bounds in one sweep save in one transaction', async (t) => {
+  const s = shared();
+  const saves = recordSaves(s);
+  // A long sweep: every partition is past the bound by the time it runs.
+  const n = await memoryNode(s, 'n1', P, undefined, { snapshotDirtyActorsMax: 1, snapshotTailRecordsMax: 1_000_000, snapshotSweepMs: 500 });
+  await Promise.all(Array.from({ length: 40 }, (_, i) => n.engine.execute(ev(`s${i}`, `s${i}`))));
+  await new Promise((r) => setTimeout(r, 750));
+  t.equal(saves.length, 1, 'one saveMany call');
+  t.equal(saves[0]!.length, P, 'holding every partition');
+  t.equal(saves[0]!.reduce((a, b) => a + b, 0), 40, 'and every customer');
   await n.placement.stop();
 });
 
