@@ -63,6 +63,8 @@ export class ClusterPlacement implements Placement {
   private stopped = false;
   private refreshing: Promise<void> | null = null;
   private readonly snapshotWriter: SnapshotWriter;
+  /** When each partition's snapshot cycle next comes (ms), spread over the cycle by partition id. */
+  private readonly cycleDueAt = new Map<number, number>();
 
   constructor(private readonly opts: PlacementOptions) {
     this.owners = new Array(opts.partitions).fill(null);
@@ -112,8 +114,8 @@ export class ClusterPlacement implements Placement {
     this.renewTimer.unref();
     await this.tick();
     this.timers.push(setInterval(() => void this.tick(), limits.placementTickEveryMs));
-    this.timers.push(setInterval(() => this.snapshotAll(), this.opts.snapshotEveryMs));
-    this.timers.push(setInterval(() => this.snapshotDue(), this.opts.snapshotSweepMs ?? limits.snapshotSweepMs));
+    const sweepMs = Math.min(this.opts.snapshotSweepMs ?? limits.snapshotSweepMs, this.opts.snapshotEveryMs);
+    this.timers.push(setInterval(() => this.snapshotSweep(), sweepMs));
     this.timers.push(setInterval(() => this.passivate(), 1000));
     for (const t of this.timers) t.unref();
   }
@@ -314,16 +316,25 @@ export class ClusterPlacement implements Placement {
     this.opts.logger.info({ partition: p.id }, 'partition handed over');
   }
 
-  private snapshotAll(): void {
-    for (const p of this.owned.values()) p.requestSnapshot();
-  }
-
   /**
-   * The partitions past their bounds, all in the same pass: their saves share one transaction
-   * (SnapshotWriter), where a save the moment each partition crossed a bound cost one each.
+   * Saves the partitions whose cycle came (every snapshotEveryMs, phases spread over the partition
+   * ids, so each sweep captures a slice rather than every dirty actor of the node in one tick) and
+   * those past their bounds. All of a sweep's saves share one transaction (SnapshotWriter).
    */
-  private snapshotDue(): void {
-    for (const p of this.owned.values()) if (p.snapshotDue) p.requestSnapshot();
+  private snapshotSweep(): void {
+    const now = Date.now();
+    const every = this.opts.snapshotEveryMs;
+    for (const p of this.owned.values()) {
+      let due = this.cycleDueAt.get(p.id);
+      if (due === undefined) {
+        due = now + (every * (p.id + 1)) / this.opts.partitions;
+        this.cycleDueAt.set(p.id, due);
+      }
+      if (now >= due) {
+        this.cycleDueAt.set(p.id, now + every);
+        p.requestSnapshot();
+      } else if (p.snapshotDue) p.requestSnapshot();
+    }
   }
 
   private passivate(): void {

@@ -28,7 +28,7 @@ export async function memoryNode(
   nodeId: string,
   partitions: number,
   membership = new MemoryMembership(),
-  options: Partial<Pick<PlacementOptions, 'snapshotDirtyActorsMax' | 'snapshotTailRecordsMax' | 'snapshotSweepMs'>> = {},
+  options: Partial<Pick<PlacementOptions, 'snapshotEveryMs' | 'snapshotDirtyActorsMax' | 'snapshotTailRecordsMax' | 'snapshotSweepMs'>> = {},
 ) {
   const acked: number[] = [];
   const placement = new ClusterPlacement({

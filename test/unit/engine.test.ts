@@ -116,6 +116,21 @@ t.test('partitions past their bounds in one sweep save in one transaction', asyn
   await n.placement.stop();
 });
 
+t.test('the snapshot cycle comes to the partitions in turn, a slice per sweep, not all in one tick', async (t) => {
+  const s = shared();
+  const saves = recordSaves(s);
+  // Cycle 2 s, sweeps every 500 ms: the first sweep (~500 ms) sets each partition's turn at
+  // +2 s x (id + 1) / 4, so the turns come at ~1.0, 1.5, 2.0 and 2.5 s, one partition each.
+  const n = await memoryNode(s, 'n1', P, undefined, { snapshotEveryMs: 2000, snapshotSweepMs: 500 });
+  await Promise.all(Array.from({ length: 40 }, (_, i) => n.engine.execute(ev(`r${i}`, `r${i}`))));
+  await new Promise((r) => setTimeout(r, 1250));
+  t.same(saves.map((c) => c.length), [1], 'after the first turn: one partition saved');
+  await new Promise((r) => setTimeout(r, 1500));
+  t.same(saves.map((c) => c.length), [1, 1, 1, 1], 'then the others, one sweep each');
+  t.equal(saves.flat().reduce((a, b) => a + b, 0), 40, 'every customer once');
+  await n.placement.stop();
+});
+
 t.test('a duplicate is answered with the first id; different content conflicts', async (t) => {
   const n = await node(shared());
   const first = ok(await n.engine.execute(ev('u', 'e1')));
