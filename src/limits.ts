@@ -56,7 +56,7 @@ export const limits = {
    * saves at the next sweep (every snapshotSweepMs) once it holds snapshotDirtyActorsMax dirty
    * actors (they cannot be passivated until saved: bounds memory) or snapshotTailRecordsMax journal
    * records since its last capture (bounds the replay after a crash). A hot customer is thus
-   * rewritten every 10 s, not every 2 s as with the cycle alone.
+   * rewritten every 10 s while its partition stays below both bounds (the cycle was 2 s).
    */
   snapshotEveryMs: 10_000,
   snapshotDirtyActorsMax: 128,
