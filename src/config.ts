@@ -37,9 +37,9 @@ export const configSchema = z.object({
   /** Projection cycle: read-table lag for readers on other nodes vs. CPU per event (see projector.ts). */
   PROJECTOR_CYCLE_MS: z.coerce.number().int().min(5).max(10_000).default(limits.projectorCycleMs),
   SNAPSHOT_EVERY_MS: z.coerce.number().int().min(50).default(limits.snapshotEveryMs),
-  /** A partition with this many dirty actors saves them without waiting for the cycle. */
+  /** A partition with this many dirty actors saves them at the next sweep (1 s), before its cycle. */
   SNAPSHOT_DIRTY_ACTORS_MAX: z.coerce.number().int().min(1).default(limits.snapshotDirtyActorsMax),
-  /** A partition with this many journal records since its last capture saves without waiting. */
+  /** A partition with this many journal records since its last capture saves at the next sweep. */
   SNAPSHOT_TAIL_RECORDS_MAX: z.coerce.number().int().min(1).default(limits.snapshotTailRecordsMax),
   ACTIVE_ACTORS_MAX: z.coerce.number().int().min(100).default(limits.activeActorsMax),
   /**

@@ -656,15 +656,19 @@ export class Partition {
     return this.dirty.size >= this.deps.snapshotDirtyActorsMax || this.tailRecords >= this.deps.snapshotTailRecordsMax;
   }
 
-  /** Snapshot dirty actors now if memory equals durable state, else at the next flush. */
-  requestSnapshot(): void {
-    if (this.saving || this.closed) return;
-    if (this.dirty.size === 0 && this.keysAdded.length === 0 && this.keysRemoved.length === 0) return;
+  /**
+   * Snapshot dirty actors now if memory equals durable state, else at the next flush. False when
+   * it cannot (a save is still running, or the partition is closed): ask again later.
+   */
+  requestSnapshot(): boolean {
+    if (this.saving || this.closed) return false;
+    if (this.dirty.size === 0 && this.keysAdded.length === 0 && this.keysRemoved.length === 0) return true;
     if (!this.inFlight && this.batch.records.length === 0) {
       void this.save(this.lastAcked, this.capture());
     } else {
       this.captureWanted = true;
     }
+    return true;
   }
 
   private capture(): Capture {

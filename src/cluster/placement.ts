@@ -331,8 +331,8 @@ export class ClusterPlacement implements Placement {
         this.cycleDueAt.set(p.id, due);
       }
       if (now >= due) {
-        this.cycleDueAt.set(p.id, now + every);
-        p.requestSnapshot();
+        // A save still running keeps the turn: the next sweep asks again.
+        if (p.requestSnapshot()) this.cycleDueAt.set(p.id, now + every);
       } else if (p.snapshotDue) p.requestSnapshot();
     }
   }

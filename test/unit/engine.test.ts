@@ -71,8 +71,17 @@ function recordSaves(s: MemoryStorage): number[][] {
   return calls;
 }
 
-/** Longer than a few sweeps of 20 ms. */
+/** Longer than a few sweeps of 20 ms (for checks that nothing was saved). */
 const sweeps = () => new Promise((r) => setTimeout(r, 120));
+
+/** Polls until `cond` holds (a loaded CI box may run timers late), failing after `ms`. */
+async function waitFor(cond: () => boolean, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error('condition not reached in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
 
 t.test('a partition holding snapshotDirtyActorsMax dirty actors saves at the next sweep, before the cycle', async (t) => {
   const s = shared();
@@ -82,7 +91,7 @@ t.test('a partition holding snapshotDirtyActorsMax dirty actors saves at the nex
   await sweeps();
   t.same(saves, [], 'four dirty actors wait for the cycle (60 s here)');
   ok(await n.engine.execute(ev('d4', 'e4')));
-  await sweeps();
+  await waitFor(() => saves.length > 0);
   t.same(saves, [[5]], 'the fifth: all five saved together');
   for (let i = 0; i < 4; i++) ok(await n.engine.execute(ev(`d${i}`, `f${i}`)));
   await sweeps();
@@ -98,7 +107,7 @@ t.test('a partition with snapshotTailRecordsMax records since its last capture s
   await sweeps();
   t.same(saves, [], 'nine records: nothing saved yet');
   ok(await n.engine.execute(ev('hot', 'h9')));
-  await sweeps();
+  await waitFor(() => saves.length > 0);
   t.same(saves, [[1]], 'the tenth record: the one customer they touched is saved');
   await n.placement.stop();
 });
@@ -109,7 +118,8 @@ t.test('partitions past their bounds in one sweep save in one transaction', asyn
   // A long sweep: every partition is past the bound by the time it runs.
   const n = await memoryNode(s, 'n1', P, undefined, { snapshotDirtyActorsMax: 1, snapshotTailRecordsMax: 1_000_000, snapshotSweepMs: 500 });
   await Promise.all(Array.from({ length: 40 }, (_, i) => n.engine.execute(ev(`s${i}`, `s${i}`))));
-  await new Promise((r) => setTimeout(r, 750));
+  await waitFor(() => saves.length > 0);
+  await sweeps();
   t.equal(saves.length, 1, 'one saveMany call');
   t.equal(saves[0]!.length, P, 'holding every partition');
   t.equal(saves[0]!.reduce((a, b) => a + b, 0), 40, 'and every customer');
@@ -119,14 +129,12 @@ t.test('partitions past their bounds in one sweep save in one transaction', asyn
 t.test('the snapshot cycle comes to the partitions in turn, a slice per sweep, not all in one tick', async (t) => {
   const s = shared();
   const saves = recordSaves(s);
-  // Cycle 2 s, sweeps every 500 ms: the first sweep (~500 ms) sets each partition's turn at
-  // +2 s x (id + 1) / 4, so the turns come at ~1.0, 1.5, 2.0 and 2.5 s, one partition each.
-  const n = await memoryNode(s, 'n1', P, undefined, { snapshotEveryMs: 2000, snapshotSweepMs: 500 });
+  // Cycle 4 s, sweeps every 250 ms: the first sweep sets each partition's turn at +4 s x (id + 1) / 4,
+  // so the turns come ~1 s apart; only a sweep late by more than that could take two at once.
+  const n = await memoryNode(s, 'n1', P, undefined, { snapshotEveryMs: 4000, snapshotSweepMs: 250 });
   await Promise.all(Array.from({ length: 40 }, (_, i) => n.engine.execute(ev(`r${i}`, `r${i}`))));
-  await new Promise((r) => setTimeout(r, 1250));
-  t.same(saves.map((c) => c.length), [1], 'after the first turn: one partition saved');
-  await new Promise((r) => setTimeout(r, 1500));
-  t.same(saves.map((c) => c.length), [1, 1, 1, 1], 'then the others, one sweep each');
+  await waitFor(() => saves.length >= 4, 10_000);
+  t.same(saves.map((c) => c.length), [1, 1, 1, 1], 'four saves of one partition each, not one of all four');
   t.equal(saves.flat().reduce((a, b) => a + b, 0), 40, 'every customer once');
   await n.placement.stop();
 });
