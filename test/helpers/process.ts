@@ -16,7 +16,24 @@ export interface ServerProcess {
   output: () => string;
 }
 
+/**
+ * Starts the server. Ports not fixed by `env` are picked free, but another process (a parallel
+ * test's outgoing connection takes a port from the same ephemeral range) can bind one before the
+ * server does: such a start is retried on fresh ports.
+ */
 export async function spawnServer(env: Record<string, string>): Promise<ServerProcess> {
+  const fixedPorts = env.PORT !== undefined || env.GRPC_PORT !== undefined || env.PUBLIC_GRPC_PORT !== undefined;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await spawnServerOnce(env);
+    } catch (err) {
+      const inUse = err instanceof Error && (err.message.includes('EADDRINUSE') || err.message.includes('cannot listen on'));
+      if (!inUse || fixedPorts || attempt >= 3) throw err;
+    }
+  }
+}
+
+async function spawnServerOnce(env: Record<string, string>): Promise<ServerProcess> {
   const port = Number(env.PORT ?? (await freePort()));
   const grpcPort = Number(env.GRPC_PORT ?? (await freePort()));
   const child = spawn(process.execPath, [...loaderArgs, 'src/main.ts'], {
