@@ -131,7 +131,6 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
   };
 }
 
-
 /** Forwarded calls between nodes reuse the same packer. */
 export function packMessage(value: unknown): Uint8Array {
   return packr.pack(value);

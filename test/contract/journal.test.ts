@@ -444,7 +444,7 @@ t.test('file journal: appends of one tick across partitions share one write and 
   for (let p = 0; p < 50; p++) t.equal((await j.read(p, offsetZero, 10)).length, 1);
 });
 
-t.test('redis journal: appendMany sends one script call for every partition of a group commit', async (t) => {
+t.test('redis journal: appendMany sends one script call for every partition of a group commit, at once', async (t) => {
   const { redis, prefix } = redisForTest(t, 'journal');
   const journal = new RedisJournal(redis, prefix);
   const leases = new RedisLeases(redis, prefix);
@@ -460,7 +460,9 @@ t.test('redis journal: appendMany sends one script call for every partition of a
   t.teardown(() => {
     redis.sendCommand = real;
   });
-  const offsets = await journal.appendMany(epochs.map((e, p) => ({ partition: p, epoch: e, payload: bytes(`p${p}`) })));
+  const pending = journal.appendMany(epochs.map((e, p) => ({ partition: p, epoch: e, payload: bytes(`p${p}`) })));
+  t.equal(redis.autoPipelineQueueSize, 0, 'sent in the calling tick, not queued for the next one');
+  const offsets = await pending;
   redis.sendCommand = real;
   t.equal(sent.length, 1, `one command for fifty partitions (sent: ${sent.join(', ')})`);
   t.ok(offsets.every((o) => typeof o === 'string'), 'every partition got its offset');

@@ -55,6 +55,26 @@ t.test('every acknowledged record is projected once, across the in-memory path a
   t.ok(projector.catchUps > 0, `the journal catch-up path ran (${projector.catchUps} times)`);
 });
 
+t.test('cycles run at the configured interval; a drain projects at once', async (t) => {
+  const journal = new MemoryJournal(() => 1);
+  const rm = new FakeReadModel();
+  const projector = new Projector(rm, journal, pino({ level: 'silent' }), { cycleMs: 150 });
+  await projector.projectedOffset(0);
+  projector.start();
+  const first = [record(0)];
+  projector.onAcked(0, await journal.append(0, 1, encodeEntry(first)), first);
+  await new Promise((r) => setTimeout(r, 40));
+  t.same(rm.events, [], 'not before the first cycle (150 ms)');
+  // Polled: a loaded CI box may run the cycle's timer late.
+  for (const until = Date.now() + 5000; rm.events.length === 0 && Date.now() < until; ) await new Promise((r) => setTimeout(r, 10));
+  t.same(rm.events, ['e0'], 'projected by a cycle');
+  const second = [record(1)];
+  projector.onAcked(0, await journal.append(0, 1, encodeEntry(second)), second);
+  await projector.drain();
+  t.same(rm.events, ['e0', 'e1'], 'a reader draining does not wait for the cycle');
+  await projector.stop();
+});
+
 t.test('counter.counted marks its event row; tier facts become customer tier rows', async (t) => {
   const out: Projection[] = [];
   toProjections(
