@@ -75,6 +75,8 @@ export interface Leases {
   acquire(partition: number, nodeId: string, ttlMs: number): Promise<number | null>;
   /** Extends the lease; false if nodeId/epoch no longer holds it (then stop writing). */
   renew(partition: number, nodeId: string, epoch: number, ttlMs: number): Promise<boolean>;
+  /** renew for many partitions in one round trip: one answer per item, in order. */
+  renewMany(nodeId: string, items: ReadonlyArray<{ partition: number; epoch: number }>, ttlMs: number): Promise<boolean[]>;
   /** Gives the lease up at once (graceful shutdown) if still held with that epoch. */
   release(partition: number, nodeId: string, epoch: number): Promise<void>;
   /** Current holders of partitions 0..partitions-1 (null where free or expired). */

@@ -101,6 +101,34 @@ function leasesContract(name: string, make: (t: Test) => Promise<Harness>): void
       t.same((await leases.list(3))[2], { partition: 2, nodeId: 'node-a', epoch: e });
     });
 
+    t.test('renewMany answers per partition, in order, and extends only what the node still holds', async (t) => {
+      const { leases, advance } = await make(t);
+      t.same(await leases.renewMany('node-a', [], 300), [], 'nothing to renew');
+      const e0 = (await leases.acquire(0, 'node-a', 300))!;
+      const e1 = (await leases.acquire(1, 'node-a', 300))!;
+      const e2 = (await leases.acquire(2, 'node-b', 300))!;
+      const e3 = (await leases.acquire(3, 'node-a', 50))!;
+      await advance(120);
+      const ok = await leases.renewMany(
+        'node-a',
+        [
+          { partition: 1, epoch: e1 },
+          { partition: 0, epoch: e0 + 1 },
+          { partition: 2, epoch: e2 },
+          { partition: 3, epoch: e3 },
+          { partition: 0, epoch: e0 },
+        ],
+        300,
+      );
+      t.same(ok, [true, false, false, false, true], 'held: true; wrong epoch, another node, expired: false');
+      await advance(250);
+      const held = await leases.list(4);
+      t.same(held[0], { partition: 0, nodeId: 'node-a', epoch: e0 }, 'renewed: still held 370 ms after a 300 ms acquire');
+      t.same(held[1], { partition: 1, nodeId: 'node-a', epoch: e1 });
+      t.equal(held[2], null, "another node's lease was not extended for node-a");
+      t.equal(held[3], null, 'an expired lease stays expired');
+    });
+
     t.test('release frees the lease at once, only for the exact holder', async (t) => {
       const { leases } = await make(t);
       const e = (await leases.acquire(3, 'node-a', long))!;
@@ -139,3 +167,24 @@ function leasesContract(name: string, make: (t: Test) => Promise<Harness>): void
 }
 
 for (const [name, make] of adapters) leasesContract(name, make);
+
+t.test('redis leases: renewMany is one script call for every partition', async (t) => {
+  const { redis, prefix } = redisForTest(t, 'leases');
+  const leases = new RedisLeases(redis, prefix);
+  const held = await Promise.all(Array.from({ length: 64 }, async (_, p) => ({ partition: p, epoch: (await leases.acquire(p, 'node-a', long))! })));
+  // A first call loads the script into a fresh Redis (EVALSHA, then EVAL on NOSCRIPT).
+  await leases.renewMany('node-a', held.slice(0, 1), long);
+  const sent: string[] = [];
+  const real = redis.sendCommand.bind(redis);
+  redis.sendCommand = ((cmd: { name: string }, stream?: unknown) => {
+    sent.push(cmd.name);
+    return real(cmd as Parameters<typeof real>[0], stream as Parameters<typeof real>[1]);
+  }) as typeof redis.sendCommand;
+  t.teardown(() => {
+    redis.sendCommand = real;
+  });
+  const ok = await leases.renewMany('node-a', held, long);
+  redis.sendCommand = real;
+  t.equal(sent.length, 1, `one command for 64 partitions (sent: ${sent.join(', ')})`);
+  t.ok(ok.length === 64 && ok.every(Boolean), 'every lease renewed');
+});

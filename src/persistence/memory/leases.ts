@@ -48,6 +48,10 @@ export class MemoryLeases implements Leases {
     return true;
   }
 
+  async renewMany(nodeId: string, items: ReadonlyArray<{ partition: number; epoch: number }>, ttlMs: number): Promise<boolean[]> {
+    return Promise.all(items.map((it) => this.renew(it.partition, nodeId, it.epoch, ttlMs)));
+  }
+
   async release(partition: number, nodeId: string, epoch: number): Promise<void> {
     const h = this.live(partition);
     if (h && h.nodeId === nodeId && h.epoch === epoch) this.held.delete(partition);

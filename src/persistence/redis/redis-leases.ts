@@ -43,6 +43,15 @@ export class RedisLeases implements Leases {
     return (await this.redis.loyaltyLeaseRenew(this.keys.partitionLease(partition), `${nodeId}:${epoch}`, ttlMs)) === 1;
   }
 
+  async renewMany(nodeId: string, items: ReadonlyArray<{ partition: number; epoch: number }>, ttlMs: number): Promise<boolean[]> {
+    if (items.length === 0) return [];
+    const args: Array<string | number> = items.map((it) => this.keys.partitionLease(it.partition));
+    args.push(ttlMs);
+    for (const it of items) args.push(`${nodeId}:${it.epoch}`);
+    const replies = await this.redis.loyaltyLeaseRenewMany(items.length, ...args);
+    return items.map((_, i) => replies[i] === 1);
+  }
+
   async release(partition: number, nodeId: string, epoch: number): Promise<void> {
     await this.redis.loyaltyLeaseRelease(this.keys.partitionLease(partition), `${nodeId}:${epoch}`);
   }

@@ -19,6 +19,7 @@ const files = {
   loyaltyJournalAppendMany: 'append-many-n.lua',
   loyaltyLeaseAcquire: 'acquire-2.lua',
   loyaltyLeaseRenew: 'renew-1.lua',
+  loyaltyLeaseRenewMany: 'renew-many-n.lua',
   loyaltyLeaseRelease: 'release-1.lua',
   loyaltyNodeHeartbeat: 'heartbeat-2.lua',
   loyaltyNodeAlive: 'alive-2.lua',
@@ -39,6 +40,8 @@ export interface ScriptCommands {
   loyaltyJournalAppendMany(numKeys: number, ...keysThenArgs: Array<string | number | Buffer>): Promise<string[]>;
   loyaltyLeaseAcquire(lease: string, epochKey: string, nodeId: string, ttlMs: number): Promise<number | null>;
   loyaltyLeaseRenew(lease: string, holder: string, ttlMs: number): Promise<number>;
+  /** numKeys, then the lease keys, then the ttl, then the expected holders in key order. */
+  loyaltyLeaseRenewMany(numKeys: number, ...keysThenArgs: Array<string | number>): Promise<number[]>;
   loyaltyLeaseRelease(lease: string, holder: string): Promise<number>;
   loyaltyNodeHeartbeat(nodes: string, infos: string, nodeId: string, ttlMs: number, info: string): Promise<number>;
   loyaltyNodeAlive(nodes: string, infos: string): Promise<string[]>;
