@@ -334,12 +334,10 @@ export class MatchResults {
         });
       }),
     );
-    const status = statusOf(players);
     const completed = players.filter((p) => p.status !== 'pending' && wasPending.has(p.id));
-    const revision = await this.records.writeVerdicts({
+    const written = await this.records.writeVerdicts({
       environmentId: env,
       matchResultId: m.id,
-      status,
       admissionErrors: errors,
       players: completed.map((p) => ({
         id: p.id,
@@ -352,7 +350,9 @@ export class MatchResults {
       atMs: nowMs,
     });
     for (const p of completed) p.updatedAtMs = nowMs;
-    return { ...m, players, status, admissionErrors: errors, revision: revision ?? m.revision + 1, updatedAtMs: nowMs };
+    // The stored status is derived from the stored players: a review that ran meanwhile counts.
+    const status = written?.status ?? statusOf(players);
+    return { ...m, players, status, admissionErrors: errors, revision: written?.revision ?? m.revision + 1, updatedAtMs: nowMs };
   }
 
   private eventSpec(m: MatchRow, eventName: string, p: PlayerRow, context: EventContext | null): MatchEventSpec {
@@ -418,9 +418,7 @@ export class MatchResults {
       const fact = d.facts[0]!;
       const reasons = v.status === 'rejected' && decision === 'admit' ? [...p.reasons, ...v.reasons] : fact.reasons;
       const next: PlayerRow = { ...p, status: v.status, reasons, review: fact.review, eventId: v.eventId, updatedAtMs: nowMs };
-      const all = m.players.map((x) => (x.id === p.id ? next : x));
-      const status = statusOf(all);
-      await this.records.writeReview(tx, env, m.id, next, status, nowMs);
+      const status = await this.records.writeReview(tx, env, m.id, next, nowMs);
       return { player: playerWire(next), match_result: { ...matchRef, status }, replayed: false };
     });
   }

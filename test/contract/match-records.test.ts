@@ -12,7 +12,7 @@ const env = 'env_a';
 let seq = 0;
 
 function record(matchId: string, players: Array<{ ext: string; customerId?: string | null }>): MatchRow {
-  const id = `mr_${++seq}`;
+  const id = `mr_${String(++seq).padStart(4, '0')}`;
   return {
     id,
     matchId,
@@ -93,10 +93,9 @@ for (const kind of sqlKinds) {
       const m = record('m-v', [{ ext: 'v1' }, { ext: 'v2', customerId: 'cust_v2' }]);
       t.equal(await records.claim(env, m), true);
       const [p1, p2] = m.players;
-      const revision = await records.writeVerdicts({
+      const written = await records.writeVerdicts({
         environmentId: env,
         matchResultId: m.id,
-        status: 'partially_admitted',
         admissionErrors: [],
         atMs: T0 + 1000,
         players: [
@@ -104,26 +103,69 @@ for (const kind of sqlKinds) {
           { id: p2!.id, status: 'rejected', customerId: 'cust_other', reasons: [{ code: 'rate_limited', message: 'x', limit: 3, value: 3 }], eventId: null, clientEventId: 'm-v:cust_other' },
         ],
       });
-      t.equal(revision, 2);
+      t.same(written, { revision: 2, status: 'partially_admitted' }, 'the status is derived from the stored players');
       // A late writer with other verdicts (a concurrent repeat) changes no player that is no longer pending.
       const again = await records.writeVerdicts({
         environmentId: env,
         matchResultId: m.id,
-        status: 'partially_admitted',
         admissionErrors: [{ player_id: p1!.id, customer_id: null, code: 'internal_error', message: 'x' }],
         atMs: T0 + 2000,
         players: [{ id: p1!.id, status: 'rejected', customerId: 'cust_zzz', reasons: [], eventId: null, clientEventId: null }],
       });
-      t.equal(again, 3);
+      t.same(again, { revision: 3, status: 'partially_admitted' }, 'the late writer changed no player, so neither the status');
       const stored = await records.load(env, { id: m.id });
       t.match(stored?.players[0], { customerId: 'cust_v1', status: 'admitted', eventId: 'evt_1', clientEventId: 'm-v:cust_v1', updatedAtMs: T0 + 1000 });
       t.match(stored?.players[1], { customerId: 'cust_v2', status: 'rejected', reasons: [{ code: 'rate_limited' }], eventId: null }, 'a stored customer id is kept');
       t.match(stored, { status: 'partially_admitted', revision: 3, updatedAtMs: T0 + 2000 });
       t.equal(stored?.admissionErrors.length, 1);
       t.equal(
-        await records.writeVerdicts({ environmentId: env, matchResultId: 'mr_missing', status: 'admitted', admissionErrors: [], atMs: T0, players: [] }),
+        await records.writeVerdicts({ environmentId: env, matchResultId: 'mr_missing', admissionErrors: [], atMs: T0, players: [] }),
         null,
         'no record, no revision',
+      );
+    });
+
+    await t.test('two reviews of one match at once: the second waits for the first and the status counts both', async (t) => {
+      const base = record('m-r2', [{ ext: 'r1', customerId: 'cust_r1' }, { ext: 'r2', customerId: 'cust_r2' }]);
+      const m: MatchRow = { ...base, status: 'held', players: base.players.map((p) => ({ ...p, status: 'held', pendingVerdict: 'held' })) };
+      t.equal(await records.claim(env, m), true);
+      const [p1, p2] = m.players;
+      const order: string[] = [];
+      let releaseFirst!: () => void;
+      const firstMayCommit = new Promise<void>((r) => {
+        releaseFirst = r;
+      });
+      let firstLocked!: () => void;
+      const firstHasLock = new Promise<void>((r) => {
+        firstLocked = r;
+      });
+      const review = (p: PlayerRow, status: 'admitted' | 'rejected', hold: Promise<void> | null) =>
+        sql.begin(async (txn) => {
+          const tx = txn as unknown as typeof sql;
+          const locked = await records.lockPlayer(tx, env, p.id);
+          order.push(`${status} locked`);
+          if (hold) {
+            firstLocked();
+            await hold;
+          }
+          const out = await records.writeReview(tx, env, m.id, { ...locked!, status }, T0 + 5000);
+          order.push(`${status} wrote ${out}`);
+          return out;
+        });
+      const first = review(p1!, 'admitted', firstMayCommit);
+      await firstHasLock;
+      const second = review(p2!, 'rejected', null);
+      // Give the second review time to reach its lock: it must not get past it while the first holds the record.
+      await new Promise((r) => setTimeout(r, 200));
+      t.same(order, ['admitted locked'], 'the second review waits on the record lock');
+      releaseFirst();
+      t.equal(await first, 'held', 'after the first review one player is still held');
+      t.equal(await second, 'partially_admitted', 'the second review derives the status from both decisions');
+      const stored = await records.load(env, { id: m.id });
+      t.equal(stored?.status, 'partially_admitted');
+      t.same(
+        stored?.players.map((p) => p.status),
+        ['admitted', 'rejected'],
       );
     });
 

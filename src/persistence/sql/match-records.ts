@@ -2,8 +2,9 @@
 // claim of a report (the record with every player pending, or nothing when the match_id is already
 // stored), the verdicts written back after admission, and the reads. Claims and verdicts of
 // concurrent reports leave as ONE multi-row statement per batch (GroupBatcher): a claim is one
-// statement (the players are inserted only for records that were inserted), and so are the verdicts
-// (players still pending, then the record). A batch that fails is retried item by item, so one bad
+// statement (the players are inserted only for records that were inserted); the verdicts are one
+// short transaction (the records locked, players still pending written, then each record's status
+// derived from its stored players, so a concurrent review is never overwritten). A batch that fails is retried item by item, so one bad
 // report cannot fail the others. Never holds a transaction open across a batch.
 import type { CustomerRef } from '../../domain/match/report.js';
 import type { Reason } from '../../domain/match/reasons.js';
@@ -78,14 +79,35 @@ export interface PlayerVerdictWrite {
   clientEventId: string | null;
 }
 
-/** Everything one report's admission writes back. */
+/** Everything one report's admission writes back (the match status is derived from the stored players). */
 export interface MatchVerdicts {
   environmentId: string;
   matchResultId: string;
-  status: string;
   admissionErrors: AdmissionError[];
   players: PlayerVerdictWrite[];
   atMs: number;
+}
+
+/** What a verdict write left stored: the record's new revision and its derived status. */
+export interface VerdictsWritten {
+  revision: number;
+  status: string;
+}
+
+/**
+ * The match status derived from the record's stored players, as deriveMatchStatus does (a pending
+ * player counts as admitted), for an UPDATE of match_results aliased r. Read in a statement after
+ * the players' writes, so it sees them.
+ */
+function derivedStatus(sql: Sql) {
+  return sql`(
+    select case
+      when bool_or(mp.status = 'held') then 'held'
+      when bool_and(mp.status <> 'rejected') then 'admitted'
+      when bool_and(mp.status = 'rejected') then 'rejected'
+      else 'partially_admitted' end
+    from match_result_players mp
+    where mp.environment_id = r.environment_id and mp.match_result_id = r.id)`;
 }
 
 function json<T>(v: unknown): T {
@@ -141,7 +163,7 @@ const claimsPerBatchMax = 200;
 
 export class MatchRecords {
   private readonly claims: GroupBatcher<MatchClaim, boolean>;
-  private readonly verdicts: GroupBatcher<MatchVerdicts, number | null>;
+  private readonly verdicts: GroupBatcher<MatchVerdicts, VerdictsWritten | null>;
 
   constructor(private readonly sql: Sql) {
     this.claims = new GroupBatcher((items) => this.claimMany(items), { itemsMax: claimsPerBatchMax });
@@ -157,8 +179,8 @@ export class MatchRecords {
     return this.claims.submit({ environmentId, record });
   }
 
-  /** Writes the verdicts of players still pending, then the record's status: the record's new revision (null if it vanished). */
-  writeVerdicts(v: MatchVerdicts): Promise<number | null> {
+  /** Writes the verdicts of players still pending, then the record's derived status: what is stored now (null if the record vanished). */
+  writeVerdicts(v: MatchVerdicts): Promise<VerdictsWritten | null> {
     return this.verdicts.submit(v);
   }
 
@@ -253,7 +275,7 @@ export class MatchRecords {
     return claims.map((c) => inserted.has(`${c.environmentId}\u0000${c.record.id}`));
   }
 
-  private async writeVerdictsMany(items: readonly MatchVerdicts[]): Promise<Array<number | null>> {
+  private async writeVerdictsMany(items: readonly MatchVerdicts[]): Promise<Array<VerdictsWritten | null>> {
     const pEnv: string[] = [];
     const pId: string[] = [];
     const pStatus: string[] = [];
@@ -264,14 +286,12 @@ export class MatchRecords {
     const pAt: string[] = [];
     const env: string[] = [];
     const id: string[] = [];
-    const status: string[] = [];
     const errors: string[] = [];
     const at: string[] = [];
     for (const v of items) {
       const t = iso(v.atMs);
       env.push(v.environmentId);
       id.push(v.matchResultId);
-      status.push(v.status);
       errors.push(JSON.stringify(v.admissionErrors));
       at.push(t);
       for (const p of v.players) {
@@ -285,25 +305,40 @@ export class MatchRecords {
         pAt.push(t);
       }
     }
-    // Only players still pending: a concurrent repeat that completed them first wins (same
-    // verdicts: the actors answer a repeat as a replay). A customer id already stored is kept.
-    const rows = await this.sql`
-      with p as (
-        update match_result_players p set status = v.status, customer_id = coalesce(p.customer_id, v.customer_id),
-          reasons = v.reasons::jsonb, event_id = v.event_id, client_event_id = coalesce(v.client_event_id, p.client_event_id),
+    return this.sql.begin(async (tx) => {
+      // The records first, in one order (concurrent batches cannot deadlock on them): a review of
+      // one of their players holds the same lock, so the status below is derived from players as
+      // they are once both are done, never from a read taken before the other committed.
+      await tx`
+        select 1 from match_results r
+        join unnest(${env}::text[], ${id}::text[]) as v(env, id) on r.environment_id = v.env and r.id = v.id
+        order by r.environment_id, r.id
+        for update of r`;
+      // Only players still pending: a concurrent repeat that completed them first wins (same
+      // verdicts: the actors answer a repeat as a replay). A customer id already stored is kept; a
+      // player rejected before admission gets the customer id its admission step resolved.
+      await tx`
+        update match_result_players p set status = case when p.status = 'pending' then v.status else p.status end,
+          customer_id = coalesce(p.customer_id, v.customer_id),
+          reasons = case when p.status = 'pending' then v.reasons::jsonb else p.reasons end,
+          event_id = case when p.status = 'pending' then v.event_id else p.event_id end,
+          client_event_id = coalesce(p.client_event_id, v.client_event_id),
           updated_at = v.at
         from unnest(${pEnv}::text[], ${pId}::text[], ${pStatus}::text[], ${pCustomer}::text[], ${pReasons}::text[],
           ${pEvent}::text[], ${pClientEvent}::text[], ${pAt}::timestamptz[])
           as v(env, id, status, customer_id, reasons, event_id, client_event_id, at)
-        where p.environment_id = v.env and p.id = v.id and p.status = 'pending'
-      )
-      update match_results r set status = v.status, admission_errors = v.errors::jsonb, revision = r.revision + 1, updated_at = v.at
-      from unnest(${env}::text[], ${id}::text[], ${status}::text[], ${errors}::text[], ${at}::timestamptz[])
-        as v(env, id, status, errors, at)
-      where r.environment_id = v.env and r.id = v.id
-      returning r.environment_id, r.id, r.revision`;
-    const revisions = new Map(rows.map((r) => [`${r.environment_id as string}\u0000${r.id as string}`, r.revision as number] as const));
-    return items.map((v) => revisions.get(`${v.environmentId}\u0000${v.matchResultId}`) ?? null);
+        where p.environment_id = v.env and p.id = v.id and (p.status = 'pending' or p.customer_id is null)`;
+      const rows = await tx`
+        update match_results r set status = ${derivedStatus(tx as unknown as Sql)}, admission_errors = v.errors::jsonb,
+          revision = r.revision + 1, updated_at = v.at
+        from unnest(${env}::text[], ${id}::text[], ${errors}::text[], ${at}::timestamptz[]) as v(env, id, errors, at)
+        where r.environment_id = v.env and r.id = v.id
+        returning r.environment_id, r.id, r.revision, r.status`;
+      const written = new Map(
+        rows.map((r) => [`${r.environment_id as string}\u0000${r.id as string}`, { revision: r.revision as number, status: r.status as string }] as const),
+      );
+      return items.map((v) => written.get(`${v.environmentId}\u0000${v.matchResultId}`) ?? null);
+    }) as Promise<Array<VerdictsWritten | null>>;
   }
 
   /** A record with its players (by `mr_` id or by match_id), or null. */
@@ -344,20 +379,30 @@ export class MatchRecords {
     return rows.map((r) => matchRow(r, byMatch.get(r.id as string) ?? []));
   }
 
-  /** A player row, locked until the transaction `tx` ends (reviews). */
+  /**
+   * A player row, locked until the transaction `tx` ends (reviews), after its match record: the
+   * record is locked first, as verdict writes do, so two reviews of players of one match (or a
+   * review and a report's verdicts) run one after the other and each derives the match status
+   * from what the other wrote.
+   */
   async lockPlayer(tx: Sql, env: string, playerId: string): Promise<PlayerRow | null> {
+    const [owner] = await tx`select match_result_id from match_result_players where environment_id = ${env} and id = ${playerId}`;
+    if (owner === undefined) return null;
+    await tx`select 1 from match_results where environment_id = ${env} and id = ${owner.match_result_id as string} for update`;
     const rows = await tx`select * from match_result_players where environment_id = ${env} and id = ${playerId} for update`;
     return rows.length === 0 ? null : playerRow(rows[0]!);
   }
 
-  /** A review's outcome: the player row, then the record's status (inside the review's transaction). */
-  async writeReview(tx: Sql, env: string, matchResultId: string, p: PlayerRow, matchStatus: string, atMs: number): Promise<void> {
+  /** A review's outcome: the player row, then the record's status derived from its stored players (inside the review's transaction). */
+  async writeReview(tx: Sql, env: string, matchResultId: string, p: PlayerRow, atMs: number): Promise<string> {
     await tx`
       update match_result_players set status = ${p.status}, reasons = (${JSON.stringify(p.reasons)}::text)::jsonb,
         review = (${JSON.stringify(p.review)}::text)::jsonb, event_id = ${p.eventId}, updated_at = ${new Date(atMs)}
       where environment_id = ${env} and id = ${p.id}`;
-    await tx`
-      update match_results set status = ${matchStatus}, revision = revision + 1, updated_at = now()
-      where environment_id = ${env} and id = ${matchResultId}`;
+    const [row] = await tx`
+      update match_results r set status = ${derivedStatus(tx)}, revision = r.revision + 1, updated_at = now()
+      where r.environment_id = ${env} and r.id = ${matchResultId}
+      returning r.status`;
+    return row!.status as string;
   }
 }
