@@ -145,7 +145,16 @@ export class MatchResults {
   async report(env: string, reportingKeyId: string, body: unknown): Promise<{ status: 200 | 201; body: unknown }> {
     const nowMs = await this.now(env);
     const parsed = parseReport(body, nowMs);
-    if (!parsed.ok) throw new ApiError('validation_failed', { param: parsed.param, message: parsed.message, details: parsed.details });
+    if (!parsed.ok) {
+      const invalid = new ApiError('validation_failed', { param: parsed.param, message: parsed.message, details: parsed.details });
+      // Rule 4 first: a repeat of a stored match is answered from its record even once its
+      // ended_at left the window (a replay then also completes players left pending, rule 5).
+      const repeat = parseReport(body, nowMs, { window: false });
+      if (!repeat.ok) throw invalid;
+      const existing = await this.records.load(env, { matchId: repeat.value.matchId });
+      if (existing === null) throw invalid;
+      return this.repeat(env, existing, repeat.value);
+    }
     const report = parsed.value;
 
     let checked: { profile: MatchProfile; customerIds: Array<string | null> };

@@ -101,6 +101,29 @@ t.test('match results over the API', async (t) => {
     t.equal(reused.body.error.param, 'match_id');
   });
 
+  await t.test('a repeat is answered from the stored record after its ended_at left the 7-day window', async (t) => {
+    // Its own tenant: the test clock it moves is the environment's.
+    const other = (await signUp(anon)).server;
+    await applyCommands(other, [arena]);
+    const body = report([{ ext: 'late-1' }, { ext: 'late-2' }]);
+    const first = await other.post('/v1/match_results', body);
+    t.equal(first.status, 201);
+    t.equal((await other.post('/v1/test_clock/advance', { seconds: 8 * 86_400 })).status, 200);
+    const again = await other.post('/v1/match_results', body);
+    t.equal(again.status, 200, 'rule 4 before the ended_at window');
+    t.match(again.body, { id: first.body.id, replayed: true });
+    const changed = await other.post('/v1/match_results', { ...body, players: [body.players[0]] });
+    t.match(changed.body.error, { code: 'idempotency_key_reused', param: 'match_id' });
+    const fresh = await other.post('/v1/match_results', { ...body, match_id: 'late-new' });
+    t.match(fresh.body.error, { code: 'validation_failed', param: 'ended_at' }, 'a new report is still held to the window');
+  });
+
+  await t.test('a zero-length match is rejected by the profile duration bounds, not refused as invalid', async (t) => {
+    const r = await api.post('/v1/match_results', report([{ ext: 'zero-1' }], { started_at: minutesAgo(5), ended_at: minutesAgo(5) }));
+    t.equal(r.status, 201);
+    t.match(r.body, { duration_seconds: 0, status: 'rejected', players: [{ status: 'rejected', reasons: [{ code: 'duration_out_of_bounds' }] }] });
+  });
+
   await t.test('one row per reason code, through the API', async (t) => {
     const cases: Array<{ name: string; body: ReturnType<typeof report>; status: string; code: string; everyone?: boolean }> = [
       { name: 'metric_below_minimum', body: report([{ ext: 'r-below', kills: -1 }, { ext: 'r-ok1' }]), status: 'rejected', code: 'metric_below_minimum' },

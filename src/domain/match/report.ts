@@ -72,22 +72,26 @@ function refKey(r: CustomerRef): string {
 
 /**
  * Shape, rule 1 (count, each player once by customer reference) and rule 3 (the ended_at window,
- * started_at before ended_at). Metrics are only checked to be a map here; checkReportMetrics
- * compares them with the profile once the caller has loaded it by `profileKey`.
+ * started_at not after ended_at: a zero-length match is left to the profile's duration bounds).
+ * Metrics are only checked to be a map here; checkReportMetrics compares them with the profile
+ * once the caller has loaded it by `profileKey`. `window: false` skips the ended_at window: a
+ * repeat of a stored match is answered from the record however long ago it ended (rule 4 first).
  */
-export function parseReport(body: unknown, nowMs: number): ProfileValidation<MatchReport> {
+export function parseReport(body: unknown, nowMs: number, options: { window?: boolean } = {}): ProfileValidation<MatchReport> {
   const r = reportBodySchema.safeParse(body);
   if (!r.success) return failed(issuesFromZod(r.error.issues));
   const b = r.data;
   const issues: IssueDetail[] = [];
   const startedAtMs = Date.parse(b.started_at);
   const endedAtMs = Date.parse(b.ended_at);
-  if (endedAtMs > nowMs + matchLimits.endedAtFutureSkewMs) {
+  if (options.window === false) {
+    // A repeat: checked against its stored record instead.
+  } else if (endedAtMs > nowMs + matchLimits.endedAtFutureSkewMs) {
     issues.push({ param: 'ended_at', message: 'ended_at is more than 5 minutes ahead of the server clock.' });
   } else if (endedAtMs < nowMs - matchLimits.endedAtMaxAgeMs) {
     issues.push({ param: 'ended_at', message: 'ended_at is more than 7 days old.' });
   }
-  if (!(startedAtMs < endedAtMs)) issues.push({ param: 'started_at', message: 'started_at must be before ended_at.' });
+  if (!(startedAtMs <= endedAtMs)) issues.push({ param: 'started_at', message: 'started_at must not be after ended_at.' });
 
   const seen = new Map<string, number>();
   const players: ReportPlayer[] = b.players.map((p, i) => {
