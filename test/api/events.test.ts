@@ -116,7 +116,7 @@ t.test('events', async (t) => {
     t.equal(ok.status, 202);
     const notAllowed = await pub.post('/v1/events', event('pub-2'));
     t.equal(notAllowed.status, 403);
-    t.equal(notAllowed.body.error.code, 'forbidden');
+    t.equal(notAllowed.body.error.code, 'event_requires_secret_key', 'an event the key may not send needs a secret key');
     const badOrigin = await pub.post('/v1/events', { ...event('pub-3'), name: 'page.viewed' }, { origin: 'https://evil.example' });
     t.equal(badOrigin.body.error.code, 'origin_not_allowed');
     const secretRoute = await pub.get(`/v1/events/${ok.body.id}`);

@@ -210,23 +210,23 @@ t.test('public gRPC API against the real service', async (t) => {
     );
     t.equal(err, null);
     t.match(res!.results[0], { accepted: { id: /^evt_/ } });
-    t.match(res!.results[1], { clientEventId: 'pk-2', error: { code: 'forbidden', param: 'events[1].name' } });
+    t.match(res!.results[1], { clientEventId: 'pk-2', error: { code: 'event_requires_secret_key', param: 'events[1].name' } });
 
     const badOrigin = await ingestBatch({ mode: 0, events: [ev('pk-3', 'g-web', { name: 'page.viewed' })] }, bearer(k.body.token, { origin: 'https://evil.example' }));
     t.equal(badOrigin.err?.code, status.PERMISSION_DENIED);
     t.equal(trailer(badOrigin.err, 'error-code'), 'origin_not_allowed');
 
-    // One event on the stream: the refusal is the ack's error (HTTP: 403 forbidden).
+    // One event on the stream: the refusal is the ack's error (HTTP: 403 event_requires_secret_key).
     const acks = await streamAll(events, md(), [{ correlationId: 'c-1', event: ev('pk-4', 'g-web'), mode: 0 }]);
     t.equal(acks.length, 1);
-    t.match(acks[0], { correlationId: 'c-1', result: { clientEventId: 'pk-4', error: { code: 'forbidden', param: 'name' } } });
+    t.match(acks[0], { correlationId: 'c-1', result: { clientEventId: 'pk-4', error: { code: 'event_requires_secret_key', param: 'name' } } });
     const http = await anon.post(
       '/v1/events',
       { id: 'pk-4', name: 'level.completed', customer_id: 'g-web', occurred_at: now() },
       { authorization: `Bearer ${k.body.token}`, origin: 'https://game.example' },
     );
     t.equal(http.status, 403);
-    t.equal(http.body.error.code, 'forbidden');
+    t.equal(http.body.error.code, 'event_requires_secret_key');
 
     // A publishable key may not read state.
     const id = await customerIdOf(api, 'g-web');

@@ -159,14 +159,14 @@ async function recordOne(
     );
   }
   let result: CallResult;
+  // Sync mode past its bound answers 202 with fallback: true, but never before the event is
+  // journaled (202 means stored): the actor's answer comes with the journal's ack, so the
+  // fallback still waits for it, and an event that could not be stored is an error, not a 202.
+  let fallback = false;
   if (sync) {
     const raced = await Promise.race([pending, sleep(limits.syncEvaluationWaitMs)]);
-    if (raced === undefined) {
-      // The actor could not answer in time; the event is still queued and will be applied once.
-      void pending.catch(() => {});
-      return { status: 202, body: { id: null, client_event_id: ev.id, status: 'accepted', fallback: true } };
-    }
-    result = raced;
+    if (raced === undefined) fallback = true;
+    result = raced ?? (await pending);
   } else {
     result = await pending;
   }
@@ -177,11 +177,13 @@ async function recordOne(
   const reply = result.reply;
   if (reply.kind !== 'event') throw new ApiError('internal_error');
   if (reply.effects.length > 0) deps.afterEvent?.(env, reply.customerId, reply.effects);
-  const body: Record<string, unknown> = sync
+  const evaluated = sync && !fallback;
+  const body: Record<string, unknown> = evaluated
     ? { id: reply.id, client_event_id: reply.clientEventId, status: 'evaluated', effects: reply.effects.map(effectWire) }
     : { id: reply.id, client_event_id: reply.clientEventId, status: 'accepted' };
   if (reply.duplicate) body.duplicate = true;
-  return { status: sync ? 200 : 202, body };
+  if (fallback) body.fallback = true;
+  return { status: evaluated ? 200 : 202, body };
 }
 
 export function effectWire(e: Effect): Record<string, unknown> {
@@ -246,7 +248,7 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
         const trust = isPublishable || principal.kind === 'customer' ? 'client_reported' : 'merchant_asserted';
         const checkAllowed = (name: string, param: string) => {
           if (isPublishable && !principal.allowedEvents.includes(name)) {
-            throw new ApiError('forbidden', { message: `This publishable key may not send ${name}.`, param });
+            throw new ApiError('event_requires_secret_key', { message: `This publishable key may not send ${name}; send it with a secret key.`, param });
           }
         };
         if (!('events' in b)) {
