@@ -47,7 +47,7 @@ export type ReplyView =
   | { kind: 'resolved'; customerId: string }
   | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string; effects: Effect[] }
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
-  | { kind: 'claimed'; mergedFrom: string | null; matchRates?: RateState }
+  | { kind: 'claimed'; mergedFrom: string | null; matchRates?: RateState; seenEvents?: number[] }
   | { kind: 'ledger'; reply: LedgerReply }
   | { kind: 'reward'; reply: RewardReply }
   | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[]; customerId: string }
@@ -533,7 +533,9 @@ export class Partition {
       this.batch.records.push([call.env, '', [{ kind: 'key.bound', key, customerId: cmd.customerId }]]);
       // The merged customer's match rate books travel to the survivor (only when it has any).
       const rates = owner.matchRates !== undefined && Object.keys(owner.matchRates).length > 0 ? { matchRates: owner.matchRates } : {};
-      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id, ...rates } }, actor, resolve);
+      // So do its recorded event ids: a retry of one of its events is a duplicate on the survivor.
+      const seen = owner.events.size > 0 ? { seenEvents: owner.events.records() } : {};
+      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id, ...rates, ...seen } }, actor, resolve);
     }
     return this.reply(
       { ok: false, code: 'alias_conflict', message: 'The alias belongs to another customer.', param: 'alias' },

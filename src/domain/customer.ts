@@ -139,6 +139,8 @@ export type Command =
       mergedFrom: string | null;
       /** The merged customer's match rate books (joined into this group's). */
       matchRates?: RateState;
+      /** The merged customer's recorded event ids (SeenEvents records), deduplicated on the survivor from now on. */
+      seenEvents?: number[];
     }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
@@ -182,6 +184,8 @@ export type Fact =
     }
   | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
   | { kind: 'customer.merged'; into: string; atMs: number }
+  /** A merged customer's recorded event ids joined into the survivor's (SeenEvents records). */
+  | { kind: 'events.merged'; from: string; records: number[] }
   | ledger.LedgerFact
   | RuleFact
   | TierFact
@@ -323,9 +327,14 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       };
       const rateFacts: Fact[] =
         cmd.matchRates !== undefined && Object.keys(cmd.matchRates).length > 0 ? [{ kind: 'match_rate.merged', from: cmd.matchRates }] : [];
+      // A retry of an event first sent for the merged customer is a duplicate here too.
+      const eventFacts: Fact[] =
+        cmd.mergedFrom !== null && cmd.seenEvents !== undefined && cmd.seenEvents.length > 0
+          ? [{ kind: 'events.merged', from: cmd.mergedFrom, records: cmd.seenEvents }]
+          : [];
       return {
         ok: true,
-        facts: [fact, ...rateFacts],
+        facts: [fact, ...rateFacts, ...eventFacts],
         reply: {
           kind: 'alias',
           alias: { alias: cmd.alias, kind: cmd.aliasKind, createdAtMs: ctx.nowMs },
@@ -616,6 +625,9 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       return state;
     case 'item.granted':
       state.inventory = evolveInventory(state.inventory === sharedEmpty.inventory ? emptyInventory() : state.inventory, fact);
+      return state;
+    case 'events.merged':
+      state.events.addRecords(fact.records);
       return state;
     case 'match_rate.counted':
     case 'match_rate.released':

@@ -78,6 +78,27 @@ export class SeenEvents {
     else if (n + 1 > indexFrom) this.buildIndex();
   }
 
+  /**
+   * Joins another customer's records (a merge: its event ids stay deduplicated on the survivor).
+   * A client event id this set already knows keeps its own record.
+   */
+  addRecords(records: ArrayLike<number>): void {
+    for (let o = 0; o + stride <= records.length; o += stride) {
+      const key = records[o]!;
+      if (this.find(key) >= 0) continue;
+      const n = this.size;
+      if (n === 0) this.data = [key, records[o + 1]!, records[o + 2]!, records[o + 3]!];
+      else this.data.push(key, records[o + 1]!, records[o + 2]!, records[o + 3]!);
+      if (this.index) this.index.set(key, n);
+      else if (n + 1 > indexFrom) this.buildIndex();
+    }
+  }
+
+  /** The packed records (a copy) as plain numbers, for a merge fact. */
+  records(): number[] {
+    return this.data.slice();
+  }
+
   /** The packed records (a copy), for snapshots. */
   toArray(): Float64Array {
     return Float64Array.from(this.data);

@@ -90,7 +90,8 @@ t.test('customers', async (t) => {
   });
 
   await t.test('an alias naming another customer merges it; later events for either id reach the survivor', async (t) => {
-    await api.post('/v1/events', { id: 'a-1', name: 'app.opened', customer_id: 'anon-77', occurred_at: now() });
+    const a1At = now();
+    const a1 = await api.post('/v1/events', { id: 'a-1', name: 'app.opened', customer_id: 'anon-77', occurred_at: a1At });
     const anonId = (await api.get('/v1/customers?external_id=anon-77')).body.data[0].id;
     const main = (await api.post('/v1/customers', { external_id: 'user-77' }, idem())).body;
     const r = await api.post(`/v1/customers/${main.id}/aliases`, { alias: 'anon-77' }, idem());
@@ -98,6 +99,13 @@ t.test('customers', async (t) => {
     t.match(r.body, { alias: { alias: 'anon-77', kind: 'anonymous', customer_id: main.id }, merged_from: anonId });
     const later = await api.post('/v1/events', { id: 'a-2', name: 'app.opened', customer_id: 'anon-77', occurred_at: now() });
     t.equal(later.status, 202);
+    // The merged customer's event ids stay deduplicated on the survivor: a retry is not a new event.
+    const retried = await api.post('/v1/events', { id: 'a-1', name: 'app.opened', customer_id: 'anon-77', occurred_at: a1At });
+    t.equal(retried.status, 202);
+    t.equal(retried.body.duplicate, true, 'a retry of an event sent before the merge is a duplicate');
+    t.equal(retried.body.id, a1.body.id, 'answered with the first id');
+    const conflicting = await api.post('/v1/events', { id: 'a-1', name: 'app.closed', customer_id: 'user-77', occurred_at: a1At });
+    t.equal(conflicting.body.error?.code, 'event_id_conflict', 'other content under the merged id is a conflict on the survivor');
     const viaAlias = await api.get('/v1/customers?external_id=anon-77');
     t.equal(viaAlias.body.data[0].id, main.id, 'the alias resolves to the survivor');
     const viaOldId = await api.get(`/v1/customers/${anonId}`);

@@ -56,3 +56,27 @@ t.test('service event ids: the base32 layout, and parsing gives back time and ra
   t.equal(eventId(0, 0), 'evt_000000000000000000000');
   t.equal(parseEventId('evt_00000000000000000000I'), null, 'a letter outside the alphabet');
 });
+
+t.test('a merge joins another set: its ids are found, ids both know keep this set’s record, sizes cross the index', async (t) => {
+  const survivor = new SeenEvents();
+  for (let i = 0; i < 10; i++) survivor.add(`s${i}`, i, serviceId(i));
+  survivor.add('both', 1, serviceId(100));
+  const merged = new SeenEvents();
+  for (let i = 0; i < 12; i++) merged.add(`m${i}`, 50 + i, serviceId(200 + i));
+  merged.add('both', 2, serviceId(300));
+  const records = merged.records();
+  t.equal(records.length, 13 * 4);
+  survivor.addRecords(records);
+  t.equal(survivor.size, 23, '11 + 13 - the id both knew');
+  for (let i = 0; i < 12; i++) t.same(survivor.get(`m${i}`), { fp: 50 + i, id: serviceId(200 + i) });
+  for (let i = 0; i < 10; i++) t.same(survivor.get(`s${i}`), { fp: i, id: serviceId(i) });
+  t.same(survivor.get('both'), { fp: 1, id: serviceId(100) }, 'the survivor keeps its own record');
+  survivor.addRecords(records);
+  t.equal(survivor.size, 23, 'joining twice adds nothing (a replayed fact)');
+  t.same(new SeenEvents(survivor.toArray()).get('m11'), { fp: 61, id: serviceId(211) }, 'through a snapshot round trip');
+  records[0] = 0;
+  t.same(merged.get('m0'), { fp: 50, id: serviceId(200) }, 'records() is a copy');
+  const empty = new SeenEvents();
+  empty.addRecords(merged.records());
+  t.equal(empty.size, 13, 'an empty set takes them all');
+});

@@ -375,6 +375,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
           aliasKind: ctx.body.kind,
           mergedFrom: claim.mergedFrom,
           ...(claim.matchRates !== undefined ? { matchRates: claim.matchRates } : {}),
+          ...(claim.seenEvents !== undefined ? { seenEvents: claim.seenEvents } : {}),
         });
         if (added.kind !== 'alias') throw new ApiError('internal_error');
         return {
