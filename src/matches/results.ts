@@ -25,7 +25,7 @@ import {
   parseReport,
   reportFingerprint,
 } from '../domain/match/report.js';
-import { decideReview, deriveMatchStatus, type PlayerRecord, type ReviewDecision } from '../domain/match/verdict.js';
+import { clientEventId, decideReview, deriveMatchStatus, type PlayerRecord, type ReviewDecision } from '../domain/match/verdict.js';
 import type { RulesContext } from '../domain/rule-effects.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
@@ -240,7 +240,8 @@ export class MatchResults {
     const same = compareRepeat(existing.fingerprint, report);
     if (!same.ok) throw new ApiError(same.code, { param: same.param, message: same.message });
     let m = existing;
-    if (m.players.some((p) => p.status === 'pending')) {
+    // Players left pending, or rejected before admission without the customer rule 2 creates.
+    if (m.players.some((p) => p.status === 'pending' || (p.customerId === null && p.customerRef.by === 'external_id'))) {
       const profile = await this.deps.profiles.revision(env, m.profileId, m.profileRevision);
       if (profile === null) throw new ApiError('internal_error');
       // The stored report and this one are identical up to player order: match them by reference.
@@ -293,8 +294,22 @@ export class MatchResults {
     const players = [...m.players].sort((a, b) => a.position - b.position).map((p) => ({ ...p }));
     const wasPending = new Set(m.players.filter((p) => p.status === 'pending').map((p) => p.id));
     const errors: AdmissionError[] = [];
+    /** Players rejected before admission whose new customer this call created (rule 2). */
+    const created = new Set<string>();
     await Promise.all(
       players.map(async (p, i) => {
+        if (p.status === 'rejected' && p.customerId === null && p.customerRef.by === 'external_id') {
+          // Rule 2 holds whatever the verdict: an unknown external id becomes a customer.
+          try {
+            p.customerId = await this.ensureCustomer(env, p.customerRef.value, nowMs);
+            p.clientEventId = clientEventId(m.matchId, p.customerId);
+            created.add(p.id);
+          } catch (err) {
+            const e = err instanceof ApiError ? err : new ApiError('internal_error');
+            errors.push({ player_id: p.id, customer_id: null, code: e.code, message: e.message });
+          }
+          return;
+        }
         if (p.status !== 'pending') return;
         const pp = pre[i]!;
         if (pp.stage === 'final') {
@@ -343,7 +358,7 @@ export class MatchResults {
         });
       }),
     );
-    const completed = players.filter((p) => p.status !== 'pending' && wasPending.has(p.id));
+    const completed = players.filter((p) => (p.status !== 'pending' && wasPending.has(p.id)) || created.has(p.id));
     const written = await this.records.writeVerdicts({
       environmentId: env,
       matchResultId: m.id,
@@ -362,6 +377,18 @@ export class MatchResults {
     // The stored status is derived from the stored players: a review that ran meanwhile counts.
     const status = written?.status ?? statusOf(players);
     return { ...m, players, status, admissionErrors: errors, revision: written?.revision ?? m.revision + 1, updatedAtMs: nowMs };
+  }
+
+  /** The customer of an external id: created when nobody has it (its actor decides, so a race creates one). */
+  private async ensureCustomer(env: string, externalId: string, nowMs: number): Promise<string> {
+    const target = { by: 'key' as const, key: externalId };
+    const r = await this.deps.engine.execute({ env, target, command: { kind: 'customer.create', externalId, attributes: {} }, nowMs });
+    if (r.ok === true && r.reply.kind === 'customer') return r.reply.customer.id;
+    if (r.ok === false && r.code !== 'already_exists') throwResult(r);
+    const again = await this.deps.engine.execute({ env, target, command: { kind: 'customer.resolve' }, nowMs });
+    if (again.ok === true && again.reply.kind === 'resolved') return again.reply.customerId;
+    if (again.ok === false) throwResult(again);
+    throw new ApiError('internal_error');
   }
 
   private eventSpec(m: MatchRow, eventName: string, p: PlayerRow, context: EventContext | null): MatchEventSpec {

@@ -124,6 +124,22 @@ t.test('match results over the API', async (t) => {
     t.match(r.body, { duration_seconds: 0, status: 'rejected', players: [{ status: 'rejected', reasons: [{ code: 'duration_out_of_bounds' }] }] });
   });
 
+  await t.test('rule 2 whatever the verdict: a player rejected before admission by a new external id becomes a customer', async (t) => {
+    const body = report([{ ext: 'rej-new-1', kills: -1 }, { ext: 'rej-new-2' }], { match_id: 'rej-new' });
+    const r = await api.post('/v1/match_results', body);
+    t.equal(r.status, 201);
+    const [bad, good] = r.body.players;
+    t.match(bad, { status: 'rejected', reasons: [{ code: 'metric_below_minimum' }], event_id: null, customer_id: /^cust_/, client_event_id: `rej-new:${bad.customer_id}` });
+    t.match(good, { status: 'admitted', customer_id: /^cust_/ });
+    const found = await api.get('/v1/customers?external_id=rej-new-1');
+    t.equal(found.body.data[0]?.id, bad.customer_id, 'the customer exists, under the id the verdict names');
+    const stored = await api.get(`/v1/match_results/${r.body.id}`);
+    t.equal(stored.body.players[0].customer_id, bad.customer_id, 'and the stored record names it');
+    const again = await api.post('/v1/match_results', body);
+    t.equal(again.status, 200);
+    t.equal(again.body.players[0].customer_id, bad.customer_id, 'a repeat creates nobody else');
+  });
+
   await t.test('one row per reason code, through the API', async (t) => {
     const cases: Array<{ name: string; body: ReturnType<typeof report>; status: string; code: string; everyone?: boolean }> = [
       { name: 'metric_below_minimum', body: report([{ ext: 'r-below', kills: -1 }, { ext: 'r-ok1' }]), status: 'rejected', code: 'metric_below_minimum' },
