@@ -269,6 +269,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
     nowMs: now,
     rules: (env) => rulesContexts.get(env),
     counters: async (env) => countersContexts.get(env, await challenges.timeZone(env)),
+    budgets,
+    afterEvent: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),
   });
   const gateway = createGateway({
     routes: [

@@ -13,7 +13,8 @@
 import type { CountersContext } from '../domain/counters.js';
 import type { Engine } from '../actors/engine.js';
 import type { CallResult, EngineCommand } from '../actors/partition.js';
-import type { MatchEventSpec, MatchPlayerReply } from '../domain/match/actor.js';
+import { type MatchEventSpec, type MatchPlayerReply, matchEventProperties } from '../domain/match/actor.js';
+import { type BudgetAllowance, grantFor, settleGrant } from '../catalog/event-grants.js';
 import { preAdmit, checkProfileOpen } from '../domain/match/admission.js';
 import type { MatchProfile } from '../domain/match/profile.js';
 import {
@@ -26,7 +27,7 @@ import {
   reportFingerprint,
 } from '../domain/match/report.js';
 import { clientEventId, decideReview, deriveMatchStatus, type PlayerRecord, type ReviewDecision } from '../domain/match/verdict.js';
-import type { RulesContext } from '../domain/rule-effects.js';
+import type { Effect, RulesContext } from '../domain/rule-effects.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Sql } from '../persistence/sql/db.js';
@@ -48,6 +49,10 @@ export interface MatchResultsDeps {
   rules(environmentId: string): RulesContext | null | Promise<RulesContext | null>;
   /** The environment's counter definitions: match events are counted like any other event. */
   counters?(environmentId: string): CountersContext | null | Promise<CountersContext | null>;
+  /** The node's campaign budget allowance: capped campaigns' awards on match events (rule 6, as for POST /v1/events). */
+  budgets?: BudgetAllowance;
+  /** Called with the effects of an admitted player's journaled event (e.g. rewards its rules requested), as for POST /v1/events. */
+  afterEvent?(environmentId: string, customerId: string, effects: readonly Effect[]): void;
 }
 
 const iso = (t: number) => new Date(t).toISOString();
@@ -331,12 +336,12 @@ export class MatchResults {
           endedAtMs: report.endedAtMs,
           pending: pp.pending,
           outlierReasons: pp.outlierReasons,
-          event: this.eventSpec(m, profile.event, p, rules),
+          event: await this.grantedEventSpec(env, m, profile.event, p, rules, nowMs),
         };
         const target = p.customerId === null ? { by: 'key' as const, key: p.customerRef.value } : { by: 'id' as const, id: p.customerId };
         let r: CallResult;
         try {
-          r = await this.deps.engine.execute({ env, target, command, nowMs });
+          r = await this.execute(env, target, command, nowMs);
         } catch (err) {
           const e = err instanceof ApiError ? err : new ApiError('internal_error');
           errors.push({ player_id: p.id, customer_id: p.customerId, code: e.code, message: e.message });
@@ -349,6 +354,7 @@ export class MatchResults {
           return;
         }
         const v: MatchPlayerReply = r.reply;
+        if (v.effects.length > 0) this.deps.afterEvent?.(env, v.customerId, v.effects);
         Object.assign(p, {
           status: v.status,
           reasons: v.reasons,
@@ -389,6 +395,21 @@ export class MatchResults {
     if (again.ok === true && again.reply.kind === 'resolved') return again.reply.customerId;
     if (again.ok === false) throwResult(again);
     throw new ApiError('internal_error');
+  }
+
+  /** A player's event spec with the campaign budget grant its step may award from (as for POST /v1/events). */
+  private async grantedEventSpec(env: string, m: MatchRow, eventName: string, p: PlayerRow, context: EventContext | null, nowMs: number): Promise<MatchEventSpec> {
+    const spec = this.eventSpec(m, eventName, p, context);
+    const g = grantFor(this.deps.budgets, env, spec.rules, { name: spec.name, properties: matchEventProperties(spec) }, nowMs);
+    spec.rules = (g instanceof Promise ? await g : g).rules;
+    return spec;
+  }
+
+  /** An engine call carrying a player's event: the unused part of its budget grant goes back after the reply. */
+  private execute(env: string, target: { by: 'id'; id: string } | { by: 'key'; key: string }, command: EngineCommand & { event: MatchEventSpec }, nowMs: number): Promise<CallResult> {
+    const pending = this.deps.engine.execute({ env, target, command, nowMs });
+    settleGrant(this.deps.budgets, env, command.event.rules?.budget ?? null, pending);
+    return pending;
   }
 
   private eventSpec(m: MatchRow, eventName: string, p: PlayerRow, context: EventContext | null): MatchEventSpec {
@@ -439,18 +460,20 @@ export class MatchResults {
       if (!d.ok) throw new ApiError(d.code, { param: d.param, message: d.message });
       const matchRef = { id: m.id, match_id: m.matchId, status: m.status };
       if (d.reply.replayed) return { player: playerWire(p), match_result: matchRef, replayed: true };
-      const r = await this.deps.engine.execute({
+      const event = await this.grantedEventSpec(env, m, m.event, p, rules, nowMs);
+      const r = await this.execute(
         env,
-        target: { by: 'id', id: p.customerId ?? '' },
-        command: { kind: 'match.review', decision, customerId: p.customerId ?? '', profileId: m.profileId, event: this.eventSpec(m, m.event, p, rules) },
+        { by: 'id', id: p.customerId ?? '' },
+        { kind: 'match.review', decision, customerId: p.customerId ?? '', profileId: m.profileId, event },
         nowMs,
-      });
+      );
       if (r.ok !== true) {
         if (r.ok === 'redirect') throw new ApiError('internal_error');
         throwResult(r);
       }
       if (r.reply.kind !== 'match_player') throw new ApiError('internal_error');
       const v = r.reply;
+      if (v.effects.length > 0) this.deps.afterEvent?.(env, v.customerId, v.effects);
       const fact = d.facts[0]!;
       const reasons = v.status === 'rejected' && decision === 'admit' ? [...p.reasons, ...v.reasons] : fact.reasons;
       const next: PlayerRow = { ...p, status: v.status, reasons, review: fact.review, eventId: v.eventId, updatedAtMs: nowMs };

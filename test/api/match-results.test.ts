@@ -422,6 +422,33 @@ t.test('match results over the API', async (t) => {
     t.same((await api.get(`/v1/customers/${held.body.players[0].customer_id}/state`)).body.counters, { wins: 1 }, 'a reviewed admit is counted too');
   });
 
+  await t.test("rule 6: a capped campaign's rule awards on match events from its budget, never past it", async (t) => {
+    const other = (await signUp(anon)).server;
+    await applyCommands(other, [arena]);
+    t.equal((await other.post('/v1/currencies', { key: 'gems', name: 'Gems' }, idem())).status, 201);
+    const campaign = await other.post('/v1/campaigns', { name: 'Arena week', budgets: [{ currency: 'gems', amount: 30 }] }, idem());
+    t.equal(campaign.status, 201, JSON.stringify(campaign.body));
+    t.equal((await other.post(`/v1/campaigns/${campaign.body.id}/activate`, {})).status, 200);
+    const definition = {
+      schema: 'service.rule/v2',
+      trigger: { kind: 'customer_event', event: 'match.completed' },
+      actions: [{ type: 'points.award', currency: 'gems', amount: 10 }],
+    };
+    const rule = await other.post('/v1/rules', { name: 'arena gems', definition, campaign_id: campaign.body.id }, idem());
+    t.equal(rule.status, 201, JSON.stringify(rule.body));
+    t.equal((await other.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+    const r = await other.post('/v1/match_results', report([{ ext: 'cb-1' }, { ext: 'cb-2' }, { ext: 'cb-3' }, { ext: 'cb-4' }]));
+    t.equal(r.body.status, 'admitted');
+    let awarded = 0;
+    for (const p of r.body.players) {
+      const b = await other.get(`/v1/customers/${p.customer_id}/balances`);
+      awarded += b.body.data.find((x: { currency: string }) => x.currency === 'gems')?.available ?? 0;
+    }
+    t.equal(awarded, 30, 'three players awarded from the budget of 30, the fourth skipped (before: none, budget_exhausted)');
+    const spent = await other.get(`/v1/campaigns/${campaign.body.id}`);
+    t.match(spent.body.budgets, [{ currency: 'gems', amount: 30, spent: 30 }]);
+  });
+
   await t.test('rule 5: a repeat completes a player an interrupted request left pending, exactly once', async (t) => {
     const body = report([{ ext: 'rc-1', won: true }, { ext: 'rc-2', won: false }]);
     const first = await api.post('/v1/match_results', body);

@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { CallResult } from '../../actors/partition.js';
-import { type BudgetGrant, budgetWants, grantUsed } from '../../domain/campaigns.js';
+import { type BudgetAllowance, grantFor, settleGrant } from '../../catalog/event-grants.js';
 import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
@@ -77,10 +77,7 @@ export interface EventDeps {
   /** Counter definitions and the environment's time zone (sync when cached); absent: no counters. */
   counters?(environmentId: string, timeZone: string): CountersContext | null | Promise<CountersContext | null>;
   /** The node's campaign budget allowance (grants taken before the step, the rest given back after). */
-  budgets?: {
-    grant(environmentId: string, wants: BudgetGrant): BudgetGrant | Promise<BudgetGrant>;
-    giveBack(environmentId: string, grant: BudgetGrant, used: BudgetGrant): void;
-  };
+  budgets?: BudgetAllowance;
 }
 
 type ItemResult = { status: number; body: Record<string, unknown> };
@@ -117,17 +114,10 @@ async function recordOne(
   let rules = loaded instanceof Promise ? await loaded : loaded;
   const countersLoaded = deps.counters?.(env, timeZone) ?? null;
   const counters = countersLoaded instanceof Promise ? await countersLoaded : countersLoaded;
-  // Capped campaign awards: take a grant from the node's allowance before the step.
-  let grant: BudgetGrant | null = null;
-  if (rules?.campaigns !== undefined && rules.cappedPlans !== undefined && rules.cappedPlans.length > 0 && deps.budgets !== undefined) {
-    // Rules' awards and the completion awards of the campaign challenges this event may complete.
-    const wants = budgetWants(rules.cappedPlans, rules.campaigns, ev, nowMs);
-    if (Object.keys(wants).length > 0) {
-      const g = deps.budgets.grant(env, wants);
-      grant = g instanceof Promise ? await g : g;
-      rules = { ...rules, budget: grant };
-    }
-  }
+  // Capped campaign awards: a grant from the node's allowance before the step, the rest back after.
+  const g = grantFor(deps.budgets, env, rules, ev, nowMs);
+  const granted = g instanceof Promise ? await g : g;
+  rules = granted.rules;
   const pending = deps.engine.execute({
     env,
     target: { by: 'key', key: ev.customer_id },
@@ -145,19 +135,7 @@ async function recordOne(
     },
     nowMs,
   });
-  if (grant !== null && deps.budgets !== undefined) {
-    const budgets = deps.budgets;
-    const taken = grant;
-    // The unused part goes back once the step answered; an unknown outcome keeps it (never over-award).
-    void pending.then(
-      (r) => {
-        if (r.ok === true && r.reply.kind === 'event') budgets.giveBack(env, taken, grantUsed(r.reply.effects));
-        // internal_error may follow a journal append of unknown outcome: keep the grant then.
-        else if (r.ok === false && r.code !== 'internal_error') budgets.giveBack(env, taken, {});
-      },
-      () => {},
-    );
-  }
+  settleGrant(deps.budgets, env, granted.grant, pending);
   let result: CallResult;
   // Sync mode past its bound answers 202 with fallback: true, but never before the event is
   // journaled (202 means stored): the actor's answer comes with the journal's ack, so the
