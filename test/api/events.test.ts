@@ -26,6 +26,9 @@ t.test('events', async (t) => {
     const got = await api.get(`/v1/events/${r.body.id}`);
     t.equal(got.status, 200);
     t.match(got.body, { id: r.body.id, client_event_id: 'e-1', name: 'level.completed', status: 'evaluated', properties: { level: 3 } });
+    const customer = (await api.get(`/v1/customers?external_id=${encodeURIComponent(event('e-1').customer_id)}`)).body.data[0];
+    t.equal(got.body.customer_id, event('e-1').customer_id, 'customer_id is the caller\'s identifier, as sent');
+    t.equal(got.body.customer_service_id, customer.id, 'and the service id alongside');
   });
 
   await t.test('the same id and content is answered as the first, with duplicate: true', async (t) => {

@@ -79,6 +79,7 @@ for (const kind of sqlKinds) {
         receivedAtMs: T0 + 10,
         properties: { amount: 5, raw: 'p\uFFFDq' },
         status: 'evaluated',
+        customerExternalId: 'ext-c1',
       });
       t.same(await rm.listAliases('env_a', 'c1'), [{ environmentId: 'env_a', alias: 'anon-1', customerId: 'c1', kind: 'anonymous', createdAtMs: T0 }]);
       t.equal(await rm.getCustomer('env_b', 'c1'), null, 'environments are separate');

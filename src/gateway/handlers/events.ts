@@ -55,6 +55,8 @@ export interface EventReadModel {
     id: string;
     clientEventId: string;
     customerId: string;
+    /** The customer's external id; null once the customer was erased. */
+    customerExternalId: string | null;
     name: string;
     occurredAtMs: number;
     receivedAtMs: number;
@@ -281,7 +283,9 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
           body: {
             id: row.id,
             client_event_id: row.clientEventId,
-            customer_id: row.customerId,
+            // Spec 2.3: customer_id is the caller's identifier (the external id), as in the request.
+            customer_id: row.customerExternalId,
+            customer_service_id: row.customerId,
             name: row.name,
             occurred_at: iso(row.occurredAtMs),
             received_at: iso(row.receivedAtMs),

@@ -738,10 +738,14 @@ export class PgReadModel {
     return row ? customerRow(row) : null;
   }
 
-  async getEvent(environmentId: string, id: string): Promise<EventRow | null> {
+  /** One event, with its customer's external id (spec 2.3: the caller's customer_id; null once erased). */
+  async getEvent(environmentId: string, id: string): Promise<(EventRow & { customerExternalId: string | null }) | null> {
     const [row] = await this.sql`
-      select ${this.sql.unsafe(eventColumns)} from events where environment_id = ${environmentId} and id = ${id}`;
-    return row ? eventRow(row) : null;
+      select e.environment_id, e.id, e.client_event_id, e.customer_id, e.name, ${this.sql.unsafe(ms('e.occurred_at'))} as occurred_at_ms,
+        ${this.sql.unsafe(ms('e.received_at'))} as received_at_ms, e.properties, e.status, c.external_id as customer_external_id
+      from events e left join customers c on c.environment_id = e.environment_id and c.id = e.customer_id
+      where e.environment_id = ${environmentId} and e.id = ${id}`;
+    return row ? { ...eventRow(row), customerExternalId: (row.customer_external_id as string | null) ?? null } : null;
   }
 
   /**
