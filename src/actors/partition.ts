@@ -54,6 +54,7 @@ export type ReplyView =
   | { kind: 'applied'; changed: boolean }
   | MatchPlayerReply
   | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean }
+  | { kind: 'erased'; mergedFrom: string[] }
   | { kind: 'done' };
 
 export type CallResult =
@@ -257,7 +258,10 @@ export class Partition {
     const actor: Actor = { state, seq: 0, savedSeq: 0, pending: 0, touchedAtMs: 0 };
     if (!clean) actor.seq = 1;
     this.actors.set(state.id, actor);
-    if (state.externalId !== null && state.deletedAtMs === null) this.bindKey(state.environmentId, state.externalId, state.id);
+    // A merged customer's external id routes to its survivor (bound at the merge, kept in customer_keys).
+    if (state.externalId !== null && state.deletedAtMs === null && state.mergedInto === null) {
+      this.bindKey(state.environmentId, state.externalId, state.id);
+    }
     if (!clean) this.dirty.add(actor);
     return actor;
   }
@@ -313,6 +317,11 @@ export class Partition {
     }
     const customerId = this.keys.get(call.env)?.get(target.key);
     if (customerId !== undefined) {
+      const cmd = call.command;
+      // The key's binding lives here even when its customer (an alias's survivor) lives elsewhere.
+      if ((cmd.kind === 'key.release' || cmd.kind === 'key.claim') && !this.owns(customerId)) {
+        return this.runForeignKeyCommand(call.env, target.key, cmd, customerId, resolve);
+      }
       const actor = this.actors.get(customerId);
       if (actor) return this.run(call, actor, resolve);
       if (!this.owns(customerId)) return this.reply({ ok: 'redirect', customerId }, null, resolve);
@@ -478,7 +487,7 @@ export class Partition {
       resolve({ ok: false, code: 'rate_limited', message: 'Too many commands for this customer.', retryAfterSeconds: 1 });
       return;
     }
-    if (state.mergedInto !== null && cmd.kind !== 'customer.view') {
+    if (state.mergedInto !== null && cmd.kind !== 'customer.view' && cmd.kind !== 'customer.erase_merged') {
       return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
     }
     if (cmd.kind === 'customer.view') {
@@ -505,6 +514,30 @@ export class Partition {
   }
 
   /** Alias binding at the key's partition. `actor` is the key's current owner. */
+  /**
+   * A key command for a key bound to a customer of another partition (an alias or a merged
+   * customer's external id): a release unbinds it if it still names that customer; a claim by
+   * that customer is a no-op, by anyone else a conflict (only a customer's own external id merges).
+   */
+  private runForeignKeyCommand(
+    env: string,
+    key: string,
+    cmd: { kind: 'key.claim' | 'key.release'; customerId: string },
+    boundTo: string,
+    resolve: (r: CallResult) => void,
+  ): undefined {
+    if (cmd.kind === 'key.release') {
+      if (boundTo === cmd.customerId) {
+        this.unbindKey(env, key, cmd.customerId);
+        this.keysRemoved.push({ environmentId: env, key });
+        this.batch.records.push([env, '', [{ kind: 'key.released', key, customerId: cmd.customerId }]]);
+      }
+      return this.reply({ ok: true, reply: { kind: 'done' } }, null, resolve);
+    }
+    if (boundTo === cmd.customerId) return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: null } }, null, resolve);
+    return this.reply({ ok: false, code: 'alias_conflict', message: 'The alias belongs to another customer.', param: 'alias' }, null, resolve);
+  }
+
   private runKeyCommand(
     call: Call,
     cmd: { kind: 'key.claim' | 'key.release'; customerId: string },
@@ -559,6 +592,7 @@ export class Partition {
       case 'applied':
       case 'match_player':
       case 'segment_membership':
+      case 'erased':
         return reply;
       case 'deleted':
       case 'merged':

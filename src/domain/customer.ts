@@ -108,6 +108,11 @@ export type Command =
   | { kind: 'customer.get' }
   | { kind: 'customer.update'; attributes: Record<string, unknown>; expectedVersion: number | null }
   | { kind: 'customer.delete' }
+  /**
+   * Erases a customer merged into `survivorId` when the survivor is deleted (its personal data
+   * goes with the survivor's). The only command a merged customer runs itself, not redirected.
+   */
+  | { kind: 'customer.erase_merged'; survivorId: string }
   | {
       kind: 'event.record';
       /** Used when the customer does not exist yet (created on first sight). */
@@ -212,6 +217,8 @@ export type Reply =
   | EventReply
   | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
   | { kind: 'deleted' }
+  /** A merged customer erased: the customers merged into it before, to erase in turn. */
+  | { kind: 'erased'; mergedFrom: string[] }
   | { kind: 'merged' }
   | { kind: 'ledger'; reply: ledger.LedgerReply }
   | { kind: 'reward'; reply: rewards.RewardReply }
@@ -291,6 +298,14 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         ok: true,
         facts: [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
         reply: { kind: 'deleted' },
+      };
+    case 'customer.erase_merged':
+      if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');
+      return {
+        ok: true,
+        // Erased once (a repeat of the survivor's delete erases nothing twice).
+        facts: state.deletedAtMs !== null ? noFacts : [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
+        reply: { kind: 'erased', mergedFrom: [...state.mergedFrom] },
       };
     case 'event.record': {
       const seen = state.events.get(cmd.clientEventId);

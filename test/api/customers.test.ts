@@ -119,6 +119,28 @@ t.test('customers', async (t) => {
     t.equal(conflict.body.error.code, 'alias_conflict');
   });
 
+  await t.test('deleting a survivor erases the customers merged into it, and frees their external ids', async (t) => {
+    const pA = (await api.post('/v1/customers', { external_id: 'mrg-a', attributes: { email: 'a@example.com' } }, idem())).body;
+    const evA = await api.post('/v1/events', { id: 'mrg-a-1', name: 'app.opened', customer_id: 'mrg-a', occurred_at: now(), properties: { ip: '1.2.3.4' } });
+    const pB = (await api.post('/v1/customers', { external_id: 'mrg-b' }, idem())).body;
+    t.equal((await api.post(`/v1/customers/${pB.id}/aliases`, { alias: 'mrg-a' }, idem())).status, 201);
+    t.equal((await api.post(`/v1/customers/${pB.id}/aliases`, { alias: 'mrg-device-9' }, idem())).status, 201);
+    t.equal((await api.delete(`/v1/customers/${pB.id}`)).status, 204);
+    const pC = (await api.post('/v1/customers', { external_id: 'mrg-c' }, idem())).body;
+    const taken = await api.post(`/v1/customers/${pC.id}/aliases`, { alias: 'mrg-device-9' }, idem());
+    t.equal(taken.status, 201, `an alias of the deleted customer is free again (${JSON.stringify(taken.body)})`);
+    t.equal((await api.get('/v1/customers?external_id=mrg-a')).body.data.length, 0, 'the merged external id lists nobody');
+    const listed = (await api.get('/v1/customers?limit=200')).body.data.map((c: { id: string; external_id: string | null }) => c.external_id);
+    t.notOk(listed.includes('mrg-a'), 'the merged customer no longer shows its external id');
+    const ev = await api.get(`/v1/events/${evA.body.id}`);
+    t.equal(ev.body.properties, null, "the merged customer's event properties are erased");
+    t.equal(ev.body.customer_id, null);
+    const again = await api.post('/v1/events', { id: 'mrg-a-2', name: 'app.opened', customer_id: 'mrg-a', occurred_at: now() });
+    t.equal(again.status, 202, `the external id is free: a new customer ${JSON.stringify(again.body)}`);
+    const fresh = (await api.get('/v1/customers?external_id=mrg-a')).body.data[0];
+    t.ok(fresh && fresh.id !== pA.id && fresh.id !== pB.id, 'a new customer, neither of the erased ones');
+  });
+
   await t.test('delete erases personal data; the id answers 404; the external id is free again', async (t) => {
     const c = (await api.post('/v1/customers', { external_id: 'gone@example.com', attributes: { email: 'gone@example.com' } }, idem())).body;
     await api.post('/v1/events', { id: 'd-1', name: 'app.opened', customer_id: 'gone@example.com', occurred_at: now(), properties: { ip: '1.2.3.4' } });

@@ -155,6 +155,16 @@ function stateWire(c: CustomerView, counterNames: ReadonlyArray<{ id: string; na
 const read = ['secret', 'pat', 'session'] as const;
 const readOrCustomer = ['secret', 'pat', 'session', 'customer'] as const;
 
+/** Erases the customers merged into `survivorId` (depth first through earlier merges). */
+async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<void> {
+  await Promise.all(
+    mergedFrom.map(async (id) => {
+      const r = await call(deps, env, { by: 'id', id }, { kind: 'customer.erase_merged', survivorId });
+      if (r.kind === 'erased' && r.mergedFrom.length > 0) await eraseMerged(deps, env, id, r.mergedFrom);
+    }),
+  );
+}
+
 export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
   return [
     route({
@@ -270,6 +280,9 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         await Promise.all(
           before.aliases.map((a) => call(deps, env, { by: 'key', key: a.alias }, { kind: 'key.release', customerId: before.id })),
         );
+        // Customers merged into this one hold personal data too (their external id, attributes,
+        // event properties): erased with it, and those merged into them in turn.
+        await eraseMerged(deps, env, before.id, before.mergedFrom);
         return { status: 204 };
       },
     }),
