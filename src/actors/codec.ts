@@ -66,6 +66,8 @@ type SnapshotV1 = [
   matchRates?: CustomerState['matchRates'] | null,
   /** Added with segments; absent in older snapshots (then empty). */
   segmentIds?: string[] | null,
+  /** Added with replayed sync answers; absent in older snapshots (then empty). */
+  recentAnswers?: CustomerState['recentAnswers'] | null,
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -95,6 +97,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.inventory === sharedEmpty.inventory ? null : inventoryPairs(s.inventory),
     s.matchRates === sharedEmpty.matchRates ? null : s.matchRates,
     s.segmentIds === sharedEmpty.segmentIds ? null : s.segmentIds,
+    s.recentAnswers === sharedEmpty.recentAnswers ? null : s.recentAnswers,
   ];
   return packr.pack(v1);
 }
@@ -128,6 +131,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     inventory: v[19] == null || v[19].length === 0 ? sharedEmpty.inventory : inventoryFromPairs(v[19]),
     matchRates: v[20] == null || isEmptyRecord(v[20]) ? sharedEmpty.matchRates : v[20],
     segmentIds: v[21] == null || v[21].length === 0 ? sharedEmpty.segmentIds : v[21],
+    recentAnswers: v[22] == null || v[22].length === 0 ? sharedEmpty.recentAnswers : v[22],
   };
 }
 

@@ -45,7 +45,7 @@ export interface Call {
 export type ReplyView =
   | { kind: 'customer'; customer: CustomerView }
   | { kind: 'resolved'; customerId: string }
-  | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string; effects: Effect[] }
+  | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string; effects: Effect[]; evaluated?: boolean }
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | { kind: 'claimed'; mergedFrom: string | null; matchRates?: RateState; seenEvents?: number[] }
   | { kind: 'ledger'; reply: LedgerReply }

@@ -13,6 +13,7 @@ import * as ledger from './ledger.js';
 import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
 import * as rewards from './rewards.js';
 import { SeenEvents } from './seen-events.js';
+import { hash53 } from '../util/canonical-json.js';
 import { evaluateTier, evolveTiers, reassignTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 import { type MatchCommand, type MatchFact, type MatchPlayerReply, decideMatch, evolveMatch } from './match/actor.js';
 import type { RateState } from './match/rate.js';
@@ -39,6 +40,7 @@ export const sharedEmpty = deepFreeze({
   inventory: emptyInventory(),
   matchRates: {} as RateState,
   segmentIds: [] as string[],
+  recentAnswers: [] as RecentAnswer[],
 });
 
 function deepFreeze<T extends object>(value: T): T {
@@ -101,6 +103,11 @@ export interface CustomerState {
   matchRates: RateState;
   /** Ids of the static segments the customer is a member of (membership facts). */
   segmentIds: string[];
+  /**
+   * The effects answered to the last sync-mode events (limits.recentEventResultsPerCustomer),
+   * oldest first, so a repeat answers as the first did (decisions.md, Events).
+   */
+  recentAnswers: RecentAnswer[];
 }
 
 export type Command =
@@ -128,6 +135,8 @@ export type Command =
       rules: RulesContext | null;
       /** The environment's counter definitions and time zone, loaded before the step; null/absent: none. */
       counters?: CountersContext | null;
+      /** mode: sync: the answer's effects are kept, so a repeat answers as this one did. */
+      sync?: boolean;
     }
   /** A backfill's historical base for one counter; refused (no facts) when a base was already applied. */
   | { kind: 'counter.backfill'; counterId: string; base: CounterState }
@@ -191,6 +200,8 @@ export type Fact =
   | { kind: 'customer.merged'; into: string; atMs: number }
   /** A merged customer's recorded event ids joined into the survivor's (SeenEvents records). */
   | { kind: 'events.merged'; from: string; records: number[] }
+  /** The effects a sync-mode event was answered with (kept for its repeats). */
+  | { kind: 'event.answered'; clientEventId: string; effects: Effect[] }
   | ledger.LedgerFact
   | RuleFact
   | TierFact
@@ -202,14 +213,25 @@ export type Fact =
   | SegmentFact
   | CampaignFact;
 
+/** A sync-mode event's answer: its client event id's hash (as in SeenEvents) and the effects. */
+export interface RecentAnswer {
+  key: number;
+  effects: Effect[];
+}
+
 export interface EventReply {
   kind: 'event';
   id: string;
   clientEventId: string;
   duplicate: boolean;
   customerId: string;
-  /** What the rules did (empty for duplicates: the first answer's effects are not replayed). */
+  /**
+   * What the rules did. A duplicate replays the first answer's effects when that answer was a
+   * sync one still among the customer's recent answers (then `evaluated`), else none.
+   */
   effects: Effect[];
+  /** A duplicate whose first answer was a sync one (200 evaluated with these effects). */
+  evaluated?: boolean;
 }
 
 export type Reply =
@@ -255,6 +277,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const recorded = recordedFact(cmd, ctx);
       const facts: Fact[] = [created, recorded];
       const effects = rulesFor(cmd, evolve(null, created), ctx, facts);
+      if (cmd.sync === true) facts.push(answeredFact(cmd.clientEventId, effects));
       return {
         ok: true,
         facts,
@@ -313,15 +336,26 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         if (seen.fp !== cmd.fp) {
           return fail('event_id_conflict', `Event ${cmd.clientEventId} was already received with different content.`, 'id');
         }
+        // Answered as the first was: its effects when it was a sync event still remembered.
+        const answer = findAnswer(state.recentAnswers, cmd.clientEventId);
         return {
           ok: true,
           facts: noFacts,
-          reply: { kind: 'event', id: seen.id, clientEventId: cmd.clientEventId, duplicate: true, customerId: state.id, effects: [] },
+          reply: {
+            kind: 'event',
+            id: seen.id,
+            clientEventId: cmd.clientEventId,
+            duplicate: true,
+            customerId: state.id,
+            effects: answer?.effects ?? [],
+            evaluated: answer !== undefined,
+          },
         };
       }
       const recorded = recordedFact(cmd, ctx);
       const facts: Fact[] = [recorded];
       const effects = rulesFor(cmd, state, ctx, facts);
+      if (cmd.sync === true) facts.push(answeredFact(cmd.clientEventId, effects));
       return {
         ok: true,
         facts,
@@ -519,6 +553,17 @@ function readsCounters(rules: RulesContext, eventName: string): boolean {
   return false;
 }
 
+function answeredFact(clientEventId: string, effects: Effect[]): Fact {
+  return { kind: 'event.answered', clientEventId, effects };
+}
+
+function findAnswer(answers: readonly RecentAnswer[], clientEventId: string): RecentAnswer | undefined {
+  if (answers.length === 0) return undefined;
+  const key = hash53(clientEventId);
+  for (let i = answers.length - 1; i >= 0; i--) if (answers[i]!.key === key) return answers[i];
+  return undefined;
+}
+
 function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact & { kind: 'event.recorded' } {
   return {
     kind: 'event.recorded',
@@ -571,6 +616,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       inventory: sharedEmpty.inventory,
       matchRates: sharedEmpty.matchRates,
       segmentIds: sharedEmpty.segmentIds,
+      recentAnswers: sharedEmpty.recentAnswers,
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -644,6 +690,13 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'events.merged':
       state.events.addRecords(fact.records);
       return state;
+    case 'event.answered': {
+      const answers = state.recentAnswers === sharedEmpty.recentAnswers ? [] : state.recentAnswers;
+      answers.push({ key: hash53(fact.clientEventId), effects: fact.effects });
+      if (answers.length > limits.recentEventResultsPerCustomer) answers.shift();
+      state.recentAnswers = answers;
+      return state;
+    }
     case 'match_rate.counted':
     case 'match_rate.released':
     case 'match_rate.merged':

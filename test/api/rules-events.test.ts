@@ -43,8 +43,14 @@ t.test('published rules award points on events', async (t) => {
   t.match((await send('l-3', 7)).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded' }]);
   t.match((await send('l-4', 9)).body.effects, [{ type: 'rule.skipped', reason: 'limit_reached' }], 'the limit of two holds');
   const dup = await send('l-1', 5, firstAt);
-  t.same(dup.body.effects, [], 'a duplicate applies nothing again');
-  t.equal(dup.body.duplicate, true);
+  t.equal(dup.status, 200);
+  t.same(dup.body, { ...first.body, duplicate: true }, 'a duplicate answers as the first did, effects included (and applies nothing again)');
+  // A sync repeat of an event first sent without sync answers as that first answer: 202 accepted.
+  const quiet = await api.post('/v1/events', { id: 'l-async', name: 'level.completed', customer_id: 'hero', occurred_at: firstAt, properties: { level: 1 } });
+  t.equal(quiet.status, 202);
+  const quietAgain = await api.post('/v1/events', { id: 'l-async', name: 'level.completed', customer_id: 'hero', occurred_at: firstAt, properties: { level: 1 }, mode: 'sync' });
+  t.equal(quietAgain.status, 202);
+  t.same(quietAgain.body, { ...quiet.body, duplicate: true });
 
   const cid = (await api.get('/v1/customers?external_id=hero')).body.data[0].id;
   t.same((await api.get(`/v1/customers/${cid}/balances`)).body.data, [{ currency: 'coins', available: 20, pending: 0, lifetime_earned: 20 }]);

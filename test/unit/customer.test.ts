@@ -57,6 +57,31 @@ t.test('the same event id with the same content is a duplicate answered with the
   t.match(second.d.reply, { kind: 'event', duplicate: true, id: (first.d.reply as { id: string }).id });
 });
 
+t.test('a sync event keeps its answer: a repeat replays its effects, across a snapshot, for the last 64 sync events', async (t) => {
+  const { decodeSnapshot, encodeSnapshot } = await import('../../src/actors/codec.js');
+  const sync = (id: string): Command => ({ ...(ev(id, 7) as Command & { kind: 'event.record' }), sync: true });
+  const first = when(given([created]), sync('s1'));
+  t.ok(first.d.ok);
+  if (!first.d.ok) return;
+  t.same(
+    first.d.facts.map((f) => f.kind),
+    ['event.recorded', 'event.answered'],
+  );
+  // No rules here: the answer is the empty effect list, and it still says "evaluated".
+  const again = when(first.state, sync('s1'));
+  t.match(again.d, { ok: true, facts: [], reply: { duplicate: true, evaluated: true, effects: [] } });
+  const async1 = when(first.state, ev('a1', 7));
+  t.same(async1.d.ok && async1.d.facts.map((f) => f.kind), ['event.recorded'], 'an async event keeps no answer');
+  t.match(when(async1.state, sync('a1')).d, { ok: true, reply: { duplicate: true, evaluated: false, effects: [] } }, 'its repeat answers as it did');
+  let state = async1.state!;
+  const copy = decodeSnapshot(encodeSnapshot(state));
+  t.match(when(copy, ev('s1', 7)).d, { ok: true, reply: { evaluated: true } }, 'kept across a snapshot');
+  for (let i = 0; i < 64; i++) state = when(state, sync(`s-more-${i}`)).state!;
+  t.equal(state.recentAnswers.length, 64, 'bounded');
+  t.match(when(state, sync('s1')).d, { ok: true, reply: { duplicate: true, evaluated: false } }, 'the oldest answer went first');
+  t.match(when(state, sync('s-more-63')).d, { ok: true, reply: { duplicate: true, evaluated: true } });
+});
+
 t.test('the same event id with different content is event_id_conflict', async (t) => {
   const first = when(given([created]), ev('e1', 7));
   const second = when(first.state, ev('e1', 8));

@@ -134,6 +134,7 @@ async function recordOne(
       trust,
       rules,
       counters,
+      ...(sync ? { sync: true } : {}),
     },
     nowMs,
   });
@@ -157,7 +158,8 @@ async function recordOne(
   const reply = result.reply;
   if (reply.kind !== 'event') throw new ApiError('internal_error');
   if (reply.effects.length > 0) deps.afterEvent?.(env, reply.customerId, reply.effects);
-  const evaluated = sync && !fallback;
+  // A duplicate answers as the first did: evaluated with its effects if that was a sync answer.
+  const evaluated = reply.duplicate ? reply.evaluated === true : sync && !fallback;
   const body: Record<string, unknown> = evaluated
     ? { id: reply.id, client_event_id: reply.clientEventId, status: 'evaluated', effects: reply.effects.map(effectWire) }
     : { id: reply.id, client_event_id: reply.clientEventId, status: 'accepted' };
