@@ -119,6 +119,25 @@ t.test('customers', async (t) => {
     t.equal(conflict.body.error.code, 'alias_conflict');
   });
 
+  await t.test('two merges racing in opposite directions leave one survivor, never a cycle', async (t) => {
+    for (let i = 0; i < 10; i++) {
+      const a = (await api.post('/v1/customers', { external_id: `race-a-${i}` }, idem())).body;
+      const b = (await api.post('/v1/customers', { external_id: `race-b-${i}` }, idem())).body;
+      const [ab, ba] = await Promise.all([
+        api.post(`/v1/customers/${a.id}/aliases`, { alias: `race-b-${i}` }, idem()),
+        api.post(`/v1/customers/${b.id}/aliases`, { alias: `race-a-${i}` }, idem()),
+      ]);
+      t.same([ab.status, ba.status], [201, 201], `round ${i}: both answered`);
+      const viaA = await api.get(`/v1/customers/${a.id}`);
+      const viaB = await api.get(`/v1/customers/${b.id}`);
+      t.equal(viaA.status, 200, `round ${i}: A reachable`);
+      t.equal(viaB.status, 200, `round ${i}: B reachable`);
+      t.equal(viaA.body.id, viaB.body.id, `round ${i}: one survivor`);
+      const later = await api.post('/v1/events', { id: `race-e-${i}`, name: 'app.opened', customer_id: `race-a-${i}`, occurred_at: now() });
+      t.equal(later.status, 202);
+    }
+  });
+
   await t.test('deleting a survivor erases the customers merged into it, and frees their external ids', async (t) => {
     const pA = (await api.post('/v1/customers', { external_id: 'mrg-a', attributes: { email: 'a@example.com' } }, idem())).body;
     const evA = await api.post('/v1/events', { id: 'mrg-a-1', name: 'app.opened', customer_id: 'mrg-a', occurred_at: now(), properties: { ip: '1.2.3.4' } });

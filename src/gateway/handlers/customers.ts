@@ -165,7 +165,49 @@ async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, 
   );
 }
 
+/**
+ * Alias additions (merges) of one environment run one after the other on this node. Two merges
+ * racing in opposite directions (A takes B's external id while B takes A's) would otherwise both
+ * pass their claims and leave A merged into B and B into A, both unreachable; serialized, the
+ * second resolves its survivor after the first merged it, and its claim is a no-op. Across nodes
+ * the race remains possible (README, known gaps).
+ */
+const mergeQueues = new Map<string, Promise<unknown>>();
+
+function mergesOf<T>(environmentId: string, run: () => Promise<T>): Promise<T> {
+  const before = mergeQueues.get(environmentId) ?? Promise.resolve();
+  const mine = before.then(run);
+  const tail = mine.catch(() => {});
+  mergeQueues.set(environmentId, tail);
+  void tail.then(() => {
+    if (mergeQueues.get(environmentId) === tail) mergeQueues.delete(environmentId);
+  });
+  return mine;
+}
+
 export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
+  /** Adds an alias; an alias that is another customer's external id merges that customer in. */
+  const addAlias = async (ctx: RequestContext<z.infer<typeof aliasBody>>) => {
+    const env = environmentIdOf(ctx.principal);
+    // Resolve the survivor first (the id may itself have been merged away).
+    const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
+    const claim = await call(deps, env, { by: 'key', key: ctx.body.alias }, { kind: 'key.claim', customerId: survivor.id });
+    if (claim.kind !== 'claimed') throw new ApiError('internal_error');
+    const added = await call(deps, env, { by: 'id', id: survivor.id }, {
+      kind: 'alias.add',
+      alias: ctx.body.alias,
+      aliasKind: ctx.body.kind,
+      mergedFrom: claim.mergedFrom,
+      ...(claim.matchRates !== undefined ? { matchRates: claim.matchRates } : {}),
+      ...(claim.seenEvents !== undefined ? { seenEvents: claim.seenEvents } : {}),
+    });
+    if (added.kind !== 'alias') throw new ApiError('internal_error');
+    return {
+      status: 201,
+      body: { alias: aliasWire(added.alias, survivor.id), merged_from: claim.mergedFrom ?? added.mergedFrom },
+    };
+  };
+
   return [
     route({
       method: 'GET',
@@ -376,26 +418,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       body: aliasBody,
       idempotent: true,
       responses: { 201: { description: '{alias, merged_from}' } },
-      handler: async (ctx: RequestContext<z.infer<typeof aliasBody>>) => {
-        const env = environmentIdOf(ctx.principal);
-        // Resolve the survivor first (the id may itself have been merged away).
-        const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
-        const claim = await call(deps, env, { by: 'key', key: ctx.body.alias }, { kind: 'key.claim', customerId: survivor.id });
-        if (claim.kind !== 'claimed') throw new ApiError('internal_error');
-        const added = await call(deps, env, { by: 'id', id: survivor.id }, {
-          kind: 'alias.add',
-          alias: ctx.body.alias,
-          aliasKind: ctx.body.kind,
-          mergedFrom: claim.mergedFrom,
-          ...(claim.matchRates !== undefined ? { matchRates: claim.matchRates } : {}),
-          ...(claim.seenEvents !== undefined ? { seenEvents: claim.seenEvents } : {}),
-        });
-        if (added.kind !== 'alias') throw new ApiError('internal_error');
-        return {
-          status: 201,
-          body: { alias: aliasWire(added.alias, survivor.id), merged_from: claim.mergedFrom ?? added.mergedFrom },
-        };
-      },
+      handler: (ctx: RequestContext<z.infer<typeof aliasBody>>) => mergesOf(environmentIdOf(ctx.principal), () => addAlias(ctx)),
     }),
     route({
       method: 'POST',
