@@ -61,11 +61,15 @@ t.test('events', async (t) => {
         event('b-3', 'p-c'),
         { ...event('b-4', 'p-d'), occurred_at: new Date(Date.now() + 3600_000).toISOString() },
         b1,
+        { ...b1, properties: { level: 9 } },
       ],
     });
     t.equal(r.status, 207);
     const d = r.body.data;
-    t.equal(d.length, 5);
+    t.equal(d.length, 6);
+    t.match(d[5], { client_event_id: 'b-1', error: { code: 'event_id_conflict', param: 'events[5].id' } }, "a conflict names the item's id");
+    const stray = await api.post('/v1/events', { events: [event('b-7', 'p-a')], extra: 1 });
+    t.match(stray.body.error, { code: 'validation_failed', param: 'extra' }, 'a batch body is as strict as an event');
     t.match(d[0], { id: /^evt_/, client_event_id: 'b-1' });
     t.match(d[1], { client_event_id: 'b-2', error: { code: 'validation_failed', param: 'events[1].name' } });
     t.notOk('id' in d[1]);

@@ -153,7 +153,9 @@ async function recordOne(
   }
   if (result.ok !== true) {
     if (result.ok === 'redirect') throw new ApiError('internal_error');
-    throw new ApiError(result.code, { message: result.message, param: result.param, retryAfterSeconds: result.retryAfterSeconds });
+    // In a batch the actor's param (e.g. "id" for event_id_conflict) is the item's: events[i].id.
+    const at = result.param === undefined ? undefined : param ? `${param}.${result.param}` : result.param;
+    throw new ApiError(result.code, { message: result.message, param: at, retryAfterSeconds: result.retryAfterSeconds });
   }
   const reply = result.reply;
   if (reply.kind !== 'event') throw new ApiError('internal_error');
@@ -239,6 +241,10 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
           checkAllowed(ev.name, 'name');
           const r = await recordOne(deps, env.id, ev, sync, '', trust, env.timezone);
           return { status: r.status, body: r.body };
+        }
+        // A batch is {events, mode?}, as strict as a single event's body.
+        for (const k of Object.keys(b)) {
+          if (k !== 'events' && k !== 'mode') throw new ApiError('validation_failed', { param: k, message: `Unknown field ${k}: a batch is {events, mode}.` });
         }
         const items = b.events;
         if (!Array.isArray(items)) throw new ApiError('validation_failed', { param: 'events', message: 'events must be an array.' });
