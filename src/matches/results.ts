@@ -442,6 +442,11 @@ export class MatchResults {
   ): Promise<{ player: ReturnType<typeof playerWire>; match_result: { id: string; match_id: string; status: string }; replayed: boolean }> {
     const nowMs = await this.now(env);
     const rules = decision === 'admit' ? await this.eventContext(env) : null;
+    // The actor call below runs inside the transaction: bring the customer's actor into memory
+    // first, so it needs no snapshot read then (with one connection, as in embedded mode, that
+    // read would wait for the transaction, which waits for the actor).
+    const customerId = await this.records.playerCustomer(env, playerId);
+    if (customerId !== null) await this.deps.engine.execute({ env, target: { by: 'id', id: customerId }, command: { kind: 'customer.resolve' }, nowMs });
     return this.deps.sql.begin(async (txn) => {
       const tx = txn as unknown as Sql;
       const p = await this.records.lockPlayer(tx, env, playerId);

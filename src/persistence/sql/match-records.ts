@@ -379,6 +379,12 @@ export class MatchRecords {
     return rows.map((r) => matchRow(r, byMatch.get(r.id as string) ?? []));
   }
 
+  /** A player's customer id (no lock), or null when the player or its customer is unknown. */
+  async playerCustomer(env: string, playerId: string): Promise<string | null> {
+    const [row] = await this.sql`select customer_id from match_result_players where environment_id = ${env} and id = ${playerId}`;
+    return (row?.customer_id as string | null | undefined) ?? null;
+  }
+
   /**
    * A player row, locked until the transaction `tx` ends (reviews), after its match record: the
    * record is locked first, as verdict writes do, so two reviews of players of one match (or a
