@@ -117,7 +117,22 @@ for (const kind of sqlKinds) {
       t.match(stored?.players[0], { customerId: 'cust_v1', status: 'admitted', eventId: 'evt_1', clientEventId: 'm-v:cust_v1', updatedAtMs: T0 + 1000 });
       t.match(stored?.players[1], { customerId: 'cust_v2', status: 'rejected', reasons: [{ code: 'rate_limited' }], eventId: null }, 'a stored customer id is kept');
       t.match(stored, { status: 'partially_admitted', revision: 3, updatedAtMs: T0 + 2000 });
-      t.equal(stored?.admissionErrors.length, 1);
+      t.same(stored?.admissionErrors, [], "an error for a player another writer already completed is not kept against its verdict");
+      // An error for a player still pending stays listed (rule 5), the others of the same write go.
+      const m2 = record('m-v2', [{ ext: 'w1' }, { ext: 'w2' }]);
+      t.equal(await records.claim(env, m2), true);
+      await records.writeVerdicts({
+        environmentId: env,
+        matchResultId: m2.id,
+        admissionErrors: [
+          { player_id: m2.players[0]!.id, customer_id: null, code: 'rate_limited', message: 'busy' },
+          { player_id: 'mrp_elsewhere', customer_id: null, code: 'internal_error', message: 'x' },
+        ],
+        atMs: T0 + 3000,
+        players: [{ id: m2.players[1]!.id, status: 'admitted', customerId: 'cust_w2', reasons: [], eventId: 'evt_w2', clientEventId: 'm-v2:cust_w2' }],
+      });
+      t.match((await records.load(env, { id: m2.id }))?.admissionErrors, [{ player_id: m2.players[0]!.id, code: 'rate_limited' }]);
+      t.equal((await records.load(env, { id: m2.id }))?.admissionErrors.length, 1);
       t.equal(
         await records.writeVerdicts({ environmentId: env, matchResultId: 'mr_missing', admissionErrors: [], atMs: T0, players: [] }),
         null,

@@ -328,8 +328,16 @@ export class MatchRecords {
           ${pEvent}::text[], ${pClientEvent}::text[], ${pAt}::timestamptz[])
           as v(env, id, status, customer_id, reasons, event_id, client_event_id, at)
         where p.environment_id = v.env and p.id = v.id and (p.status = 'pending' or p.customer_id is null)`;
+      // admission_errors: this write's errors for players still pending now (rule 5: the players
+      // whose admission has not completed); an error for a player another writer completed meanwhile
+      // does not stay listed against its verdict.
       const rows = await tx`
-        update match_results r set status = ${derivedStatus(tx as unknown as Sql)}, admission_errors = v.errors::jsonb,
+        update match_results r set status = ${derivedStatus(tx as unknown as Sql)},
+          admission_errors = (
+            select coalesce(jsonb_agg(e), '[]'::jsonb) from jsonb_array_elements(v.errors::jsonb) e
+            where exists (
+              select 1 from match_result_players mp
+              where mp.environment_id = r.environment_id and mp.id = e->>'player_id' and mp.status = 'pending')),
           revision = r.revision + 1, updated_at = v.at
         from unnest(${env}::text[], ${id}::text[], ${errors}::text[], ${at}::timestamptz[]) as v(env, id, errors, at)
         where r.environment_id = v.env and r.id = v.id
