@@ -253,7 +253,9 @@ export class MatchResults {
       const pre = preAdmit(profile, report);
       const byRef = new Map(report.players.map((p, i) => [refKey(p.customer), pre[i]!] as const));
       const ordered = [...m.players].sort((a, b) => a.position - b.position).map((p) => byRef.get(refKey(p.customerRef))!);
-      m = await this.complete(env, m, profile, report, ordered);
+      // Rule 5: a player whose reporting key was revoked since stays listed, not admitted.
+      const revoked = await this.records.credentialRevoked(m.reportingKeyId);
+      m = await this.complete(env, m, profile, report, ordered, revoked);
     }
     return { status: 200, body: matchWire(m, true) };
   }
@@ -292,6 +294,7 @@ export class MatchResults {
     profile: MatchProfile,
     report: MatchReport,
     pre: ReturnType<typeof preAdmit>,
+    reportingKeyRevoked = false,
   ): Promise<MatchRow> {
     const nowMs = await this.now(env);
     const rules = await this.eventContext(env);
@@ -319,6 +322,10 @@ export class MatchResults {
         const pp = pre[i]!;
         if (pp.stage === 'final') {
           Object.assign(p, { status: 'rejected', reasons: pp.verdict.reasons });
+          return;
+        }
+        if (reportingKeyRevoked) {
+          errors.push({ player_id: p.id, customer_id: p.customerId, code: 'credentials_revoked', message: 'The key that reported this match was revoked.' });
           return;
         }
         // A player named by an external id no customer had is created by its own admission.

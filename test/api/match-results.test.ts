@@ -470,6 +470,23 @@ t.test('match results over the API', async (t) => {
     t.match((await api.get(`/v1/customers/${p1.customer_id}/balances`)).body.data, [{ currency: 'coins', available: 25 }], 'the event ran once');
   });
 
+  await t.test('rule 5: a pending player whose reporting key was revoked stays listed, not admitted', async (t) => {
+    const k = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'short-lived reporter' }, idem());
+    const reporter = anon.with({ authorization: `Bearer ${k.body.token}` });
+    const body = report([{ ext: 'rk-1' }, { ext: 'rk-2' }]);
+    const first = await reporter.post('/v1/match_results', body);
+    t.equal(first.status, 201);
+    const p1 = first.body.players[0];
+    // The request died before this player's admission: pending, nothing recorded for it.
+    await sql`update match_result_players set status = 'pending', event_id = null where id = ${p1.id}`;
+    t.equal((await tenant.admin.post(`/v1/api_keys/${k.body.id}/revoke`, {})).status, 200);
+    const again = await api.post('/v1/match_results', body);
+    t.equal(again.status, 200);
+    t.match(again.body.admission_errors, [{ player_id: p1.id, code: 'credentials_revoked' }]);
+    t.match(again.body.players[0], { status: 'admitted', event_id: null }, 'shown admitted with event_id null while listed');
+    t.equal((await api.get(`/v1/match_results/${first.body.id}`)).body.admission_errors.length, 1, 'and stored so');
+  });
+
   await t.test('rule 5 for players named by a new external id: the customer is created by the admission, once', async (t) => {
     const coins = async (customerId: string) =>
       (await api.get(`/v1/customers/${customerId}/balances`)).body.data.find((b: { currency: string }) => b.currency === 'coins')?.available ?? 0;

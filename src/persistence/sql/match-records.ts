@@ -387,6 +387,12 @@ export class MatchRecords {
     return rows.map((r) => matchRow(r, byMatch.get(r.id as string) ?? []));
   }
 
+  /** Whether a credential (a match's reporting key) is revoked. */
+  async credentialRevoked(credentialId: string): Promise<boolean> {
+    const rows = await this.sql`select 1 from credentials where id = ${credentialId} and revoked_at is not null`;
+    return rows.length > 0;
+  }
+
   /** A player's customer id (no lock), or null when the player or its customer is unknown. */
   async playerCustomer(env: string, playerId: string): Promise<string | null> {
     const [row] = await this.sql`select customer_id from match_result_players where environment_id = ${env} and id = ${playerId}`;
