@@ -513,7 +513,6 @@ export class Partition {
     this.reply({ ok: true, reply: this.view(d.reply, actor, call.nowMs) }, actor, resolve);
   }
 
-  /** Alias binding at the key's partition. `actor` is the key's current owner. */
   /**
    * A key command for a key bound to a customer of another partition (an alias or a merged
    * customer's external id): a release unbinds it if it still names that customer; a claim by
@@ -538,6 +537,7 @@ export class Partition {
     return this.reply({ ok: false, code: 'alias_conflict', message: 'The alias belongs to another customer.', param: 'alias' }, null, resolve);
   }
 
+  /** Alias binding at the key's partition. `actor` is the key's current owner. */
   private runKeyCommand(
     call: Call,
     cmd: { kind: 'key.claim' | 'key.release'; customerId: string },
