@@ -1,11 +1,11 @@
 // The match record in PostgreSQL (match_results + one match_result_players row per player): the
 // claim of a report (the record with every player pending, or nothing when the match_id is already
 // stored), the verdicts written back after admission, and the reads. Claims and verdicts of
-// concurrent reports leave as ONE multi-row statement per batch (GroupBatcher): a claim is one
-// statement (the players are inserted only for records that were inserted); the verdicts are one
-// short transaction (the records locked, players still pending written, then each record's status
-// derived from its stored players, so a concurrent review is never overwritten). A batch that fails is retried item by item, so one bad
-// report cannot fail the others. Never holds a transaction open across a batch.
+// concurrent reports leave together per batch (GroupBatcher): the claims as one statement (the
+// players are inserted only for records that were inserted), the verdicts as one short
+// transaction (the records locked, the players still pending written, then each record's status
+// derived from its stored players, so a concurrent review is never overwritten). A batch that
+// fails is retried item by item, so one bad report cannot fail the others.
 import type { CustomerRef } from '../../domain/match/report.js';
 import type { Reason } from '../../domain/match/reasons.js';
 import type { PlayerStatus, Review } from '../../domain/match/verdict.js';
