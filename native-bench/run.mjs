@@ -444,6 +444,7 @@ async function runLoadScenario(sc, server, tmp, ctx) {
   // The server's CPU time over the measured window: CPU per event holds even when other work
   // shares the core, where throughput does not.
   const cpu = sampleCpuWindow(server.child.pid, warmupS, durationS);
+  const flushes = server.name === 'service' ? sampleFlushWindow(server.port, warmupS, durationS) : null;
   const raw = await runLoadgen({
     port: server.port,
     requests: sc.requests(ctx),
@@ -461,7 +462,46 @@ async function runLoadScenario(sc, server, tmp, ctx) {
   const cpuSeconds = cpu.seconds();
   const events = row.metrics.events_per_s * durationS;
   if (cpuSeconds !== null && events > 0) row.metrics.cpu_us_per_event = (cpuSeconds * 1e6) / events;
+  const flushWindow = await flushes?.delta();
+  if (flushWindow) Object.assign(row.metrics, flushWindow);
   return row;
+}
+
+/** Sums of the service's journal-flush histograms from its /metrics text (null when unreadable). */
+async function journalFlushTotals(port) {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    const num = (name) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+    const t = {
+      flushes: num('journal_flush_records_count'),
+      records: num('journal_flush_records_sum'),
+      seconds: num('journal_flush_seconds_sum'),
+    };
+    return Number.isFinite(t.flushes) && Number.isFinite(t.records) ? t : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Group-commit figures over the measured window: partition flushes per second, records per flush and the
+ * mean flush time (how well appends are batched explains much of the journal's cost per event).
+ */
+function sampleFlushWindow(port, warmup, duration) {
+  const start = new Promise((r) => setTimeout(() => r(journalFlushTotals(port)), warmup * 1000));
+  const end = new Promise((r) => setTimeout(() => r(journalFlushTotals(port)), (warmup + duration) * 1000));
+  return {
+    async delta() {
+      const [a, b] = await Promise.all([start, end]);
+      if (!a || !b || b.flushes <= a.flushes) return null;
+      const n = b.flushes - a.flushes;
+      return {
+        partition_flushes_per_s: n / duration,
+        records_per_partition_flush: (b.records - a.records) / n,
+        partition_flush_ms: (1000 * (b.seconds - a.seconds)) / n,
+      };
+    },
+  };
 }
 
 /** utime + stime of a process in seconds (Linux /proc), or null when unreadable. */
@@ -611,6 +651,9 @@ async function runRestartScenario(sc, backend, tmp) {
     const child = inst.respawn();
     await waitReady(child, inst.port, 120000, 10);
     const readyMs = performance.now() - t0;
+    // CPU the recovery took (steadier than the wall time when other work shares the box).
+    const readyCpuS = processCpuSeconds(child.pid);
+    const readyRss = readRssMb(child.pid);
     let restartMs = null;
     let lastAnswer = '';
     const one = { 'Content-Type': 'application/json', Authorization: `Bearer ${auth.osk}` };
@@ -639,6 +682,8 @@ async function runRestartScenario(sc, backend, tmp) {
     const load = loadMetrics(raw, batch);
     const metrics = {
       ready_ms: readyMs,
+      ready_cpu_s: readyCpuS,
+      ready_rss_peak_mb: readyRss.rss_peak_mb,
       restart_ms: restartMs,
       events_loaded: accepted,
       events_per_s: load.events_per_s,
@@ -650,7 +695,8 @@ async function runRestartScenario(sc, backend, tmp) {
     if (accepted < events) notes.push(`only ${accepted} of ${events} events acknowledged before the kill`);
     return { scenario: sc.name, title: sc.title, server: 'service', kind: 'restart', metrics, ratio: null, checks, pass: pass && accepted >= events, errorsOk, note: notes.filter(Boolean).join('; ') || undefined, raw };
   } finally {
-    await inst.child.stop();
+    // With --cpu-prof the restarted process writes its profile (the recovery) when it stops.
+    await inst.child.stop(opt['cpu-prof'] ? 120000 : 3000);
   }
 }
 
