@@ -31,6 +31,50 @@ export function decodeEntry(payload: Uint8Array): JournalRecord[] {
   return records;
 }
 
+/**
+ * msgpackr (with msgpackr-extract) decodes a run of strings at once and hands out slices of it,
+ * so one decoded id kept in long-lived state keeps the whole run alive (in recovery, the string
+ * data of a whole journal entry per actor). Strings that actors keep get their own copy; an
+ * environment id, repeated in every actor, one shared copy per environment.
+ */
+function ownString(s: string): string {
+  return JSON.parse(JSON.stringify(s)) as string;
+}
+
+const environmentIds = new Map<string, string>();
+
+function sharedEnvironmentId(s: string): string {
+  let own = environmentIds.get(s);
+  if (own === undefined) {
+    own = ownString(s);
+    environmentIds.set(own, own);
+  }
+  return own;
+}
+
+/**
+ * decodeEntry for records whose identity strings outlive the entry (recovery builds actors and
+ * routing keys from them): environment, customer and external ids and routing keys are copied.
+ */
+export function decodeEntryToKeep(payload: Uint8Array): JournalRecord[] {
+  const records = decodeEntry(payload);
+  for (const rec of records) {
+    rec[0] = sharedEnvironmentId(rec[0]);
+    if (rec[1] !== '') rec[1] = ownString(rec[1]);
+    for (const f of rec[2]) {
+      if (f.kind === 'customer.created') {
+        f.id = rec[1];
+        f.environmentId = rec[0];
+        f.externalId = ownString(f.externalId);
+      } else if (f.kind === 'key.bound') {
+        f.key = ownString(f.key);
+        f.customerId = ownString(f.customerId);
+      }
+    }
+  }
+  return records;
+}
+
 const snapshotFormat = 1;
 
 type SnapshotV1 = [
@@ -109,9 +153,10 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
   const bytes = v[12];
   const events = new SeenEvents(new Float64Array(new Uint8Array(bytes).buffer));
   return {
-    id: v[1],
-    environmentId: v[2],
-    externalId: v[3],
+    // Kept for as long as the actor lives: own copies, not slices of the payload's strings.
+    id: ownString(v[1]),
+    environmentId: sharedEnvironmentId(v[2]),
+    externalId: v[3] === null ? null : ownString(v[3]),
     attributes: isEmptyRecord(v[4]) ? sharedEmpty.attributes : v[4],
     version: v[5],
     createdAtMs: v[6],

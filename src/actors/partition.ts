@@ -15,7 +15,7 @@ import type { Effect } from '../domain/rule-effects.js';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { mailboxDepth } from '../observability/metrics.js';
-import { decodeEntry, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
+import { decodeEntryToKeep, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
 import { KeyFilter } from './key-filter.js';
 import { type CustomerView, toView } from './views.js';
 import type { MatchPlayerReply } from '../domain/match/actor.js';
@@ -103,6 +103,12 @@ export interface PartitionDeps {
   snapshots: SnapshotStore;
   /** Called with every acknowledged entry, in order (projector feed). */
   onAcked(partition: number, offset: Offset, records: JournalRecord[]): void;
+  /**
+   * Recovery's projector feed: replayed entries past the projected offset, in order (`records`
+   * null: the backlog starts before the checkpoint, so recovery does not read it). False when the
+   * projector reads this partition's journal itself from now on: recovery stops feeding it.
+   */
+  onReplayed(partition: number, offset: Offset, records: JournalRecord[] | null): boolean;
   onFlushed(records: number, seconds: number): void;
   /** Asks the engine to call flush() soon (coalesced across partitions). */
   scheduleFlush(p: Partition): void;
@@ -183,24 +189,28 @@ export class Partition {
 
   // ---- recovery -----------------------------------------------------------------------------
 
-  /** Rebuilds memory: replays the journal after the checkpoint; feeds the projector from `projectedFrom`. */
+  /**
+   * Rebuilds memory: replays the journal after the checkpoint. The projector gets the entries
+   * after `projectedFrom` while it takes them; a backlog that is long or starts before the
+   * checkpoint it reads from the journal itself (recovery reads only what the actors need).
+   */
   async recover(projectedFrom: Offset): Promise<{ records: number }> {
     // Claim first: from now on a snapshot save by the previous owner is refused.
     this.checkpoint = await this.deps.snapshots.claim(this.id, this.epoch);
-    let cursor = compareOffsets(projectedFrom, this.checkpoint) < 0 ? projectedFrom : this.checkpoint;
+    let cursor = this.checkpoint;
+    let feeding = compareOffsets(projectedFrom, this.checkpoint) >= 0 || this.deps.onReplayed(this.id, projectedFrom, null);
     this.lastAcked = cursor;
     let count = 0;
     for (;;) {
       const entries = await this.deps.journal.read(this.id, cursor, 1000);
       if (entries.length === 0) break;
-      const decoded = entries.map((e) => ({ offset: e.offset, records: decodeEntry(e.payload) }));
+      const decoded = entries.map((e) => ({ offset: e.offset, records: decodeEntryToKeep(e.payload) }));
       // Load the snapshots of the customers the tail touches, in batched queries per environment.
       // A customer whose first tail record creates it was born after the checkpoint: it has no
       // snapshot (snapshots are saved with their checkpoint), so it costs no lookup.
       const want = new Map<string, string[]>();
       const seen = new Set<string>();
       for (const e of decoded) {
-        if (compareOffsets(e.offset, this.checkpoint) <= 0) continue;
         for (const [env, customerId, facts] of e.records) {
           if (customerId === '' || this.actors.has(customerId) || seen.has(customerId)) continue;
           seen.add(customerId);
@@ -217,13 +227,11 @@ export class Partition {
         }
       }
       for (const e of decoded) {
-        if (compareOffsets(e.offset, this.checkpoint) > 0) {
-          for (const rec of e.records) {
-            this.applyRecord(rec, 0);
-            count++;
-          }
+        for (const rec of e.records) {
+          this.applyRecord(rec, 0);
+          count++;
         }
-        if (compareOffsets(e.offset, projectedFrom) > 0) this.deps.onAcked(this.id, e.offset, e.records);
+        if (feeding && compareOffsets(e.offset, projectedFrom) > 0) feeding = this.deps.onReplayed(this.id, e.offset, e.records);
         this.lastAcked = e.offset;
       }
       cursor = entries[entries.length - 1]!.offset;

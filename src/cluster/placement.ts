@@ -20,6 +20,8 @@ export interface ProjectorHooks {
   /** Highest offset known projected; the journal is never trimmed past it. */
   projectedSoFar(partition: number): Offset;
   onAcked(partition: number, offset: Offset, records: JournalRecord[]): void;
+  /** Recovery's feed (Projector.onReplayed): false once the projector reads the journal itself. */
+  onReplayed(partition: number, offset: Offset, records: JournalRecord[] | null): boolean;
 }
 
 export interface PlacementOptions {
@@ -239,6 +241,7 @@ export class ClusterPlacement implements Placement {
         journal: this.opts.journal,
         snapshots: this.opts.snapshots,
         onAcked: (id, offset, records) => this.opts.projector.onAcked(id, offset, records),
+        onReplayed: (id, offset, records) => this.opts.projector.onReplayed(id, offset, records),
         onFlushed: (records, seconds) => {
           journalFlushRecords.observe(records);
           journalFlushSeconds.observe(seconds);

@@ -27,9 +27,19 @@ interface Lane {
   /** Set when the in-memory queue was dropped: read from the journal after `projected`. */
   catchUp: boolean;
   projected: Offset;
+  /**
+   * Highest offset acknowledged while catching up (those acks are not queued). Catching up ends
+   * only once `projected` reached it, so an ack that raced the last empty read is not skipped.
+   */
+  ackedDuringCatchUp: Offset;
 }
 
 const laneRecordsMax = 50_000;
+/**
+ * Records of one partition that recovery may queue; a longer backlog is read from the journal
+ * by the lane itself, so a restart does not hold its backlog in memory while it rebuilds actors.
+ */
+const replayedLaneRecordsMax = 2_000;
 /** Across all lanes: beyond it a lane drops its queue and catches up from the journal (bounded memory). */
 const totalRecordsMax = 100_000;
 const catchUpEntries = 500;
@@ -83,7 +93,25 @@ export class Projector {
     lane.queuedRecords = 0;
     lane.catchUp = false;
     lane.projected = offset;
+    lane.ackedDuringCatchUp = offsetZero;
     return offset;
+  }
+
+  /**
+   * Recovery's feed. A replayed entry is queued like an ack while the partition's backlog stays
+   * small; past replayedLaneRecordsMax (or with `records` null: the backlog starts before what
+   * recovery reads) the lane catches up from the journal instead. False once it does: the caller
+   * stops feeding this partition.
+   */
+  onReplayed(partition: number, offset: Offset, records: JournalRecord[] | null): boolean {
+    const lane = this.lane(partition);
+    if (lane.catchUp) return false;
+    if (records === null || lane.queuedRecords + records.length > replayedLaneRecordsMax) {
+      this.startCatchUp(lane);
+      return false;
+    }
+    this.onAcked(partition, offset, records);
+    return !lane.catchUp;
   }
 
   /** Highest offset of a partition known to be in the read tables (trimming stays at or below it). */
@@ -93,18 +121,27 @@ export class Projector {
 
   onAcked(partition: number, offset: Offset, records: JournalRecord[]): void {
     const lane = this.lane(partition);
-    if (lane.catchUp) return;
+    if (lane.catchUp) {
+      if (compareOffsets(offset, lane.ackedDuringCatchUp) > 0) lane.ackedDuringCatchUp = offset;
+      return;
+    }
     if (lane.queuedRecords + records.length > this.laneMax || this.queuedTotal + records.length > this.totalMax) {
-      this.queuedTotal -= lane.queuedRecords;
-      lane.entries = [];
-      lane.queuedRecords = 0;
-      lane.catchUp = true;
-      this.catchUps++;
+      this.startCatchUp(lane);
+      if (compareOffsets(offset, lane.ackedDuringCatchUp) > 0) lane.ackedDuringCatchUp = offset;
       return;
     }
     lane.entries.push({ offset, records });
     lane.queuedRecords += records.length;
     this.queuedTotal += records.length;
+  }
+
+  /** Drops the lane's queue: from now on it reads the journal after `projected`. */
+  private startCatchUp(lane: Lane): void {
+    this.queuedTotal -= lane.queuedRecords;
+    lane.entries = [];
+    lane.queuedRecords = 0;
+    lane.catchUp = true;
+    this.catchUps++;
   }
 
   /** Resolves once everything acknowledged before the call is in the read tables. */
@@ -119,7 +156,7 @@ export class Projector {
   private lane(partition: number): Lane {
     let lane = this.lanes.get(partition);
     if (!lane) {
-      this.lanes.set(partition, (lane = { partition, entries: [], queuedRecords: 0, catchUp: false, projected: offsetZero }));
+      this.lanes.set(partition, (lane = { partition, entries: [], queuedRecords: 0, catchUp: false, projected: offsetZero, ackedDuringCatchUp: offsetZero }));
       this.laneList.push(lane);
     }
     return lane;
@@ -199,7 +236,8 @@ export class Projector {
       const partition = lane.partition;
       const entries = await this.journal.read(partition, lane.projected, catchUpEntries);
       if (entries.length === 0) {
-        lane.catchUp = false;
+        // Caught up, unless an ack came in after the read was sent: then read again next cycle.
+        if (compareOffsets(lane.ackedDuringCatchUp, lane.projected) <= 0) lane.catchUp = false;
         continue;
       }
       const last = entries[entries.length - 1]!.offset;

@@ -38,7 +38,12 @@ export async function memoryNode(
     snapshots: storage.snapshots,
     leases: storage.leases,
     membership,
-    projector: { projectedOffset: async () => offsetZero, projectedSoFar: () => offsetZero, onAcked: (_p, _o, records) => acked.push(records.length) },
+    projector: { projectedOffset: async () => offsetZero, projectedSoFar: () => offsetZero, onAcked: (_p, _o, records) => acked.push(records.length),
+      onReplayed: (_p, _o, records) => {
+        if (records !== null) acked.push(records.length);
+        return true;
+      },
+    },
     logger: pino({ level: 'silent' }),
     snapshotEveryMs: 60_000,
     activeActorsMax: 1000,

@@ -26,7 +26,7 @@ function placementOver(storage: ReturnType<typeof memoryStorage>, journal: Journ
     snapshots: storage.snapshots,
     leases: storage.leases,
     membership,
-    projector: { projectedOffset: async () => offsetZero, projectedSoFar: () => offsetZero, onAcked: () => {} },
+    projector: { projectedOffset: async () => offsetZero, projectedSoFar: () => offsetZero, onAcked: () => {}, onReplayed: () => true },
     logger: pino({ level: 'silent' }),
     snapshotEveryMs: 60_000,
     activeActorsMax: 1000,

@@ -55,6 +55,66 @@ t.test('every acknowledged record is projected once, across the in-memory path a
   t.ok(projector.catchUps > 0, `the journal catch-up path ran (${projector.catchUps} times)`);
 });
 
+t.test('recovery queues a short backlog and leaves a long one to the journal catch-up', async (t) => {
+  const journal = new MemoryJournal(() => 1);
+  const rm = new FakeReadModel();
+  const projector = new Projector(rm, journal, pino({ level: 'silent' }));
+  await projector.projectedOffset(0);
+  await projector.projectedOffset(1);
+  let n = 0;
+  const replay = async (p: number, entries: number) => {
+    let feeding = true;
+    for (let i = 0; i < entries; i++) {
+      const records = Array.from({ length: 100 }, () => record(n++));
+      const offset = await journal.append(p, 1, encodeEntry(records));
+      if (feeding) feeding = projector.onReplayed(p, offset, records);
+    }
+    return feeding;
+  };
+  t.equal(await replay(0, 5), true, 'a 500-record backlog is queued in memory');
+  t.equal(await replay(1, 30), false, 'a 3,000-record backlog is not: the feed stops');
+  t.equal(projector.catchUps, 1, 'partition 1 catches up from the journal');
+  await projector.drain();
+  t.equal(rm.events.length, n, 'both backlogs projected');
+  t.equal(new Set(rm.events).size, n, 'nothing twice');
+
+  const behind = new Projector(rm, journal, pino({ level: 'silent' }));
+  await behind.projectedOffset(2);
+  const earlyId = `e${n}`;
+  await journal.append(2, 1, encodeEntry([record(n++)]));
+  t.equal(behind.onReplayed(2, '0', null), false, 'a backlog before the checkpoint goes to the journal at once');
+  await behind.drain();
+  t.ok(rm.events.includes(earlyId), 'read from the journal');
+});
+
+t.test('an ack that races the last empty catch-up read is still projected', async (t) => {
+  const journal = new MemoryJournal(() => 1);
+  const rm = new FakeReadModel();
+  // The read answers empty, then the append is acknowledged before the projector sees the answer.
+  let raceOnce: (() => Promise<void>) | null = null;
+  const racing = Object.create(journal) as MemoryJournal;
+  racing.read = async (partition, after, count) => {
+    const out = await journal.read(partition, after, count);
+    if (out.length === 0 && raceOnce) {
+      const race = raceOnce;
+      raceOnce = null;
+      await race();
+    }
+    return out;
+  };
+  const projector = new Projector(rm, racing, pino({ level: 'silent' }), { laneRecordsMax: 1 });
+  await projector.projectedOffset(0);
+  const first = [record(0), record(1)];
+  projector.onAcked(0, await journal.append(0, 1, encodeEntry(first)), first);
+  t.equal(projector.catchUps, 1, 'over the lane bound: catching up from the journal');
+  const late = [record(2)];
+  raceOnce = async () => {
+    projector.onAcked(0, await journal.append(0, 1, encodeEntry(late)), late);
+  };
+  await projector.drain();
+  t.same(rm.events, ['e0', 'e1', 'e2'], 'the raced entry is read on the next cycle, not skipped');
+});
+
 t.test('cycles run at the configured interval; a drain projects at once', async (t) => {
   const journal = new MemoryJournal(() => 1);
   const rm = new FakeReadModel();
