@@ -37,13 +37,13 @@ export function decodeEntry(payload: Uint8Array): JournalRecord[] {
  * data of a whole journal entry per actor). Strings that actors keep get their own copy; an
  * environment id, repeated in every actor, one shared copy per environment.
  */
-function ownString(s: string): string {
+export function ownString(s: string): string {
   return JSON.parse(JSON.stringify(s)) as string;
 }
 
 const environmentIds = new Map<string, string>();
 
-function sharedEnvironmentId(s: string): string {
+export function sharedEnvironmentId(s: string): string {
   let own = environmentIds.get(s);
   if (own === undefined) {
     own = ownString(s);

@@ -6,7 +6,7 @@ import { ApiError } from '../errors/api-error.js';
 import { customerIdPartition, partitionOf } from '../ids.js';
 import { limits } from '../limits.js';
 import type { Journal } from '../persistence/ports.js';
-import { packMessage, unpackMessage } from './codec.js';
+import { ownString, packMessage, sharedEnvironmentId, unpackMessage } from './codec.js';
 import type { Call, CallResult, Partition, Target } from './partition.js';
 
 export interface Forwarder {
@@ -106,6 +106,11 @@ export class Engine {
   /** Entry point for calls forwarded by other nodes. */
   async executeForwarded(payload: Uint8Array): Promise<Uint8Array> {
     const call = unpackMessage<Call>(payload);
+    // A customer created here keeps these strings: own copies, not slices of the message (codec.ts).
+    call.env = sharedEnvironmentId(call.env);
+    if (call.target.by === 'key') call.target.key = ownString(call.target.key);
+    const cmd = call.command;
+    if ('externalId' in cmd && typeof cmd.externalId === 'string') cmd.externalId = ownString(cmd.externalId);
     const p = this.partitionOfTarget(call.env, call.target);
     let local = this.placement.local(p);
     if (!local) {
