@@ -28,8 +28,9 @@ interface Lane {
   catchUp: boolean;
   projected: Offset;
   /**
-   * Highest offset acknowledged while catching up (those acks are not queued). Catching up ends
-   * only once `projected` reached it, so an ack that raced the last empty read is not skipped.
+   * Highest offset acknowledged while the lane's current journal read is out (acks during a
+   * catch-up are not queued). An empty read ends the catch-up only if no ack came in meanwhile,
+   * so an entry appended just after the read is not skipped.
    */
   ackedDuringCatchUp: Offset;
 }
@@ -234,9 +235,11 @@ export class Projector {
       const lane = lanes[i]!;
       if (!lane.catchUp) continue;
       const partition = lane.partition;
+      // Only acks that arrive while this read is out can be missing from an empty answer.
+      lane.ackedDuringCatchUp = offsetZero;
       const entries = await this.journal.read(partition, lane.projected, catchUpEntries);
       if (entries.length === 0) {
-        // Caught up, unless an ack came in after the read was sent: then read again next cycle.
+        // Caught up, unless an ack came in while the read was out: then read again next cycle.
         if (compareOffsets(lane.ackedDuringCatchUp, lane.projected) <= 0) lane.catchUp = false;
         continue;
       }
@@ -295,6 +298,9 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
             receivedAtMs: f.receivedAtMs,
             properties: f.properties,
             status: 'evaluated',
+            trust: f.trust ?? null,
+            sourceType: f.source?.type ?? null,
+            sourceId: f.source?.id ?? null,
           });
           break;
         case 'alias.added':
