@@ -69,6 +69,15 @@ export interface AliasState {
   createdAtMs: number;
 }
 
+/**
+ * Who sent an event: the kind of credential and its id (a customer token: the key that minted
+ * it). A match player's event names the reporting secret key (spec 4.9 rule 6).
+ */
+export interface EventSource {
+  type: 'secret_key' | 'publishable_key' | 'personal_access_token' | 'session' | 'customer_token';
+  id: string;
+}
+
 export interface CustomerState {
   id: string;
   environmentId: string;
@@ -131,6 +140,8 @@ export type Command =
       fp: number;
       /** Trust of the sender (secret key: merchant_asserted; publishable key: client_reported). */
       trust: string;
+      /** The credential that sent the event (kept with the event, shown on GET /events/{id}). */
+      source: EventSource;
       /** Published rules and currencies of the environment, loaded before the step; null: none. */
       rules: RulesContext | null;
       /** The environment's counter definitions and time zone, loaded before the step; null/absent: none. */
@@ -195,6 +206,9 @@ export type Fact =
       receivedAtMs: number;
       properties: Record<string, unknown>;
       fp: number;
+      /** Absent in events recorded before they were kept. */
+      trust?: string;
+      source?: EventSource;
     }
   | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
   | { kind: 'customer.merged'; into: string; atMs: number }
@@ -574,6 +588,8 @@ function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact &
     receivedAtMs: ctx.nowMs,
     properties: cmd.properties,
     fp: cmd.fp,
+    trust: cmd.trust,
+    source: cmd.source,
   };
 }
 

@@ -428,6 +428,7 @@ export class MatchResults {
       metrics: p.metrics,
       won: p.won,
       trust: 'merchant_asserted',
+      source: { type: 'secret_key', id: m.reportingKeyId },
       rules: context?.rules ?? null,
       counters: context?.counters ?? null,
     };

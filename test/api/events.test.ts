@@ -29,6 +29,8 @@ t.test('events', async (t) => {
     const customer = (await api.get(`/v1/customers?external_id=${encodeURIComponent(event('e-1').customer_id)}`)).body.data[0];
     t.equal(got.body.customer_id, event('e-1').customer_id, 'customer_id is the caller\'s identifier, as sent');
     t.equal(got.body.customer_service_id, customer.id, 'and the service id alongside');
+    t.equal(got.body.trust, 'merchant_asserted', 'a secret key asserts its events');
+    t.same(got.body.source, { type: 'secret_key', id: tenant.secretKeyId }, 'the sending key is kept with the event');
   });
 
   await t.test('the same id and content is answered as the first, with duplicate: true', async (t) => {
@@ -129,6 +131,9 @@ t.test('events', async (t) => {
     const secretRoute = await pub.get(`/v1/events/${ok.body.id}`);
     t.equal(secretRoute.status, 403);
     t.equal(secretRoute.body.error.code, 'event_requires_secret_key');
+    const stored = await api.get(`/v1/events/${ok.body.id}`);
+    t.equal(stored.body.trust, 'client_reported', 'a publishable key only reports');
+    t.same(stored.body.source, { type: 'publishable_key', id: k.body.id });
   });
 
   await t.test('a revoked key answers credentials_revoked', async (t) => {

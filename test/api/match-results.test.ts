@@ -80,6 +80,9 @@ t.test('match results over the API', async (t) => {
     const ev = await tenant.admin.get(`/v1/events/${a.event_id}`);
     t.equal(ev.status, 200);
     t.match(ev.body, { name: 'match.completed', occurred_at: new Date(Date.parse(body.ended_at)).toISOString(), properties: { kills: 5, score: 1000, match_id: body.match_id, match_profile: 'arena', won: true } });
+    // Rule 6: trust merchant_asserted, source the reporting secret key.
+    t.equal(ev.body.trust, 'merchant_asserted');
+    t.same(ev.body.source, { type: 'secret_key', id: tenant.secretKeyId });
   });
 
   await t.test('an identical repeat is a replay; another body is idempotency_key_reused', async (t) => {

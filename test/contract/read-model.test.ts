@@ -45,6 +45,9 @@ const event = (id: string, customerId: string, receivedAtMs: number, properties:
   receivedAtMs,
   properties,
   status: 'evaluated',
+  trust: 'merchant_asserted',
+  sourceType: 'secret_key',
+  sourceId: 'key_1',
 });
 
 for (const kind of sqlKinds) {
@@ -79,6 +82,9 @@ for (const kind of sqlKinds) {
         receivedAtMs: T0 + 10,
         properties: { amount: 5, raw: 'p\uFFFDq' },
         status: 'evaluated',
+        trust: 'merchant_asserted',
+        sourceType: 'secret_key',
+        sourceId: 'key_1',
         customerExternalId: 'ext-c1',
       });
       t.same(await rm.listAliases('env_a', 'c1'), [{ environmentId: 'env_a', alias: 'anon-1', customerId: 'c1', kind: 'anonymous', createdAtMs: T0 }]);

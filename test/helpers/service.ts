@@ -127,6 +127,8 @@ export interface Tenant {
   liveEnv: string;
   orgId: string;
   secretKey: string;
+  /** The id (key_...) of that secret key. */
+  secretKeyId: string;
   /** PAT client acting in the test environment. */
   admin: Client;
   /** Secret-key client of the test environment. */
@@ -154,6 +156,7 @@ export async function signUp(anon: Client, email = `${uniqueName('u')}@example.c
     liveEnv,
     orgId: s.body.organization.id,
     secretKey,
+    secretKeyId: k.body.id as string,
     admin,
     server: anon.with({ authorization: `Bearer ${secretKey}` }),
   };

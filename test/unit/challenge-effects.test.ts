@@ -77,7 +77,7 @@ class World {
         occurredAtMs: this.nowMs,
         properties,
         fp: this.n,
-        trust: 'merchant_asserted',
+        trust: 'merchant_asserted', source: { type: 'secret_key', id: 'key_test' },
         rules: { plans: plans as never[], currencies: ctxChallenges.currencies, tierPrograms: ctxChallenges.tierPrograms, challenges: ctxChallenges.challenges, timeZone: 'UTC' },
       },
       this.ctx(),

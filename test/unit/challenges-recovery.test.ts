@@ -53,7 +53,7 @@ const match = (customer: string, matchId: string, nowMs: number): Call => ({
     occurredAtMs: nowMs,
     properties: { match_id: matchId },
     fp: n,
-    trust: 'merchant_asserted',
+    trust: 'merchant_asserted', source: { type: 'secret_key', id: 'key_test' },
     rules,
   },
   nowMs,

@@ -143,7 +143,7 @@ t.test('given a counter and a rule reading it, when events arrive, then the coun
         occurredAtMs: nowMs,
         properties: {},
         fp: 1,
-        trust: 'merchant_asserted',
+        trust: 'merchant_asserted', source: { type: 'secret_key', id: 'key_test' },
         rules: { plans: [plan('purchases', 2)], currencies: [{ key: 'coins', negativeBalance: 'forbid', expiryDays: null }], tierPrograms: [] },
         counters: { defs: [def({ status })], timeZone: 'UTC' },
       },

@@ -35,7 +35,7 @@ const ev = (id: string, fp: number): Command => ({
   occurredAtMs: 500,
   properties: { level: 3 },
   fp,
-  trust: 'merchant_asserted',
+  trust: 'merchant_asserted', source: { type: 'secret_key', id: 'key_test' },
   rules: null,
 });
 

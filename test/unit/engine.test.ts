@@ -13,7 +13,7 @@ const shared = memoryStorage;
 const ev = (customer: string, id: string, fp = 1): Call => ({
   env: 'env_1',
   target: { by: 'key', key: customer },
-  command: { kind: 'event.record', externalId: customer, clientEventId: id, name: 'x.y', occurredAtMs: 1, properties: {}, fp, trust: 'merchant_asserted', rules: null },
+  command: { kind: 'event.record', externalId: customer, clientEventId: id, name: 'x.y', occurredAtMs: 1, properties: {}, fp, trust: 'merchant_asserted', source: { type: 'secret_key', id: 'key_test' }, rules: null },
   nowMs: 1000,
 });
 
@@ -360,7 +360,7 @@ t.test('recovery rebuilds identical counters from snapshots plus the journal tai
   const counted = (customer: string, id: string, nowMs: number): Call => ({
     env: 'env_1',
     target: { by: 'key', key: customer },
-    command: { kind: 'event.record', externalId: customer, clientEventId: id, name: 'x.y', occurredAtMs: nowMs, properties: {}, fp: 1, trust: 'merchant_asserted', rules: null, counters: { defs, timeZone: 'Europe/Paris' } },
+    command: { kind: 'event.record', externalId: customer, clientEventId: id, name: 'x.y', occurredAtMs: nowMs, properties: {}, fp: 1, trust: 'merchant_asserted', source: { type: 'secret_key', id: 'key_test' }, rules: null, counters: { defs, timeZone: 'Europe/Paris' } },
     nowMs,
   });
   const countersOf = async (e: Engine, customer: string) => {

@@ -37,6 +37,7 @@ const event = (matchId: string, over: Partial<MatchEventSpec> = {}): MatchEventS
   metrics: { kills: 3 },
   won: true,
   trust: 'merchant_asserted',
+  source: { type: 'secret_key', id: 'key_reporter' },
   rules: null,
   ...over,
 });
@@ -134,7 +135,7 @@ t.test('the merged customer brings its rate book (alias.add with matchRates)', a
 
 t.test('event_refused: the event id was used with other content; nothing is counted', async (t) => {
   let s: CustomerState | null = evolve(null, created('cust_A', 'a'));
-  s = run(s, { kind: 'event.record', externalId: 'a', clientEventId: 'm1:cust_A', name: 'other', occurredAtMs: 1, properties: {}, fp: 1, trust: 'merchant_asserted', rules: null }).state;
+  s = run(s, { kind: 'event.record', externalId: 'a', clientEventId: 'm1:cust_A', name: 'other', occurredAtMs: 1, properties: {}, fp: 1, trust: 'merchant_asserted', source: { type: 'secret_key', id: 'key_test' }, rules: null }).state;
   const r = run(s, admit('m1', 'cust_A'));
   t.ok(r.d.ok);
   if (!r.d.ok) return;

@@ -8,7 +8,7 @@
 import type { CountersContext } from '../counters.js';
 import type { ErrorCode } from '../../errors/codes.js';
 import { canonicalJson, hash53 } from '../../util/canonical-json.js';
-import type { CustomerState, Ctx, EventToRecord, Fact } from '../customer.js';
+import type { CustomerState, Ctx, EventSource, EventToRecord, Fact } from '../customer.js';
 import type { Effect, RulesContext } from '../rule-effects.js';
 import type { RateLimit } from './profile.js';
 import { decideRate, evolveRate, mergeRateStates, type PendingVerdict, type RateFact, type RateState } from './rate.js';
@@ -24,6 +24,8 @@ export interface MatchEventSpec {
   metrics: Record<string, number>;
   won: boolean | null;
   trust: 'merchant_asserted';
+  /** The reporting secret key (spec 4.9 rule 6). */
+  source: EventSource;
   /** Published rules of the environment (loaded before the step); null: none. */
   rules: RulesContext | null;
   /** The environment's counter definitions (loaded before the step); null/absent: none. */
@@ -104,7 +106,7 @@ function recordOnce(
     if (seen.fp !== fp) return { refused: `Event ${id} was already recorded with different content.` };
     return { facts: [], eventId: seen.id, effects: [] };
   }
-  return hooks.recordEvent(state, { clientEventId: id, name: e.name, occurredAtMs: e.occurredAtMs, properties, fp, trust: e.trust, rules: e.rules, counters: e.counters ?? null }, ctx);
+  return hooks.recordEvent(state, { clientEventId: id, name: e.name, occurredAtMs: e.occurredAtMs, properties, fp, trust: e.trust, source: e.source, rules: e.rules, counters: e.counters ?? null }, ctx);
 }
 
 export function decideMatch(state: CustomerState, cmd: MatchCommand, ctx: Ctx, hooks: MatchHooks): Decision {

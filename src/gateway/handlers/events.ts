@@ -7,6 +7,8 @@ import type { Engine } from '../../actors/engine.js';
 import type { CallResult } from '../../actors/partition.js';
 import { type BudgetAllowance, grantFor, settleGrant } from '../../catalog/event-grants.js';
 import type { Effect, RulesContext } from '../../domain/rule-effects.js';
+import type { EventSource } from '../../domain/customer.js';
+import type { CredentialKind } from '../../tenancy/types.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { CountersContext } from '../../domain/counters.js';
@@ -62,6 +64,10 @@ export interface EventReadModel {
     receivedAtMs: number;
     properties: Record<string, unknown> | null;
     status: string;
+    /** Null for events recorded before they were kept. */
+    trust: string | null;
+    sourceType: string | null;
+    sourceId: string | null;
   } | null>;
 }
 
@@ -96,6 +102,15 @@ function parseEvent(raw: unknown, rawBytes: number, at: string): EventInput {
   return parsed.data;
 }
 
+/** How an event's sender is named on the event (a customer token: the key that minted it). */
+const sourceTypes: Record<CredentialKind, EventSource['type']> = {
+  secret: 'secret_key',
+  publishable: 'publishable_key',
+  pat: 'personal_access_token',
+  session: 'session',
+  customer: 'customer_token',
+};
+
 async function recordOne(
   deps: EventDeps,
   env: string,
@@ -103,6 +118,7 @@ async function recordOne(
   sync: boolean,
   param: string,
   trust: string,
+  source: EventSource,
   timeZone = 'UTC',
 ): Promise<ItemResult> {
   const occurredAtMs = Date.parse(ev.occurred_at);
@@ -132,6 +148,7 @@ async function recordOne(
       properties: ev.properties,
       fp,
       trust,
+      source,
       rules,
       counters,
       ...(sync ? { sync: true } : {}),
@@ -230,6 +247,7 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
         const isPublishable = principal.kind === 'publishable';
         // Client-side credentials report events; server-side keys assert them (rule trust minimum).
         const trust = isPublishable || principal.kind === 'customer' ? 'client_reported' : 'merchant_asserted';
+        const source: EventSource = { type: sourceTypes[principal.kind], id: principal.credentialId };
         const checkAllowed = (name: string, param: string) => {
           if (isPublishable && !principal.allowedEvents.includes(name)) {
             throw new ApiError('event_requires_secret_key', { message: `This publishable key may not send ${name}; send it with a secret key.`, param });
@@ -239,7 +257,7 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
           const { mode: _m, ...raw } = b;
           const ev = parseEvent(raw, ctx.rawBody.length, '');
           checkAllowed(ev.name, 'name');
-          const r = await recordOne(deps, env.id, ev, sync, '', trust, env.timezone);
+          const r = await recordOne(deps, env.id, ev, sync, '', trust, source, env.timezone);
           return { status: r.status, body: r.body };
         }
         // A batch is {events, mode?}, as strict as a single event's body.
@@ -257,7 +275,7 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
             try {
               const ev = parseEvent(raw, mayBeLarge ? Buffer.byteLength(JSON.stringify(raw)) : 0, at);
               checkAllowed(ev.name, `${at}.name`);
-              const r = await recordOne(deps, env.id, ev, sync, at, trust, env.timezone);
+              const r = await recordOne(deps, env.id, ev, sync, at, trust, source, env.timezone);
               return r.body;
             } catch (err) {
               const clientEventId = raw && typeof raw === 'object' && typeof (raw as { id?: unknown }).id === 'string' ? (raw as { id: string }).id : null;
@@ -299,6 +317,9 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
             received_at: iso(row.receivedAtMs),
             properties: row.properties,
             status: row.status,
+            // Who sent it: merchant_asserted (server-side credentials) or client_reported, and the credential.
+            trust: row.trust,
+            source: row.sourceType === null ? null : { type: row.sourceType, id: row.sourceId },
           },
         };
       },

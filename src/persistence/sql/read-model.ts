@@ -96,6 +96,10 @@ export type Projection =
       status: string;
       /** Counter ids that counted this event live (counter.counted in the same journal record). */
       counted?: string[];
+      /** Null for events recorded before they were kept. */
+      trust: string | null;
+      sourceType: string | null;
+      sourceId: string | null;
     }
   | {
       /** A customer's level in a tier program (level null: only the next downgrade check moved). */
@@ -142,6 +146,10 @@ export interface EventRow {
   /** null once the customer was erased. */
   properties: Record<string, unknown> | null;
   status: string;
+  /** Null for events recorded before they were kept. */
+  trust: string | null;
+  sourceType: string | null;
+  sourceId: string | null;
 }
 
 /** Rows per statement: bounds one array parameter. */
@@ -193,7 +201,7 @@ const ms = (col: string) => `(extract(epoch from ${col}) * 1000)::float8`;
 const customerColumns = `environment_id, id, external_id, attributes, version,
   ${ms('created_at')} as created_at_ms, ${ms('updated_at')} as updated_at_ms, ${ms('deleted_at')} as deleted_at_ms`;
 const eventColumns = `environment_id, id, client_event_id, customer_id, name,
-  ${ms('occurred_at')} as occurred_at_ms, ${ms('received_at')} as received_at_ms, properties, status`;
+  ${ms('occurred_at')} as occurred_at_ms, ${ms('received_at')} as received_at_ms, properties, status, trust, source_type, source_id`;
 
 const issuanceColumns = `environment_id, id, reward_id, customer_id, status, source_type, source_id, cost_entry_id,
   ${ms('expires_at')} as expires_at_ms, ${ms('redeemed_at')} as redeemed_at_ms, ${ms('cancelled_at')} as cancelled_at_ms,
@@ -242,6 +250,9 @@ function eventRow(r: Record<string, unknown>): EventRow {
     receivedAtMs: r.received_at_ms as number,
     properties: r.properties as Record<string, unknown> | null,
     status: r.status as string,
+    trust: (r.trust as string | null) ?? null,
+    sourceType: (r.source_type as string | null) ?? null,
+    sourceId: (r.source_id as string | null) ?? null,
   };
 }
 
@@ -461,17 +472,21 @@ export class PgReadModel {
           p: p.properties,
           s: p.status,
           k: p.counted ?? null,
+          t: p.trust,
+          st: p.sourceType,
+          si: p.sourceId,
         })),
       );
       await tx`
-        insert into events (environment_id, id, client_event_id, customer_id, name, occurred_at, received_at, properties, status, counted)
+        insert into events (environment_id, id, client_event_id, customer_id, name, occurred_at, received_at, properties, status, counted, trust, source_type, source_id)
         select u.e, u.i, u.ce, u.c, u.n, to_timestamp(u.o / 1000), to_timestamp(u.r / 1000),
                case when exists (
                  select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
                ) then null else u.p end,
                u.s,
-               case when u.k is null then null else array(select jsonb_array_elements_text(u.k)) end
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text, k jsonb)
+               case when u.k is null then null else array(select jsonb_array_elements_text(u.k)) end,
+               u.t, u.st, u.si
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text, k jsonb, t text, st text, si text)
         on conflict (environment_id, id) do nothing`;
     }
   }
@@ -742,7 +757,8 @@ export class PgReadModel {
   async getEvent(environmentId: string, id: string): Promise<(EventRow & { customerExternalId: string | null }) | null> {
     const [row] = await this.sql`
       select e.environment_id, e.id, e.client_event_id, e.customer_id, e.name, ${this.sql.unsafe(ms('e.occurred_at'))} as occurred_at_ms,
-        ${this.sql.unsafe(ms('e.received_at'))} as received_at_ms, e.properties, e.status, c.external_id as customer_external_id
+        ${this.sql.unsafe(ms('e.received_at'))} as received_at_ms, e.properties, e.status, e.trust, e.source_type, e.source_id,
+        c.external_id as customer_external_id
       from events e left join customers c on c.environment_id = e.environment_id and c.id = e.customer_id
       where e.environment_id = ${environmentId} and e.id = ${id}`;
     return row ? { ...eventRow(row), customerExternalId: (row.customer_external_id as string | null) ?? null } : null;
