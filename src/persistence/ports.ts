@@ -185,4 +185,9 @@ export interface IdempotencyStore {
   complete(scope: string, key: string, status: number, body: string, retentionMs: number): Promise<void>;
   /** Drops an in_progress claim whose request failed before changing anything (5xx, validation). */
   release(scope: string, key: string): Promise<void>;
+  /**
+   * Deletes the stored answers of `scope` whose body contains `mentioning` (a deleted customer's
+   * id: a replay must not hand its erased data back). Returns how many it deleted.
+   */
+  forget(scope: string, mentioning: string): Promise<number>;
 }

@@ -172,6 +172,24 @@ t.test('customers', async (t) => {
     t.not(again.body.id, c.id);
   });
 
+  await t.test('a stored Idempotency-Key answer holding erased data is not replayed after the delete', async (t) => {
+    const body = { external_id: 'idem-gone', attributes: { email: 'idem-gone@example.com' } };
+    const key = idem();
+    const c = (await api.post('/v1/customers', body, key)).body;
+    const merged = (await api.post('/v1/customers', { external_id: 'idem-merged', attributes: { email: 'm@example.com' } }, idem())).body;
+    const aliasKey = idem();
+    t.equal((await api.post(`/v1/customers/${c.id}/aliases`, { alias: 'idem-merged' }, aliasKey)).status, 201);
+    const replay = await api.post('/v1/customers', body, key);
+    t.equal(replay.body.id, c.id, 'replayed before the delete');
+    t.equal((await api.delete(`/v1/customers/${c.id}`)).status, 204);
+    const after = await api.post('/v1/customers', body, key);
+    t.equal(after.status, 201, 'the request runs again');
+    t.not(after.body.id, c.id, 'as a new customer: the erased answer is gone');
+    const aliasAgain = await api.post(`/v1/customers/${c.id}/aliases`, { alias: 'idem-merged' }, aliasKey);
+    t.equal(aliasAgain.status, 404, `the alias answer is gone too (${JSON.stringify(aliasAgain.body)})`);
+    t.not(merged.id, c.id);
+  });
+
   await t.test('client tokens and customer sessions need customer_sessions:write', async (t) => {
     const c = (await api.post('/v1/customers', { external_id: 'tok-1' }, idem())).body;
     const denied = await api.post(`/v1/customers/${c.id}/client_token`, {});

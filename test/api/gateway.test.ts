@@ -34,6 +34,13 @@ class TestIdempotencyStore implements IdempotencyStore {
   async release(scope: string, key: string) {
     this.rows.delete(`${scope}\u0000${key}`);
   }
+  async forget(scope: string, mentioning: string) {
+    let n = 0;
+    for (const [id, row] of this.rows) {
+      if (id.startsWith(`${scope}\u0000`) && row.body?.includes(mentioning)) n += Number(this.rows.delete(id));
+    }
+    return n;
+  }
 }
 
 function deferred<T = void>() {

@@ -62,6 +62,27 @@ for (const adapter of adapters) {
       await store.release('env_1', 'never-claimed');
     });
 
+    t.test('forget deletes the stored answers of a scope that mention a string, and nothing else', async (t) => {
+      const answer = (id: string) => JSON.stringify({ id, external_id: 'player-9', attributes: { email: 'p9@example.com' } });
+      for (const [scope, key, body] of [
+        ['env_f', 'a', answer('cust_GONE')],
+        ['env_f', 'b', JSON.stringify({ customer_id: 'cust_GONE', amount: 5 })],
+        ['env_f', 'c', answer('cust_KEPT')],
+        ['env_g', 'a', answer('cust_GONE')],
+      ] as const) {
+        t.equal(await store.claim(scope, key, `fp-${key}`, stale), null);
+        await store.complete(scope, key, 201, body, 60_000);
+      }
+      t.equal(await store.claim('env_f', 'running', 'fp-r', stale), null, 'an in-progress claim has no answer yet');
+      t.equal(await store.forget('env_f', 'cust_GONE'), 2);
+      t.equal(await store.claim('env_f', 'a', 'fp-a', stale), null, 'forgotten: the key runs again');
+      t.equal(await store.claim('env_f', 'b', 'fp-b', stale), null);
+      t.same(await store.claim('env_f', 'c', 'fp-c', stale), done('fp-c', 201, answer('cust_KEPT')), 'other customers kept');
+      t.same(await store.claim('env_g', 'a', 'fp-a', stale), done('fp-a', 201, answer('cust_GONE')), 'other scopes kept');
+      t.same(await store.claim('env_f', 'running', 'fp-r', stale), inProgress('fp-r'), 'claims in progress kept');
+      t.equal(await store.forget('env_f', '%'), 0, 'no pattern characters');
+    });
+
     t.test('an in_progress claim older than staleAfterMs goes to exactly one new claimer', async (t) => {
       t.equal(await store.claim('env_1', 'st', 'fp-old', stale), null);
       nowMs += stale;

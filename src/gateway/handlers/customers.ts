@@ -97,6 +97,11 @@ export interface CustomerDeps {
   }): Promise<{ token: string; expiresAtMs: number }>;
   /** The environment's segments (state view: static memberships + dynamic matches, by name). */
   segments?: (environmentId: string) => Promise<SegmentDef[]>;
+  /**
+   * Deletes the environment's stored Idempotency-Key answers that mention a customer id, so a
+   * replay after the deletion cannot hand back erased data; absent: nothing to erase.
+   */
+  forgetIdempotentAnswers?(environmentId: string, customerId: string): Promise<number>;
 }
 
 /** Events included in an export; older ones are summarized by events_since. */
@@ -156,13 +161,15 @@ const read = ['secret', 'pat', 'session'] as const;
 const readOrCustomer = ['secret', 'pat', 'session', 'customer'] as const;
 
 /** Erases the customers merged into `survivorId` (depth first through earlier merges). */
-async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<void> {
-  await Promise.all(
+/** Erases the customers merged into `survivorId` (and those merged into them); returns their ids. */
+async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
+  const erased = await Promise.all(
     mergedFrom.map(async (id) => {
       const r = await call(deps, env, { by: 'id', id }, { kind: 'customer.erase_merged', survivorId });
-      if (r.kind === 'erased' && r.mergedFrom.length > 0) await eraseMerged(deps, env, id, r.mergedFrom);
+      return r.kind === 'erased' && r.mergedFrom.length > 0 ? [id, ...(await eraseMerged(deps, env, id, r.mergedFrom))] : [id];
     }),
   );
+  return erased.flat();
 }
 
 /**
@@ -324,7 +331,12 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         );
         // Customers merged into this one hold personal data too (their external id, attributes,
         // event properties): erased with it, and those merged into them in turn.
-        await eraseMerged(deps, env, before.id, before.mergedFrom);
+        const merged = await eraseMerged(deps, env, before.id, before.mergedFrom);
+        // Stored answers of creating POSTs (customer, aliases, tokens, ledger entries) can hold the
+        // erased data; a repeat of such a request now runs again instead of replaying them.
+        if (deps.forgetIdempotentAnswers) {
+          for (const id of [before.id, ...merged]) await deps.forgetIdempotentAnswers(env, id);
+        }
         return { status: 204 };
       },
     }),

@@ -53,6 +53,18 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     if (this.rows.get(id)?.state === 'in_progress') this.rows.delete(id);
   }
 
+  async forget(scope: string, mentioning: string): Promise<number> {
+    const prefix = MemoryIdempotencyStore.id(scope, '');
+    let n = 0;
+    for (const [id, row] of this.rows) {
+      if (id.startsWith(prefix) && row.state === 'done' && row.body?.includes(mentioning)) {
+        this.rows.delete(id);
+        n++;
+      }
+    }
+    return n;
+  }
+
   /** Deletes up to idempotencyPurgeBatchMax expired rows; returns how many it deleted. */
   async purgeExpired(): Promise<number> {
     const nowMs = this.clock();

@@ -70,6 +70,15 @@ export class PgIdempotencyStore implements IdempotencyStore {
     await this.sql`delete from idempotency_keys where scope = ${scope} and key = ${key} and state = 'in_progress'`;
   }
 
+  async forget(scope: string, mentioning: string): Promise<number> {
+    // strpos, not LIKE: an id is matched as it is, with no pattern characters to escape.
+    const gone = await this.sql`
+      delete from idempotency_keys
+      where scope = ${scope} and state = 'done' and strpos(body, ${mentioning}) > 0
+      returning 1`;
+    return gone.length;
+  }
+
   /** Deletes up to idempotencyPurgeBatchMax expired rows; returns how many it deleted. */
   async purgeExpired(): Promise<number> {
     const nowMs = this.clock();
