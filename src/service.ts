@@ -332,7 +332,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         mintCustomerToken: (req) => tenancy.customerTokens.mint(req),
         counterNames: (env) => counters.all(env),
         segments: (env) => segments.all(env),
-        forgetIdempotentAnswers: (env, customerId) => idempotency.forget(env, customerId),
+        forgetIdempotentAnswers: (env, customerIds) => idempotency.forget(env, customerIds),
       }),
       ...matchRoutes({ profiles: matchProfiles, results: matchResults, nowMs: now }),
     ],

@@ -108,9 +108,13 @@ export class Engine {
     const call = unpackMessage<Call>(payload);
     // A customer created here keeps these strings: own copies, not slices of the message (codec.ts).
     call.env = sharedEnvironmentId(call.env);
-    if (call.target.by === 'key') call.target.key = ownString(call.target.key);
+    const target = call.target;
+    if (target.by === 'key') target.key = ownString(target.key);
     const cmd = call.command;
-    if ('externalId' in cmd && typeof cmd.externalId === 'string') cmd.externalId = ownString(cmd.externalId);
+    if ('externalId' in cmd && typeof cmd.externalId === 'string') {
+      // An event's external id is usually its routing key: one copy serves both.
+      cmd.externalId = target.by === 'key' && cmd.externalId === target.key ? target.key : ownString(cmd.externalId);
+    }
     const p = this.partitionOfTarget(call.env, call.target);
     let local = this.placement.local(p);
     if (!local) {

@@ -186,8 +186,9 @@ export interface IdempotencyStore {
   /** Drops an in_progress claim whose request failed before changing anything (5xx, validation). */
   release(scope: string, key: string): Promise<void>;
   /**
-   * Deletes the stored answers of `scope` whose body contains `mentioning` (a deleted customer's
-   * id: a replay must not hand its erased data back). Returns how many it deleted.
+   * Deletes the stored answers of `scope` whose body contains any of `mentioning` (deleted
+   * customers' ids: a replay must not hand their erased data back), in one statement. Returns
+   * how many it deleted.
    */
-  forget(scope: string, mentioning: string): Promise<number>;
+  forget(scope: string, mentioning: readonly string[]): Promise<number>;
 }

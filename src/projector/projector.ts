@@ -28,11 +28,11 @@ interface Lane {
   catchUp: boolean;
   projected: Offset;
   /**
-   * Highest offset acknowledged while the lane's current journal read is out (acks during a
-   * catch-up are not queued). An empty read ends the catch-up only if no ack came in meanwhile,
-   * so an entry appended just after the read is not skipped.
+   * Set by an ack that arrives during a catch-up (such acks are not queued), cleared before each
+   * journal read. An empty read ends the catch-up only if no ack came in while it was out, so an
+   * entry appended just after the read is not skipped.
    */
-  ackedDuringCatchUp: Offset;
+  ackedDuringRead: boolean;
 }
 
 const laneRecordsMax = 50_000;
@@ -94,7 +94,7 @@ export class Projector {
     lane.queuedRecords = 0;
     lane.catchUp = false;
     lane.projected = offset;
-    lane.ackedDuringCatchUp = offsetZero;
+    lane.ackedDuringRead = false;
     return offset;
   }
 
@@ -123,12 +123,12 @@ export class Projector {
   onAcked(partition: number, offset: Offset, records: JournalRecord[]): void {
     const lane = this.lane(partition);
     if (lane.catchUp) {
-      if (compareOffsets(offset, lane.ackedDuringCatchUp) > 0) lane.ackedDuringCatchUp = offset;
+      lane.ackedDuringRead = true;
       return;
     }
     if (lane.queuedRecords + records.length > this.laneMax || this.queuedTotal + records.length > this.totalMax) {
+      // No read is out yet: the catch-up's first read covers this entry.
       this.startCatchUp(lane);
-      if (compareOffsets(offset, lane.ackedDuringCatchUp) > 0) lane.ackedDuringCatchUp = offset;
       return;
     }
     lane.entries.push({ offset, records });
@@ -157,7 +157,7 @@ export class Projector {
   private lane(partition: number): Lane {
     let lane = this.lanes.get(partition);
     if (!lane) {
-      this.lanes.set(partition, (lane = { partition, entries: [], queuedRecords: 0, catchUp: false, projected: offsetZero, ackedDuringCatchUp: offsetZero }));
+      this.lanes.set(partition, (lane = { partition, entries: [], queuedRecords: 0, catchUp: false, projected: offsetZero, ackedDuringRead: false }));
       this.laneList.push(lane);
     }
     return lane;
@@ -236,11 +236,11 @@ export class Projector {
       if (!lane.catchUp) continue;
       const partition = lane.partition;
       // Only acks that arrive while this read is out can be missing from an empty answer.
-      lane.ackedDuringCatchUp = offsetZero;
+      lane.ackedDuringRead = false;
       const entries = await this.journal.read(partition, lane.projected, catchUpEntries);
       if (entries.length === 0) {
         // Caught up, unless an ack came in while the read was out: then read again next cycle.
-        if (compareOffsets(lane.ackedDuringCatchUp, lane.projected) <= 0) lane.catchUp = false;
+        if (!lane.ackedDuringRead) lane.catchUp = false;
         continue;
       }
       const last = entries[entries.length - 1]!.offset;

@@ -34,10 +34,10 @@ class TestIdempotencyStore implements IdempotencyStore {
   async release(scope: string, key: string) {
     this.rows.delete(`${scope}\u0000${key}`);
   }
-  async forget(scope: string, mentioning: string) {
+  async forget(scope: string, mentioning: readonly string[]) {
     let n = 0;
     for (const [id, row] of this.rows) {
-      if (id.startsWith(`${scope}\u0000`) && row.body?.includes(mentioning)) n += Number(this.rows.delete(id));
+      if (id.startsWith(`${scope}\u0000`) && mentioning.some((m) => row.body?.includes(m))) n += Number(this.rows.delete(id));
     }
     return n;
   }

@@ -74,13 +74,14 @@ for (const adapter of adapters) {
         await store.complete(scope, key, 201, body, 60_000);
       }
       t.equal(await store.claim('env_f', 'running', 'fp-r', stale), null, 'an in-progress claim has no answer yet');
-      t.equal(await store.forget('env_f', 'cust_GONE'), 2);
+      t.equal(await store.forget('env_f', ['cust_GONE', 'cust_NEVER']), 2);
       t.equal(await store.claim('env_f', 'a', 'fp-a', stale), null, 'forgotten: the key runs again');
       t.equal(await store.claim('env_f', 'b', 'fp-b', stale), null);
       t.same(await store.claim('env_f', 'c', 'fp-c', stale), done('fp-c', 201, answer('cust_KEPT')), 'other customers kept');
       t.same(await store.claim('env_g', 'a', 'fp-a', stale), done('fp-a', 201, answer('cust_GONE')), 'other scopes kept');
       t.same(await store.claim('env_f', 'running', 'fp-r', stale), inProgress('fp-r'), 'claims in progress kept');
-      t.equal(await store.forget('env_f', '%'), 0, 'no pattern characters');
+      t.equal(await store.forget('env_f', ['%']), 0, 'no pattern characters');
+      t.equal(await store.forget('env_f', []), 0, 'nothing named, nothing deleted');
     });
 
     t.test('an in_progress claim older than staleAfterMs goes to exactly one new claimer', async (t) => {

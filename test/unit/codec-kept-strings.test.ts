@@ -5,7 +5,8 @@
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import t from 'tap';
-import { decodeEntry, decodeEntryToKeep, encodeEntry, type JournalRecord } from '../../src/actors/codec.js';
+import { decodeEntry, decodeEntryToKeep, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord } from '../../src/actors/codec.js';
+import { evolve } from '../../src/domain/customer.js';
 
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc') as () => void;
@@ -54,4 +55,30 @@ t.test('decodeEntryToKeep: the same values, and kept ids do not hold the entryâ€
   const plain = keptBytesPerEntry(decodeEntry, n);
   t.same(own.kept, plain.kept, 'identical values');
   t.ok(own.bytes < 700, `kept strings cost ${own.bytes.toFixed(0)} bytes per entry (plain decode: ${plain.bytes.toFixed(0)})`);
+});
+
+t.test('decodeSnapshot: the identity strings an activated actor keeps do not hold the snapshotâ€™s other strings', async (t) => {
+  const n = 2000;
+  const snapshot = (i: number) =>
+    encodeSnapshot(
+      evolve(null, {
+        kind: 'customer.created',
+        id: customerId(i),
+        environmentId: 'env_01JTESTENVIRONMENT0000000',
+        externalId: `player-${i}-abcdefghijkl`,
+        attributes: Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`a${k}`, `${'v'.repeat(150)}${i}`])),
+        atMs: 1,
+      }),
+    );
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  const kept: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const s = decodeSnapshot(snapshot(i));
+    kept.push(s.id, s.environmentId, s.externalId ?? '');
+  }
+  gc();
+  const bytes = (process.memoryUsage().heapUsed - before) / n;
+  t.equal(kept[3], customerId(1), 'the same values');
+  t.ok(bytes < 700, `kept ids cost ${bytes.toFixed(0)} bytes per snapshot`);
 });

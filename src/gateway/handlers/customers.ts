@@ -101,7 +101,7 @@ export interface CustomerDeps {
    * Deletes the environment's stored Idempotency-Key answers that mention a customer id, so a
    * replay after the deletion cannot hand back erased data; absent: nothing to erase.
    */
-  forgetIdempotentAnswers?(environmentId: string, customerId: string): Promise<number>;
+  forgetIdempotentAnswers?(environmentId: string, customerIds: readonly string[]): Promise<number>;
 }
 
 /** Events included in an export; older ones are summarized by events_since. */
@@ -160,8 +160,7 @@ function stateWire(c: CustomerView, counterNames: ReadonlyArray<{ id: string; na
 const read = ['secret', 'pat', 'session'] as const;
 const readOrCustomer = ['secret', 'pat', 'session', 'customer'] as const;
 
-/** Erases the customers merged into `survivorId` (depth first through earlier merges). */
-/** Erases the customers merged into `survivorId` (and those merged into them); returns their ids. */
+/** Erases the customers merged into `survivorId` (depth first through earlier merges); returns their ids. */
 async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
   const erased = await Promise.all(
     mergedFrom.map(async (id) => {
@@ -334,9 +333,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const merged = await eraseMerged(deps, env, before.id, before.mergedFrom);
         // Stored answers of creating POSTs (customer, aliases, tokens, ledger entries) can hold the
         // erased data; a repeat of such a request now runs again instead of replaying them.
-        if (deps.forgetIdempotentAnswers) {
-          for (const id of [before.id, ...merged]) await deps.forgetIdempotentAnswers(env, id);
-        }
+        await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
         return { status: 204 };
       },
     }),

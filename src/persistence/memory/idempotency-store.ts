@@ -53,11 +53,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     if (this.rows.get(id)?.state === 'in_progress') this.rows.delete(id);
   }
 
-  async forget(scope: string, mentioning: string): Promise<number> {
+  async forget(scope: string, mentioning: readonly string[]): Promise<number> {
     const prefix = MemoryIdempotencyStore.id(scope, '');
     let n = 0;
     for (const [id, row] of this.rows) {
-      if (id.startsWith(prefix) && row.state === 'done' && row.body?.includes(mentioning)) {
+      const body = row.body;
+      if (id.startsWith(prefix) && row.state === 'done' && body !== null && mentioning.some((m) => body.includes(m))) {
         this.rows.delete(id);
         n++;
       }

@@ -70,11 +70,13 @@ export class PgIdempotencyStore implements IdempotencyStore {
     await this.sql`delete from idempotency_keys where scope = ${scope} and key = ${key} and state = 'in_progress'`;
   }
 
-  async forget(scope: string, mentioning: string): Promise<number> {
+  async forget(scope: string, mentioning: readonly string[]): Promise<number> {
+    if (mentioning.length === 0) return 0;
     // strpos, not LIKE: an id is matched as it is, with no pattern characters to escape.
     const gone = await this.sql`
       delete from idempotency_keys
-      where scope = ${scope} and state = 'done' and strpos(body, ${mentioning}) > 0
+      where scope = ${scope} and state = 'done'
+        and exists (select 1 from unnest(${mentioning as string[]}::text[]) as m(s) where strpos(body, m.s) > 0)
       returning 1`;
     return gone.length;
   }
