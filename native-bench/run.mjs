@@ -35,7 +35,9 @@ const usage = `usage: npm run bench -- [options]
   --only <a,b>        run only these scenarios (${scenarios.map((s) => s.name).join(', ')})
   --duration <s>      measured seconds per load scenario (default 10)
   --warmup <s>        warm-up seconds excluded from stats (default 2)
-  --settle <s>        pause before each service scenario so the last one's backlog drains (default 5)
+  --settle <s>        before each service scenario, wait until the service is idle (projection caught up,
+                      under 5 % of a core for 0.5 s) so the last one's backlog is not charged to it;
+                      at most this many seconds (default 30)
   --connections <n>   override every scenario's connection count
   --embedded          service without Redis/PostgreSQL (DATA_DIR in a tmp dir)
   --skip-service      bare server only
@@ -54,7 +56,7 @@ const { values: opt } = parseArgs({
     only: { type: 'string' },
     duration: { type: 'string', default: '10' },
     warmup: { type: 'string', default: '2' },
-    settle: { type: 'string', default: '5' },
+    settle: { type: 'string', default: '30' },
     connections: { type: 'string' },
     embedded: { type: 'boolean', default: false },
     'skip-service': { type: 'boolean', default: false },
@@ -120,7 +122,7 @@ const measuredRows = new Map();
 const measured = (server, scenario) => measuredRows.get(`${server}/${scenario}`)?.metrics ?? null;
 
 /** Pause before each service scenario (ms). */
-const settleMs = Number(opt.settle ?? 5) * 1000;
+const settleMs = Number(opt.settle ?? 30) * 1000;
 
 let nextSeq = Date.now() * 1000;
 
@@ -467,6 +469,42 @@ async function runLoadScenario(sc, server, tmp, ctx) {
   return row;
 }
 
+const idleCpuShare = 0.05;
+const idleSampleMs = 500;
+
+/**
+ * Waits until the service is idle: its projector has caught up (projector_lag_records 0) and it
+ * used under 5 % of a core over the last 0.5 s (snapshots, passivation and GC of the previous
+ * scenario done). At least one sample, at most `maxMs`; logs how long it took.
+ */
+async function settleService(inst, maxMs) {
+  const started = Date.now();
+  const pid = inst.child.pid;
+  for (;;) {
+    const before = processCpuSeconds(pid);
+    await sleep(idleSampleMs);
+    const after = processCpuSeconds(pid);
+    const share = before === null || after === null ? 0 : (after - before) / (idleSampleMs / 1000);
+    const lag = await projectorLag(inst.port);
+    const waited = Date.now() - started;
+    if ((share < idleCpuShare && (lag === null || lag === 0)) || waited >= maxMs) {
+      log(`settled in ${(waited / 1000).toFixed(1)} s (cpu ${(share * 100).toFixed(1)} % of a core, projector lag ${lag ?? '?'})`);
+      return;
+    }
+  }
+}
+
+/** The service's projector_lag_records gauge (null when unreadable). */
+async function projectorLag(port) {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    const v = Number(/^projector_lag_records (\S+)$/m.exec(text)?.[1] ?? Number.NaN);
+    return Number.isFinite(v) ? v : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Sums of the service's journal-flush histograms from its /metrics text (null when unreadable). */
 async function journalFlushTotals(port) {
   try {
@@ -805,7 +843,7 @@ async function main() {
                   if (sc.setup) ctx.vars = { ...ctx.vars, ...(await sc.setup(ctx)) };
                   // Let the previous scenario's after-the-ack work (projection, snapshots) settle,
                   // so each scenario measures its own load rather than the last one's backlog.
-                  await new Promise((r) => setTimeout(r, settleMs));
+                  await settleService(inst, settleMs);
                   if (sc.kind === 'load') {
                     record(await runLoadScenario(sc, inst, tmp, ctx));
                     if (sc.wrk && wrkOk) record(await runWrkRow(sc, inst, tmp, ctx));
