@@ -52,12 +52,14 @@ import { startEmbeddedPostgres } from './persistence/embedded-pg.js';
 import { FileJournal } from './persistence/file/file-journal.js';
 import { MemoryBus } from './persistence/memory/bus.js';
 import { MemoryLeases } from './persistence/memory/leases.js';
+import { MemoryLocks } from './persistence/memory/locks.js';
 import { MemoryMembership } from './persistence/memory/membership.js';
-import type { Bus, Journal, Leases, Membership } from './persistence/ports.js';
+import type { Bus, Journal, Leases, Locks, Membership } from './persistence/ports.js';
 import { createRedis, quitQuietly } from './persistence/redis/connection.js';
 import { RedisBus } from './persistence/redis/redis-bus.js';
 import { RedisJournal } from './persistence/redis/redis-journal.js';
 import { RedisLeases } from './persistence/redis/redis-leases.js';
+import { RedisLocks } from './persistence/redis/redis-locks.js';
 import { RedisMembership } from './persistence/redis/redis-membership.js';
 import { migrate, openSql, type Sql } from './persistence/sql/db.js';
 import { PgIdempotencyStore } from './persistence/sql/idempotency-store.js';
@@ -68,6 +70,7 @@ import { Authenticator } from './tenancy/authenticator.js';
 import { TenancyService, tenancyOptionsFromConfig } from './tenancy/service.js';
 import { simulationSubject } from './gateway/simulation-subject.js';
 import { Scheduler } from './jobs/scheduler.js';
+import { limits } from './limits.js';
 import { WorkerPool } from './workers/pool.js';
 
 export interface Service {
@@ -86,6 +89,8 @@ export interface Service {
 interface Storage {
   journal: Journal;
   leases: Leases;
+  /** Cluster-wide named locks (merges of one environment). */
+  locks: Locks;
   membership: Membership;
   bus: Bus;
   sql: Sql;
@@ -97,12 +102,14 @@ async function openStorage(config: Config): Promise<Storage> {
     const redis = createRedis(config.REDIS_URL!);
     const journal = new RedisJournal(redis, config.KEY_PREFIX);
     const leases = new RedisLeases(redis, config.KEY_PREFIX);
+    const locks = new RedisLocks(redis, config.KEY_PREFIX);
     const membership = new RedisMembership(redis, config.KEY_PREFIX);
     const bus = new RedisBus(redis, config.KEY_PREFIX);
     const sql = openSql({ url: config.DATABASE_URL!, schema: config.DB_SCHEMA });
     return {
       journal,
       leases,
+      locks,
       membership,
       bus,
       sql,
@@ -126,6 +133,8 @@ async function openStorage(config: Config): Promise<Storage> {
   return {
     journal,
     leases,
+    // One node: the lock only has to exclude this process's own merges.
+    locks: new MemoryLocks(),
     membership: new MemoryMembership(),
     bus,
     sql,
@@ -333,6 +342,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         counterNames: (env) => counters.all(env),
         segments: (env) => segments.all(env),
         forgetIdempotentAnswers: (env, customerIds) => idempotency.forget(env, customerIds),
+        mergeLock: { locks: storage.locks, ttlMs: limits.mergeLockTtlMs, waitMs: limits.mergeLockWaitMs },
       }),
       ...matchRoutes({ profiles: matchProfiles, results: matchResults, nowMs: now }),
     ],

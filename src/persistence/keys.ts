@@ -16,6 +16,8 @@ export interface Keys {
   nodeInfos(): string;
   /** Pub/sub channel of the bus. */
   channel(name: string): string;
+  /** String holding the current token of the named lock (Locks), with a PX ttl. */
+  lock(name: string): string;
 }
 
 export function createKeys(prefix: string): Keys {
@@ -26,5 +28,6 @@ export function createKeys(prefix: string): Keys {
     nodes: () => `${prefix}:{nodes}:expiry`,
     nodeInfos: () => `${prefix}:{nodes}:info`,
     channel: (name) => `${prefix}:bus:${name}`,
+    lock: (name) => `${prefix}:lock:${name}`,
   };
 }

@@ -98,6 +98,61 @@ export interface Membership {
   alive(): Promise<NodeInfo[]>;
 }
 
+/**
+ * Named cluster-wide mutual exclusion with a ttl: a holder that dies frees its lock when the ttl
+ * runs out. Not fenced: a holder still working after its ttl may overlap the next holder, so the
+ * ttl must outlast the work it guards (callers state their bound). Names are free-form.
+ */
+export interface Locks {
+  /**
+   * Takes the lock when it is free or expired and returns a token unique to this acquisition;
+   * null, at once, while another token holds it. Never waits.
+   */
+  acquire(name: string, ttlMs: number): Promise<string | null>;
+  /**
+   * Frees the lock if `token` still holds it. False when it had expired or another token holds
+   * it now (a late release never frees someone else's lock).
+   */
+  release(name: string, token: string): Promise<boolean>;
+}
+
+/** Thrown by withLock when the lock stayed taken for the whole wait. */
+export class LockBusyError extends Error {
+  constructor(readonly lockName: string) {
+    super(`lock ${lockName} is held elsewhere`);
+    this.name = 'LockBusyError';
+  }
+}
+
+/**
+ * Runs `run` holding the lock `name`: retries acquire with short growing pauses (10 ms doubling
+ * to 100 ms, jittered so waiters on several nodes do not move in step) for at most waitMs, then
+ * rejects with LockBusyError without running it. Releases in finally; a failed or late release
+ * changes nothing for the caller (the ttl frees the lock).
+ */
+export async function withLock<T>(
+  locks: Locks,
+  name: string,
+  bounds: { ttlMs: number; waitMs: number },
+  run: () => Promise<T>,
+): Promise<T> {
+  const giveUpAtMs = Date.now() + bounds.waitMs;
+  let pauseMs = 10;
+  let token = await locks.acquire(name, bounds.ttlMs);
+  while (token === null) {
+    const leftMs = giveUpAtMs - Date.now();
+    if (leftMs <= 0) throw new LockBusyError(name);
+    await new Promise((r) => setTimeout(r, Math.min(leftMs, pauseMs * (0.5 + Math.random()))));
+    pauseMs = Math.min(pauseMs * 2, 100);
+    token = await locks.acquire(name, bounds.ttlMs);
+  }
+  try {
+    return await run();
+  } finally {
+    await locks.release(name, token).catch(() => false);
+  }
+}
+
 /** Broadcast to every node (cache invalidation, revocations). At most once, best effort, fast. */
 export interface Bus {
   publish(channel: string, message: string): Promise<void>;

@@ -10,6 +10,7 @@ import { type SegmentDef, segmentNames } from '../../domain/segments.js';
 import { ApiError } from '../../errors/api-error.js';
 import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
+import { LockBusyError, type Locks, withLock } from '../../persistence/ports.js';
 import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
@@ -102,6 +103,12 @@ export interface CustomerDeps {
    * replay after the deletion cannot hand back erased data; absent: nothing to erase.
    */
   forgetIdempotentAnswers?(environmentId: string, customerIds: readonly string[]): Promise<number>;
+  /**
+   * The cluster-wide lock that merges of one environment hold (Redis in external mode; in memory
+   * embedded, where there is one node), with its ttl and how long a merge waits for it
+   * (limits.mergeLockTtlMs, limits.mergeLockWaitMs).
+   */
+  mergeLock: { locks: Locks; ttlMs: number; waitMs: number };
 }
 
 /** Events included in an export; older ones are summarized by events_since. */
@@ -172,11 +179,14 @@ async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, 
 }
 
 /**
- * Alias additions (merges) of one environment run one after the other on this node. Two merges
+ * Alias additions (merges) of one environment run one after the other, cluster-wide. Two merges
  * racing in opposite directions (A takes B's external id while B takes A's) would otherwise both
  * pass their claims and leave A merged into B and B into A, both unreachable; serialized, the
- * second resolves its survivor after the first merged it, and its claim is a no-op. Across nodes
- * the race remains possible (README, known gaps).
+ * second resolves its survivor after the first merged it, and its claim is a no-op. Two layers:
+ * this node's queue (so its own merges wait in memory, not by polling Redis), then the
+ * environment's merge lock (deps.mergeLock), held across resolve + claim + alias.add and released
+ * in finally. The lock is not fenced: a merge stalled past its ttl (a partition moving mid-merge)
+ * could still overlap the next one (limits.mergeLockTtlMs).
  */
 const mergeQueues = new Map<string, Promise<unknown>>();
 
@@ -189,6 +199,16 @@ function mergesOf<T>(environmentId: string, run: () => Promise<T>): Promise<T> {
     if (mergeQueues.get(environmentId) === tail) mergeQueues.delete(environmentId);
   });
   return mine;
+}
+
+/** Runs a merge under the environment's cluster-wide lock; 429 rate_limited when it stays taken. */
+async function underMergeLock<T>(deps: CustomerDeps, environmentId: string, run: () => Promise<T>): Promise<T> {
+  try {
+    return await withLock(deps.mergeLock.locks, `merge:${environmentId}`, deps.mergeLock, run);
+  } catch (err) {
+    if (!(err instanceof LockBusyError)) throw err;
+    throw new ApiError('rate_limited', { message: 'Another merge of this environment is running; retry.', retryAfterSeconds: 1 });
+  }
 }
 
 export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
@@ -427,7 +447,10 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       body: aliasBody,
       idempotent: true,
       responses: { 201: { description: '{alias, merged_from}' } },
-      handler: (ctx: RequestContext<z.infer<typeof aliasBody>>) => mergesOf(environmentIdOf(ctx.principal), () => addAlias(ctx)),
+      handler: (ctx: RequestContext<z.infer<typeof aliasBody>>) => {
+        const env = environmentIdOf(ctx.principal);
+        return mergesOf(env, () => underMergeLock(deps, env, () => addAlias(ctx)));
+      },
     }),
     route({
       method: 'POST',

@@ -24,6 +24,8 @@ const files = {
   loyaltyNodeHeartbeat: 'heartbeat-2.lua',
   loyaltyNodeAlive: 'alive-2.lua',
   loyaltyNodeLeave: 'leave-2.lua',
+  loyaltyLockAcquire: 'lock-acquire-1.lua',
+  loyaltyLockRelease: 'lock-release-1.lua',
 } as const;
 
 const sources = Object.entries(files).map(([name, file]) => {
@@ -46,6 +48,8 @@ export interface ScriptCommands {
   loyaltyNodeHeartbeat(nodes: string, infos: string, nodeId: string, ttlMs: number, info: string): Promise<number>;
   loyaltyNodeAlive(nodes: string, infos: string): Promise<string[]>;
   loyaltyNodeLeave(nodes: string, infos: string, nodeId: string): Promise<number>;
+  loyaltyLockAcquire(lock: string, token: string, ttlMs: number): Promise<number>;
+  loyaltyLockRelease(lock: string, token: string): Promise<number>;
 }
 
 export type ScriptedRedis = Redis & ScriptCommands;
