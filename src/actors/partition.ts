@@ -12,14 +12,13 @@ import type { LedgerReply } from '../domain/ledger.js';
 import type { RewardReply } from '../domain/rewards.js';
 import type { Reply as ChallengeReply } from '../domain/challenges.js';
 import type { Effect } from '../domain/rule-effects.js';
-import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type Reply } from '../domain/customer.js';
+import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type MergeHandover, mergeHandover, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { mailboxDepth } from '../observability/metrics.js';
 import { decodeEntryToKeep, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
 import { KeyFilter } from './key-filter.js';
 import { type CustomerView, toView } from './views.js';
 import type { MatchPlayerReply } from '../domain/match/actor.js';
-import type { RateState } from '../domain/match/rate.js';
 
 export type Target = { by: 'id'; id: string } | { by: 'key'; key: string };
 
@@ -47,7 +46,7 @@ export type ReplyView =
   | { kind: 'resolved'; customerId: string }
   | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string; effects: Effect[]; evaluated?: boolean }
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
-  | { kind: 'claimed'; mergedFrom: string | null; matchRates?: RateState; seenEvents?: number[] }
+  | ({ kind: 'claimed'; mergedFrom: string | null } & MergeHandover)
   | { kind: 'ledger'; reply: LedgerReply }
   | { kind: 'reward'; reply: RewardReply }
   | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[]; customerId: string }
@@ -55,6 +54,7 @@ export type ReplyView =
   | MatchPlayerReply
   | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean }
   | { kind: 'erased'; mergedFrom: string[] }
+  | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'done' };
 
 export type CallResult =
@@ -495,7 +495,7 @@ export class Partition {
       resolve({ ok: false, code: 'rate_limited', message: 'Too many commands for this customer.', retryAfterSeconds: 1 });
       return;
     }
-    if (state.mergedInto !== null && cmd.kind !== 'customer.view' && cmd.kind !== 'customer.erase_merged') {
+    if (state.mergedInto !== null && cmd.kind !== 'customer.view' && cmd.kind !== 'customer.erase_merged' && cmd.kind !== 'customer.handover') {
       return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
     }
     if (cmd.kind === 'customer.view') {
@@ -572,11 +572,8 @@ export class Partition {
       this.keysAdded.push({ environmentId: call.env, key, customerId: cmd.customerId, partition: this.id });
       this.batch.records.push([call.env, owner.id, [merged]]);
       this.batch.records.push([call.env, '', [{ kind: 'key.bound', key, customerId: cmd.customerId }]]);
-      // The merged customer's match rate books travel to the survivor (only when it has any).
-      const rates = owner.matchRates !== undefined && Object.keys(owner.matchRates).length > 0 ? { matchRates: owner.matchRates } : {};
-      // So do its recorded event ids: a retry of one of its events is a duplicate on the survivor.
-      const seen = owner.events.size > 0 ? { seenEvents: owner.events.records() } : {};
-      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id, ...rates, ...seen } }, actor, resolve);
+      // Its match rate books and recorded event ids travel to the survivor.
+      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id, ...mergeHandover(owner) } }, actor, resolve);
     }
     return this.reply(
       { ok: false, code: 'alias_conflict', message: 'The alias belongs to another customer.', param: 'alias' },
@@ -601,6 +598,7 @@ export class Partition {
       case 'match_player':
       case 'segment_membership':
       case 'erased':
+      case 'handover':
         return reply;
       case 'deleted':
       case 'merged':

@@ -129,6 +129,12 @@ export type Command =
    * goes with the survivor's). The only command a merged customer runs itself, not redirected.
    */
   | { kind: 'customer.erase_merged'; survivorId: string }
+  /**
+   * What a customer merged into `survivorId` hands over to it (match rate books, recorded event
+   * ids), again: for a merge whose alias addition did not finish (a crash after the claim). Run by
+   * the merged customer itself, not redirected; no facts.
+   */
+  | { kind: 'customer.handover'; survivorId: string }
   | {
       kind: 'event.record';
       /** Used when the customer does not exist yet (created on first sight). */
@@ -256,6 +262,7 @@ export type Reply =
   /** A merged customer erased: the customers merged into it before, to erase in turn. */
   | { kind: 'erased'; mergedFrom: string[] }
   | { kind: 'merged' }
+  | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'ledger'; reply: ledger.LedgerReply }
   | { kind: 'reward'; reply: rewards.RewardReply }
   | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string }
@@ -263,6 +270,20 @@ export type Reply =
   | { kind: 'applied'; changed: boolean }
   | MatchPlayerReply
   | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean };
+
+/** What a merged customer hands its survivor: its match rate books and recorded event ids (when it has any). */
+export interface MergeHandover {
+  matchRates?: RateState;
+  seenEvents?: number[];
+}
+
+export function mergeHandover(state: CustomerState): MergeHandover {
+  return {
+    // Rate books guard fairness across the ownership group; event ids keep a retry a duplicate.
+    ...(state.matchRates !== undefined && Object.keys(state.matchRates).length > 0 ? { matchRates: state.matchRates } : {}),
+    ...(state.events.size > 0 ? { seenEvents: state.events.records() } : {}),
+  };
+}
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
@@ -344,6 +365,9 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         facts: state.deletedAtMs !== null ? noFacts : [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
         reply: { kind: 'erased', mergedFrom: [...state.mergedFrom] },
       };
+    case 'customer.handover':
+      if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');
+      return { ok: true, facts: noFacts, reply: { kind: 'handover', ...mergeHandover(state) } };
     case 'event.record': {
       const seen = state.events.get(cmd.clientEventId);
       if (seen !== undefined) {

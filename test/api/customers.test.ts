@@ -6,7 +6,7 @@ import { idem, signUp, startForTest } from '../helpers/service.js';
 const now = () => new Date(Date.now() - 1000).toISOString();
 
 t.test('customers', async (t) => {
-  const { anon } = await startForTest(t);
+  const { anon, service } = await startForTest(t);
   const tenant = await signUp(anon);
   const api = tenant.server;
 
@@ -136,6 +136,32 @@ t.test('customers', async (t) => {
       const later = await api.post('/v1/events', { id: `race-e-${i}`, name: 'app.opened', customer_id: `race-a-${i}`, occurred_at: now() });
       t.equal(later.status, 202);
     }
+  });
+
+  await t.test('repeating a merge whose alias addition never ran (a crash after the claim) finishes it', async (t) => {
+    const sentAt = now();
+    const first = await api.post('/v1/events', { id: 'cr-1', name: 'app.opened', customer_id: 'cr-anon', occurred_at: sentAt, properties: { ip: '5.6.7.8' } });
+    t.equal(first.status, 202);
+    const anonId = (await api.get('/v1/customers?external_id=cr-anon')).body.data[0].id;
+    const main = (await api.post('/v1/customers', { external_id: 'cr-main' }, idem())).body;
+    // The first attempt: its claim merged cr-anon into cr-main, then the node died before the
+    // survivor recorded the alias (the claim is sent the way the alias route sends it).
+    const claim = await service.engine.execute({
+      env: tenant.testEnv,
+      target: { by: 'key', key: 'cr-anon' },
+      command: { kind: 'key.claim', customerId: main.id },
+      nowMs: Date.now(),
+    });
+    t.match(claim, { ok: true, reply: { kind: 'claimed', mergedFrom: anonId } });
+    const r = await api.post(`/v1/customers/${main.id}/aliases`, { alias: 'cr-anon' }, idem());
+    t.equal(r.status, 201);
+    t.match(r.body, { alias: { alias: 'cr-anon', customer_id: main.id }, merged_from: anonId }, 'the repeat names the merged customer');
+    const retried = await api.post('/v1/events', { id: 'cr-1', name: 'app.opened', customer_id: 'cr-anon', occurred_at: sentAt, properties: { ip: '5.6.7.8' } });
+    t.equal(retried.body.duplicate, true, "the merged customer's event ids reached the survivor");
+    t.equal((await api.delete(`/v1/customers/${main.id}`)).status, 204);
+    const ev = await api.get(`/v1/events/${first.body.id}`);
+    // Read right after the 204: the delete answers once the erasure is projected.
+    t.equal(ev.body.properties, null, 'deleting the survivor erases the merged customer: the merge was recorded on it');
   });
 
   await t.test('deleting a survivor erases the customers merged into it, and frees their external ids', async (t) => {

@@ -127,3 +127,17 @@ t.test('replaying the facts rebuilds the identical state', async (t) => {
   }
   t.same(given(facts), s);
 });
+
+t.test('a merged customer hands over again only to its survivor, recording nothing', async (t) => {
+  const merged = when(given([created]), ev('e1', 7)).state;
+  const s = evolve(merged, { kind: 'customer.merged', into: 'cust_S', atMs: 2 });
+  const again = when(s, { kind: 'customer.handover', survivorId: 'cust_S' });
+  t.ok(again.d.ok);
+  if (!again.d.ok) return;
+  t.same(again.d.facts, [], 'no facts');
+  t.match(again.d.reply, { kind: 'handover', seenEvents: s.events.records() }, "its recorded event ids, for the survivor's dedup");
+  const other = when(s, { kind: 'customer.handover', survivorId: 'cust_X' });
+  t.match(other.d, { ok: false, code: 'invalid_state' }, 'not merged into that customer');
+  const notMerged = when(given([created]), { kind: 'customer.handover', survivorId: 'cust_S' });
+  t.match(notMerged.d, { ok: false, code: 'invalid_state' }, 'a customer merged into nobody hands over nothing');
+});

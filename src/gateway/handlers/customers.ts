@@ -6,6 +6,7 @@ import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { EngineCommand, Target } from '../../actors/partition.js';
 import type { CustomerView } from '../../actors/views.js';
+import type { MergeHandover } from '../../domain/customer.js';
 import { type SegmentDef, segmentNames } from '../../domain/segments.js';
 import { ApiError } from '../../errors/api-error.js';
 import { customerIdPartition } from '../../ids.js';
@@ -53,7 +54,7 @@ const customerSchema = z.object({
 export interface CustomerReadModel {
   listCustomers(
     environmentId: string,
-    q: { limit: number; after: string | null },
+    q: { limit: number; after: string | null; externalId?: string | null },
   ): Promise<
     Array<{
       id: string;
@@ -179,6 +180,32 @@ async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, 
 }
 
 /**
+ * The customer whose external id is `alias` and that is merged into `survivorId`, with what it
+ * hands over, or mergedFrom null when there is none. A merge is two steps (the claim merges the
+ * key's customer, then the survivor records the alias); when the second never ran, the repeat's
+ * claim finds the key already bound to the survivor and names nobody, so the merged customer is
+ * found by its external id in the read model (projected up to now first) and asked again.
+ */
+async function unfinishedMerge(
+  deps: CustomerDeps,
+  env: string,
+  survivorId: string,
+  alias: string,
+): Promise<{ mergedFrom: string | null } & MergeHandover> {
+  await deps.drainProjector();
+  const rows = await deps.readModel.listCustomers(env, { limit: 1, after: null, externalId: alias });
+  for (const row of rows) {
+    if (row.id === survivorId) continue;
+    const r = await deps.engine.execute({ env, target: { by: 'id', id: row.id }, command: { kind: 'customer.handover', survivorId }, nowMs: await deps.now(env) });
+    if (r.ok === true && r.reply.kind === 'handover') {
+      const { kind: _, ...handover } = r.reply;
+      return { mergedFrom: row.id, ...handover };
+    }
+  }
+  return { mergedFrom: null };
+}
+
+/**
  * Alias additions (merges) of one environment run one after the other, cluster-wide. Two merges
  * racing in opposite directions (A takes B's external id while B takes A's) would otherwise both
  * pass their claims and leave A merged into B and B into A, both unreachable; serialized, the
@@ -219,13 +246,19 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
     const claim = await call(deps, env, { by: 'key', key: ctx.body.alias }, { kind: 'key.claim', customerId: survivor.id });
     if (claim.kind !== 'claimed') throw new ApiError('internal_error');
+    // A claim that merges nobody while the survivor lacks the alias may be the repeat of a merge
+    // whose alias addition never ran (a crash after its claim): that merged customer hands over again.
+    const merge =
+      claim.mergedFrom === null && !survivor.aliases.some((a) => a.alias === ctx.body.alias)
+        ? await unfinishedMerge(deps, env, survivor.id, ctx.body.alias)
+        : claim;
     const added = await call(deps, env, { by: 'id', id: survivor.id }, {
       kind: 'alias.add',
       alias: ctx.body.alias,
       aliasKind: ctx.body.kind,
-      mergedFrom: claim.mergedFrom,
-      ...(claim.matchRates !== undefined ? { matchRates: claim.matchRates } : {}),
-      ...(claim.seenEvents !== undefined ? { seenEvents: claim.seenEvents } : {}),
+      mergedFrom: merge.mergedFrom,
+      ...(merge.matchRates !== undefined ? { matchRates: merge.matchRates } : {}),
+      ...(merge.seenEvents !== undefined ? { seenEvents: merge.seenEvents } : {}),
     });
     if (added.kind !== 'alias') throw new ApiError('internal_error');
     return {
@@ -354,6 +387,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         // Stored answers of creating POSTs (customer, aliases, tokens, ledger entries) can hold the
         // erased data; a repeat of such a request now runs again instead of replaying them.
         await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
+        // The 204 comes once the erasure is in the read tables: no read after it shows the data.
+        await deps.drainProjector();
         return { status: 204 };
       },
     }),
