@@ -343,6 +343,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         segments: (env) => segments.all(env),
         forgetIdempotentAnswers: (env, customerIds) => idempotency.forget(env, customerIds),
         mergeLock: { locks: storage.locks, ttlMs: limits.mergeLockTtlMs, waitMs: limits.mergeLockWaitMs },
+        tiers,
       }),
       ...matchRoutes({ profiles: matchProfiles, results: matchResults, nowMs: now }),
     ],

@@ -112,6 +112,8 @@ type SnapshotV1 = [
   segmentIds?: string[] | null,
   /** Added with replayed sync answers; absent in older snapshots (then empty). */
   recentAnswers?: CustomerState['recentAnswers'] | null,
+  /** Added with ledger transfers at merges; absent in older snapshots (then null). */
+  handedOver?: CustomerState['handedOver'],
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -142,6 +144,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.matchRates === sharedEmpty.matchRates ? null : s.matchRates,
     s.segmentIds === sharedEmpty.segmentIds ? null : s.segmentIds,
     s.recentAnswers === sharedEmpty.recentAnswers ? null : s.recentAnswers,
+    s.handedOver,
   ];
   return packr.pack(v1);
 }
@@ -177,6 +180,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     matchRates: v[20] == null || isEmptyRecord(v[20]) ? sharedEmpty.matchRates : v[20],
     segmentIds: v[21] == null || v[21].length === 0 ? sharedEmpty.segmentIds : v[21],
     recentAnswers: v[22] == null || v[22].length === 0 ? sharedEmpty.recentAnswers : v[22],
+    handedOver: v[23] ?? null,
   };
 }
 

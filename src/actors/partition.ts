@@ -12,7 +12,7 @@ import type { LedgerReply } from '../domain/ledger.js';
 import type { RewardReply } from '../domain/rewards.js';
 import type { Reply as ChallengeReply } from '../domain/challenges.js';
 import type { Effect } from '../domain/rule-effects.js';
-import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type MergeHandover, mergeHandover, type Reply } from '../domain/customer.js';
+import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type MergeHandover, mergeFacts, mergeHandover, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { mailboxDepth } from '../observability/metrics.js';
 import { decodeEntryToKeep, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
@@ -565,12 +565,14 @@ export class Partition {
     if (owner.id === cmd.customerId) return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: null } }, null, resolve);
     // The key is another customer's external id: that customer is merged into the claimer.
     if (owner.externalId === key && owner.mergedInto === null) {
-      const merged: Fact = { kind: 'customer.merged', into: cmd.customerId, atMs: call.nowMs };
-      evolve(owner, merged);
-      this.afterFact(actor, merged);
+      const facts = mergeFacts(owner, cmd.customerId, this.ctx(call));
+      for (const f of facts) {
+        evolve(owner, f);
+        this.afterFact(actor, f);
+      }
       this.bindKey(call.env, key, cmd.customerId);
       this.keysAdded.push({ environmentId: call.env, key, customerId: cmd.customerId, partition: this.id });
-      this.batch.records.push([call.env, owner.id, [merged]]);
+      this.batch.records.push([call.env, owner.id, facts]);
       this.batch.records.push([call.env, '', [{ kind: 'key.bound', key, customerId: cmd.customerId }]]);
       // Its match rate books and recorded event ids travel to the survivor.
       return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id, ...mergeHandover(owner) } }, actor, resolve);

@@ -161,7 +161,7 @@ class Book {
   ledger(): ledger.LedgerState {
     if (this.book === null) {
       let b = structuredClone(this.subject.ledger);
-      for (const f of this.earlier) if (isLedgerFact(f)) b = ledger.evolve(b, f);
+      for (const f of this.earlier) if (ledger.isLedgerFact(f)) b = ledger.evolve(b, f);
       this.book = b;
     }
     return this.book;
@@ -179,10 +179,6 @@ class Book {
     }
     return this.tiersNow;
   }
-}
-
-function isLedgerFact(f: { kind: string }): f is ledger.LedgerFact {
-  return f.kind === 'ledger.entry_recorded' || f.kind === 'ledger.pending_confirmed' || f.kind === 'ledger.pending_cancelled';
 }
 
 function isTierFact(f: { kind: string }): f is TierFact {

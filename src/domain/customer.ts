@@ -92,6 +92,11 @@ export interface CustomerState {
   /** Set when this customer was merged into another: commands are redirected there. */
   mergedInto: string | null;
   mergedFrom: string[];
+  /**
+   * What this customer's ledger handed to its survivor at the merge (sent again by
+   * customer.handover when the merge's alias addition has to be repeated); null: none.
+   */
+  handedOver: ledger.BookHandover[] | null;
   /** Every client event id recorded, with its content fingerprint and service id. Permanent: it is the deduplication record. */
   events: SeenEvents;
   /** Balances, lots and pending credits per currency. */
@@ -172,6 +177,10 @@ export type Command =
       matchRates?: RateState;
       /** The merged customer's recorded event ids (SeenEvents records), deduplicated on the survivor from now on. */
       seenEvents?: number[];
+      /** The merged customer's ledger, taken over by transfer entries (ledger.absorbBooks). */
+      ledger?: ledger.BookHandover[];
+      /** The environment's tier programs, re-placed after a ledger was taken over. */
+      tierPrograms?: TierProgram[];
     }
   | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
@@ -217,7 +226,8 @@ export type Fact =
       source?: EventSource;
     }
   | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
-  | { kind: 'customer.merged'; into: string; atMs: number }
+  /** `ledger`: what its transfer entries (the facts after this one) moved to the survivor. */
+  | { kind: 'customer.merged'; into: string; atMs: number; ledger?: ledger.BookHandover[] }
   /** A merged customer's recorded event ids joined into the survivor's (SeenEvents records). */
   | { kind: 'events.merged'; from: string; records: number[] }
   /** The effects a sync-mode event was answered with (kept for its repeats). */
@@ -275,6 +285,7 @@ export type Reply =
 export interface MergeHandover {
   matchRates?: RateState;
   seenEvents?: number[];
+  ledger?: ledger.BookHandover[];
 }
 
 export function mergeHandover(state: CustomerState): MergeHandover {
@@ -282,6 +293,8 @@ export function mergeHandover(state: CustomerState): MergeHandover {
     // Rate books guard fairness across the ownership group; event ids keep a retry a duplicate.
     ...(state.matchRates !== undefined && Object.keys(state.matchRates).length > 0 ? { matchRates: state.matchRates } : {}),
     ...(state.events.size > 0 ? { seenEvents: state.events.records() } : {}),
+    // Balances, pending credits, debt and earnings: moved out by the merge's transfer entries.
+    ...(state.handedOver !== null ? { ledger: state.handedOver } : {}),
   };
 }
 
@@ -419,9 +432,14 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         cmd.mergedFrom !== null && cmd.seenEvents !== undefined && cmd.seenEvents.length > 0
           ? [{ kind: 'events.merged', from: cmd.mergedFrom, records: cmd.seenEvents }]
           : [];
+      // The merged customer's ledger is taken over once (a customer already merged in is not).
+      const ledgerFacts =
+        cmd.mergedFrom !== null && cmd.ledger !== undefined && cmd.ledger.length > 0 && !state.mergedFrom.includes(cmd.mergedFrom)
+          ? absorbedLedger(state, cmd.ledger, cmd.mergedFrom, cmd.tierPrograms ?? [], ctx)
+          : noFacts;
       return {
         ok: true,
-        facts: [fact, ...rateFacts, ...eventFacts],
+        facts: [fact, ...rateFacts, ...eventFacts, ...ledgerFacts],
         reply: {
           kind: 'alias',
           alias: { alias: cmd.alias, kind: cmd.aliasKind, createdAtMs: ctx.nowMs },
@@ -629,6 +647,27 @@ function mergeAttributes(base: Record<string, unknown>, patch: Record<string, un
 }
 
 /**
+ * The merged customer's side of a merge: merged into the survivor, then its ledger moved out by
+ * transfer entries (ledger.handOverBooks); what they moved rides on the merged fact, so the
+ * survivor can be given it again (customer.handover).
+ */
+export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): Fact[] {
+  const out = ledger.handOverBooks(state.ledger, survivorId, ctx);
+  const merged: Fact = { kind: 'customer.merged', into: survivorId, atMs: ctx.nowMs, ...(out.handover.length > 0 ? { ledger: out.handover } : {}) };
+  return [merged, ...out.facts];
+}
+
+/** The survivor's transfer entries for a merged customer's ledger, then its tier programs re-placed on the joined books. */
+function absorbedLedger(state: CustomerState, handover: ledger.BookHandover[], fromId: string, programs: TierProgram[], ctx: Ctx): Fact[] {
+  const facts: Fact[] = ledger.absorbBooks(state.ledger, handover, fromId, ctx);
+  if (programs.length === 0) return facts;
+  let book = structuredClone(state.ledger);
+  for (const f of facts) book = ledger.evolve(book, f as ledger.LedgerFact);
+  const t = tierFacts(programs, new Set(handover.map((h) => h.currency)), null, book, state.tiers, ctx);
+  return [...facts, ...t.facts];
+}
+
+/**
  * Applies one fact. Mutates and returns the state (the engine owns the only reference; a failed
  * journal append discards the whole partition's memory and replays, so mutation is safe).
  */
@@ -646,6 +685,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       aliases: sharedEmpty.aliases,
       mergedInto: null,
       mergedFrom: sharedEmpty.mergedFrom,
+      handedOver: null,
       events: new SeenEvents(),
       ledger: sharedEmpty.ledger,
       ruleLimits: sharedEmpty.ruleLimits,
@@ -688,10 +728,12 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'customer.merged':
       state.mergedInto = fact.into;
       state.updatedAtMs = fact.atMs;
+      if (fact.ledger !== undefined && fact.ledger.length > 0) state.handedOver = fact.ledger;
       return state;
     case 'ledger.entry_recorded':
     case 'ledger.pending_confirmed':
     case 'ledger.pending_cancelled':
+    case 'ledger.earnings_merged':
       state.ledger = ledger.evolve(state.ledger === sharedEmpty.ledger ? ledger.emptyLedger() : state.ledger, fact);
       return state;
     case 'rule.fired':

@@ -89,9 +89,10 @@ export interface LedgerState {
 
 /**
  * award, adjustment (manual, either sign), spend (reward redemption and the like), reversal
- * (refund of an earlier debit, a credit), expiry (a lot's remainder at its expires_at).
+ * (refund of an earlier debit, a credit), expiry (a lot's remainder at its expires_at), transfer
+ * (a merge: the merged customer's lots and debt moving to the survivor, source customer_merge).
  */
-export type EntryType = 'award' | 'adjustment' | 'spend' | 'reversal' | 'expiry';
+export type EntryType = 'award' | 'adjustment' | 'spend' | 'reversal' | 'expiry' | 'transfer';
 
 /**
  * Credits are `pending` until confirm_after, then `posted`; a pending credit can be `cancelled`;
@@ -198,7 +199,9 @@ export type LedgerFact =
       createdAtMs: number;
       atMs: number;
     }
-  | { kind: 'ledger.pending_cancelled'; currency: string; entryId: string; amount: number; reason: string | null; atMs: number };
+  | { kind: 'ledger.pending_cancelled'; currency: string; entryId: string; amount: number; reason: string | null; atMs: number }
+  /** A merged customer's lifetime earned (and earnings by day) joined into the survivor's book; no entry row. */
+  | { kind: 'ledger.earnings_merged'; currency: string; from: string; lifetimeEarned: number; earned: Array<[number, number]> };
 
 export interface Balance {
   currency: string;
@@ -479,6 +482,138 @@ function settleDue(book: CurrencyBook, ctx: LedgerCtx, confirm: boolean, expire:
 }
 
 // ---------------------------------------------------------------------------------------------
+// Merges: a merged customer's ledger moves to its survivor
+
+/** Source type of the transfer entries of a merge; the source id names the other customer. */
+export const mergeSourceType = 'customer_merge';
+
+/** What one currency of a merged customer hands to its survivor (what its transfer facts moved out). */
+export interface BookHandover {
+  currency: string;
+  /** The open lots, in spending order: what was left of each and when it expires. */
+  lots: Array<{ remaining: number; expiresAtMs: number | null }>;
+  /** The credits still pending, in recording order. */
+  pending: Array<{ type: EntryType; amount: number; confirmAfterMs: number; expiresAtMs: number | null }>;
+  debt: number;
+  lifetimeEarned: number;
+  /** Earnings by UTC day (feeds the survivor's rolling tier windows). */
+  earned: Array<[number, number]>;
+}
+
+/**
+ * The merged customer's side of a merge, per currency: its due work first (nothing expired or due
+ * is handed over as it was), then one transfer debit of every open lot, each pending credit
+ * cancelled, and a transfer credit paying off its debt, so it holds nothing afterwards. Its own
+ * lifetime earned stays (it never decreases); the handover carries it to the survivor as well.
+ */
+export function handOverBooks(state: LedgerState, survivorId: string, ctx: LedgerCtx): { facts: LedgerFact[]; handover: BookHandover[] } {
+  const facts: LedgerFact[] = [];
+  const handover: BookHandover[] = [];
+  const reason = `Merged into ${survivorId}.`;
+  for (const original of state.books) {
+    const book = cloneBook(original);
+    settleDue(book, ctx, true, true, facts);
+    if (book.lots.length === 0 && book.pending.length === 0 && book.debt === 0 && book.lifetimeEarned === 0) continue;
+    handover.push({
+      currency: book.currency,
+      lots: book.lots.map((l) => ({ remaining: l.remaining, expiresAtMs: l.expiresAtMs })),
+      pending: book.pending.map((p) => ({ type: p.type, amount: p.amount, confirmAfterMs: p.confirmAfterMs, expiresAtMs: p.expiresAtMs })),
+      debt: book.debt,
+      lifetimeEarned: book.lifetimeEarned,
+      earned: (book.earned ?? []).map((d): [number, number] => [d[0], d[1]]),
+    });
+    const held = sumLots(book);
+    if (held > 0) {
+      const { allocations } = allocate(book.lots, held);
+      push(book, facts, transferEntry(ctx, book.currency, -held, null, reason, survivorId, { allocations }));
+    }
+    for (const p of [...book.pending]) {
+      const fact: LedgerFact = { kind: 'ledger.pending_cancelled', currency: book.currency, entryId: p.entryId, amount: p.amount, reason, atMs: ctx.nowMs };
+      applyToBook(book, fact);
+      facts.push(fact);
+    }
+    if (book.debt > 0) push(book, facts, transferEntry(ctx, book.currency, book.debt, null, reason, survivorId, { debtPaid: book.debt }));
+  }
+  return { facts, handover };
+}
+
+/**
+ * The survivor's side: per currency, a transfer credit for each lot the merged customer held
+ * (same remainder and expiry; it pays off the survivor's debt first, like any credit), its pending
+ * credits again (same kind, confirm_after and expiry), a transfer debit of its debt (spent from
+ * the survivor's lots, the rest owed), and its earnings joined (lifetime earned, earnings by day).
+ */
+export function absorbBooks(state: LedgerState, handover: readonly BookHandover[], fromId: string, ctx: LedgerCtx): LedgerFact[] {
+  const facts: LedgerFact[] = [];
+  const reason = `Merged from ${fromId}.`;
+  for (const h of handover) {
+    const original = findBook(state, h.currency);
+    const book = original === undefined ? emptyBook(h.currency) : cloneBook(original);
+    settleDue(book, ctx, true, true, facts);
+    for (const lot of h.lots) {
+      const debtPaid = Math.min(book.debt, lot.remaining);
+      push(book, facts, transferEntry(ctx, h.currency, lot.remaining, lot.expiresAtMs, reason, fromId, { debtPaid }));
+    }
+    for (const p of h.pending) {
+      const entry: LedgerEntry = {
+        ...transferEntry(ctx, h.currency, p.amount, p.expiresAtMs, reason, fromId, {}),
+        type: p.type,
+        status: 'pending',
+        confirmAfterMs: p.confirmAfterMs,
+      };
+      push(book, facts, entry);
+    }
+    if (h.debt > 0) {
+      const { allocations, shortfall } = allocate(book.lots, h.debt);
+      push(book, facts, transferEntry(ctx, h.currency, -h.debt, null, reason, fromId, { allocations, debtIncurred: shortfall }));
+    }
+    if (h.lifetimeEarned > 0 || h.earned.length > 0) {
+      const fact: LedgerFact = { kind: 'ledger.earnings_merged', currency: h.currency, from: fromId, lifetimeEarned: h.lifetimeEarned, earned: h.earned };
+      applyToBook(book, fact);
+      facts.push(fact);
+    }
+  }
+  return facts;
+}
+
+/** A posted transfer entry: a credit (amount > 0, its remainder after debtPaid) or a debit with its allocations. */
+function transferEntry(
+  ctx: LedgerCtx,
+  currency: string,
+  amount: number,
+  expiresAtMs: number | null,
+  reason: string,
+  otherCustomerId: string,
+  parts: { allocations?: Allocation[]; debtPaid?: number; debtIncurred?: number },
+): LedgerEntry {
+  const debtPaid = parts.debtPaid ?? 0;
+  return {
+    id: ctx.newId(entryIdPrefix),
+    currency,
+    type: 'transfer',
+    status: 'posted',
+    amount,
+    remaining: amount > 0 ? amount - debtPaid : 0,
+    expiresAtMs,
+    confirmAfterMs: null,
+    reason,
+    sourceType: mergeSourceType,
+    sourceId: otherCustomerId,
+    reversesEntryId: null,
+    createdAtMs: ctx.nowMs,
+    allocations: parts.allocations ?? [],
+    debtPaid,
+    debtIncurred: parts.debtIncurred ?? 0,
+  };
+}
+
+function push(book: CurrencyBook, facts: LedgerFact[], entry: LedgerEntry): void {
+  const fact: LedgerFact = { kind: 'ledger.entry_recorded', entry };
+  applyToBook(book, fact);
+  facts.push(fact);
+}
+
+// ---------------------------------------------------------------------------------------------
 // evolve
 
 /**
@@ -497,7 +632,12 @@ export function evolve(state: LedgerState, fact: LedgerFact): LedgerState {
 }
 
 export function isLedgerFact(fact: { kind: string }): fact is LedgerFact {
-  return fact.kind === 'ledger.entry_recorded' || fact.kind === 'ledger.pending_confirmed' || fact.kind === 'ledger.pending_cancelled';
+  return (
+    fact.kind === 'ledger.entry_recorded' ||
+    fact.kind === 'ledger.pending_confirmed' ||
+    fact.kind === 'ledger.pending_cancelled' ||
+    fact.kind === 'ledger.earnings_merged'
+  );
 }
 
 function applyToBook(book: CurrencyBook, fact: LedgerFact): void {
@@ -537,6 +677,10 @@ function applyToBook(book: CurrencyBook, fact: LedgerFact): void {
     }
     case 'ledger.pending_cancelled':
       book.pending = book.pending.filter((p) => p.entryId !== fact.entryId);
+      return;
+    case 'ledger.earnings_merged':
+      book.lifetimeEarned += fact.lifetimeEarned;
+      for (const [day, amount] of fact.earned) addEarned(book, day, amount);
       return;
   }
 }
@@ -721,5 +865,7 @@ export function entryRowChanges(fact: LedgerFact): EntryRowChange[] {
       return [{ op: 'update', id: fact.entryId, remaining: fact.remaining, status: 'posted' }];
     case 'ledger.pending_cancelled':
       return [{ op: 'update', id: fact.entryId, remaining: 0, status: 'cancelled' }];
+    case 'ledger.earnings_merged':
+      return [];
   }
 }

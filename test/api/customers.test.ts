@@ -138,6 +138,50 @@ t.test('customers', async (t) => {
     }
   });
 
+  await t.test("a merge moves the merged customer's balances, pending credits and earnings to the survivor, once", async (t) => {
+    t.equal((await api.post('/v1/currencies', { key: 'gold', name: 'Gold' }, idem())).status, 201);
+    const levels = [
+      { key: 'bronze', title: 'Bronze', threshold: 0 },
+      { key: 'silver', title: 'Silver', threshold: 100 },
+    ];
+    const program = (await api.post('/v1/tier_programs', { key: 'rank', name: 'Rank', currency: 'gold', basis: 'lifetime_earned', levels }, idem())).body;
+    const anonC = (await api.post('/v1/customers', { external_id: 'bal-anon' }, idem())).body;
+    const main = (await api.post('/v1/customers', { external_id: 'bal-main' }, idem())).body;
+    const expiresAt = new Date(Date.now() + 9 * 86_400_000).toISOString();
+    const confirmAfter = new Date(Date.now() + 3 * 86_400_000).toISOString();
+    const adjust = (customer: string, amount: number, more: Record<string, unknown> = {}) =>
+      api.post('/v1/ledger_entries', { customer_id: customer, currency: 'gold', amount, reason: 'test', ...more }, idem());
+    t.equal((await adjust(anonC.id, 70, { expires_at: expiresAt })).status, 201);
+    t.equal((await adjust(anonC.id, 20, { confirm_after: confirmAfter })).status, 201);
+    t.equal((await adjust(main.id, 50)).status, 201);
+    const level = async (id: string) => (await api.get(`/v1/customers/${id}/state`)).body.tiers.find((x: { program_id: string }) => x.program_id === program.id)?.level;
+    t.equal(await level(main.id), 'bronze');
+
+    const r = await api.post(`/v1/customers/${main.id}/aliases`, { alias: 'bal-anon' }, idem());
+    t.equal(r.status, 201);
+    t.equal(r.body.merged_from, anonC.id);
+    const balances = async () => (await api.get(`/v1/customers/${main.id}/balances`)).body.data;
+    t.same(await balances(), [{ currency: 'gold', available: 120, pending: 20, lifetime_earned: 120 }], 'both ledgers on the survivor');
+    t.equal(await level(main.id), 'silver', "the survivor is re-placed on the joined lifetime earned (70 + 50)");
+    const entries = (await api.get(`/v1/customers/${main.id}/ledger_entries`)).body.data as Array<Record<string, unknown>>;
+    const moved = entries.filter((e) => e.source_type === 'customer_merge');
+    t.match(
+      moved.map((e) => [e.type, e.status, e.amount, e.expires_at]).sort(),
+      [
+        ['adjustment', 'pending', 20, null],
+        ['transfer', 'posted', 70, expiresAt],
+      ],
+      'a transfer credit keeps the lot expiry; the pending credit is pending here with its confirm_after',
+    );
+    // Repeating the alias addition (a new key, or a new alias of the merged customer) moves nothing twice.
+    t.equal((await api.post(`/v1/customers/${main.id}/aliases`, { alias: 'bal-anon' }, idem())).status, 201);
+    t.same(await balances(), [{ currency: 'gold', available: 120, pending: 20, lifetime_earned: 120 }], 'nothing moved twice');
+    // Events and ledger commands for the merged id reach the survivor's joined balance.
+    const spend = await adjust('bal-anon', -110);
+    t.equal(spend.status, 201, `spending the joined balance by the merged id: ${JSON.stringify(spend.body)}`);
+    t.match(spend.body.balance, { available: 10 });
+  });
+
   await t.test('repeating a merge whose alias addition never ran (a crash after the claim) finishes it', async (t) => {
     const sentAt = now();
     const first = await api.post('/v1/events', { id: 'cr-1', name: 'app.opened', customer_id: 'cr-anon', occurred_at: sentAt, properties: { ip: '5.6.7.8' } });

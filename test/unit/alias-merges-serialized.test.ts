@@ -39,7 +39,7 @@ function harness(opts: { locks?: Locks; waitMs?: number } = {}) {
       await new Promise((r) => setTimeout(r, 5));
       switch (call.command.kind) {
         case 'customer.view':
-          return { ok: true, reply: { kind: 'customer', customer: { id: call.target.by === 'id' ? call.target.id : '', environmentId: call.env } } } as CallResult;
+          return { ok: true, reply: { kind: 'customer', customer: { id: call.target.by === 'id' ? call.target.id : '', environmentId: call.env, aliases: [] } } } as unknown as CallResult;
         case 'key.claim':
           return { ok: true, reply: { kind: 'claimed', mergedFrom: null } };
         default:
@@ -51,7 +51,8 @@ function harness(opts: { locks?: Locks; waitMs?: number } = {}) {
     engine,
     now: () => 0,
     checkAttributes: async () => {},
-    readModel: {} as never,
+    readModel: { listCustomers: async () => [] } as never,
+    tiers: { all: async () => [] },
     drainProjector: async () => {},
     mintCustomerToken: async () => ({ token: '', expiresAtMs: 0 }),
     mergeLock: { locks, ttlMs: 10_000, waitMs: opts.waitMs ?? 5000 },

@@ -1,6 +1,7 @@
 // Given/when/then tests of the pure customer mechanic.
 import t from 'tap';
-import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact } from '../../src/domain/customer.js';
+import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, mergeFacts, mergeHandover } from '../../src/domain/customer.js';
+import { balanceOf } from '../../src/domain/ledger.js';
 import { eventId } from '../../src/domain/seen-events.js';
 
 function ctxAt(nowMs: number): Ctx {
@@ -140,4 +141,36 @@ t.test('a merged customer hands over again only to its survivor, recording nothi
   t.match(other.d, { ok: false, code: 'invalid_state' }, 'not merged into that customer');
   const notMerged = when(given([created]), { kind: 'customer.handover', survivorId: 'cust_S' });
   t.match(notMerged.d, { ok: false, code: 'invalid_state' }, 'a customer merged into nobody hands over nothing');
+});
+
+t.test('a merge hands the ledger over once: the merged customer keeps nothing, the survivor takes it, a snapshot keeps what was handed over', async (t) => {
+  const { decodeSnapshot, encodeSnapshot } = await import('../../src/actors/codec.js');
+  const coins = [{ key: 'coins', negativeBalance: 'forbid' as const, expiryDays: null }];
+  const award = (amount: number): Command => ({
+    kind: 'ledger.run',
+    currencies: coins,
+    tierPrograms: [],
+    command: { kind: 'ledger.award', currency: 'coins', amount, reason: null, sourceType: null, sourceId: null },
+  });
+  const m = when(given([created]), award(40)).state!;
+  const survivorCreated: Fact = { ...created, id: 'cust_S', externalId: 'u2' } as Fact;
+  const sv = when(given([survivorCreated]), award(5)).state!;
+
+  // The merged side: merged, then a transfer debit of its lot; the fact carries what moved.
+  const facts = mergeFacts(m, 'cust_S', ctxAt(2000));
+  t.same(facts.map((f) => (f.kind === 'ledger.entry_recorded' ? `${f.kind}:${f.entry.type}:${f.entry.amount}` : f.kind)), ['customer.merged', 'ledger.entry_recorded:transfer:-40']);
+  let merged: CustomerState = m;
+  for (const f of facts) merged = evolve(merged, f);
+  t.equal(balanceOf(merged.ledger, 'coins').available, 0, 'the merged customer holds nothing');
+  const handover = mergeHandover(decodeSnapshot(encodeSnapshot(merged)));
+  t.match(handover.ledger, [{ currency: 'coins', lots: [{ remaining: 40 }], lifetimeEarned: 40 }], 'kept across a snapshot for a repeat');
+
+  // The survivor takes it over once.
+  const add = (): Command => ({ kind: 'alias.add', alias: 'u1', aliasKind: 'anonymous', mergedFrom: 'cust_A', ledger: handover.ledger, tierPrograms: [] });
+  const first = when(sv, add(), 3000);
+  t.equal(balanceOf(first.state!.ledger, 'coins').available, 45);
+  t.equal(balanceOf(first.state!.ledger, 'coins').lifetimeEarned, 45);
+  const again = when(first.state, add(), 4000);
+  t.same(again.d.ok && again.d.facts, [], 'a repeat of the alias addition moves nothing again');
+  t.equal(balanceOf(again.state!.ledger, 'coins').available, 45);
 });

@@ -8,6 +8,7 @@ import fc from 'fast-check';
 import { pack, unpack } from 'msgpackr';
 import t from 'tap';
 import {
+  absorbBooks,
   balanceOf,
   type CurrencyConfig,
   decide,
@@ -19,6 +20,8 @@ import {
   type LedgerEntry,
   type LedgerFact,
   type LedgerState,
+  handOverBooks,
+  mergeSourceType,
   nextDueMs,
 } from '../../src/domain/ledger.js';
 
@@ -308,4 +311,69 @@ t.test('the generators reach the interesting states (debt, expiry, confirmation,
     { numRuns: 100, seed: 42 },
   );
   for (const [k, n] of Object.entries(seen)) t.ok(n > 0, `${k} happens (${n})`);
+});
+
+/** A ledger built by random steps (refused commands skipped); returns it and its clock. */
+function built(steps: Step[], newId: (prefix: string) => string): { state: LedgerState; now: number } {
+  let now = 1_000_000;
+  let state = emptyLedger();
+  for (const step of steps) {
+    if (step.kind === 'advance') {
+      now += step.ms;
+      continue;
+    }
+    const d = decide(state, toCommand(step, now, state)!, currencies, { nowMs: now, newId });
+    if (d.ok) for (const f of d.facts) state = evolve(state, f);
+  }
+  return { state, now };
+}
+
+t.test('a merge moves the whole ledger: the survivor holds both, the merged customer nothing, nothing made or lost', async (t) => {
+  const result = fc.check(
+    fc.property(fc.array(stepArb, { maxLength: 60 }), fc.array(stepArb, { maxLength: 60 }), hours(0, 72), (mSteps, sSteps, later) => {
+      let idSeq = 0;
+      const newId = (prefix: string) => `${prefix}_${String(++idSeq).padStart(6, '0')}`;
+      const m = built(mSteps, newId);
+      const s = built(sSteps, newId);
+      const at = Math.max(m.now, s.now) + later;
+      const ctx = { nowMs: at, newId };
+      const mBefore = keys.map((k) => balanceOf(m.state, k, at));
+      const sBefore = keys.map((k) => balanceOf(s.state, k, at));
+
+      const out = handOverBooks(m.state, 'cust_S', ctx);
+      const mFacts = unpack(pack(out.facts)) as LedgerFact[];
+      let mAfter = structuredClone(m.state);
+      for (const f of mFacts) mAfter = evolve(mAfter, f);
+      const sFacts = absorbBooks(s.state, unpack(pack(out.handover)), 'cust_M', ctx);
+      let sAfter = structuredClone(s.state);
+      for (const f of unpack(pack(sFacts)) as LedgerFact[]) sAfter = evolve(sAfter, f);
+
+      keys.forEach((k, i) => {
+        const mb = balanceOf(mAfter, k, at);
+        check(mb.available === 0 && mb.pending === 0, `the merged customer holds nothing of ${k}`);
+        check(mb.lifetimeEarned === mBefore[i]!.lifetimeEarned, 'its lifetime earned stays (never decreases)');
+        const sb = balanceOf(sAfter, k, at);
+        check(sb.available === sBefore[i]!.available + mBefore[i]!.available, `available of ${k} adds up`);
+        check(sb.pending === sBefore[i]!.pending + mBefore[i]!.pending, `pending of ${k} adds up`);
+        check(sb.lifetimeEarned === sBefore[i]!.lifetimeEarned + mBefore[i]!.lifetimeEarned, `lifetime earned of ${k} adds up`);
+        const book = sAfter.books.find((b) => b.currency === k);
+        check((book?.debt ?? 0) === 0 || (book?.lots.length ?? 0) === 0, 'debt only with no lot left');
+        if (policy(k) === 'forbid') check(sb.available >= 0, 'never negative under forbid');
+        // Each lot the merged customer held (after its due work) is a transfer credit with the same expiry.
+        const handed = (out.handover.find((h) => h.currency === k)?.lots ?? []).map((l) => [l.remaining, l.expiresAtMs]);
+        const credited = sFacts.flatMap((f) =>
+          f.kind === 'ledger.entry_recorded' && f.entry.currency === k && f.entry.type === 'transfer' && f.entry.amount > 0 ? [[f.entry.amount, f.entry.expiresAtMs]] : [],
+        );
+        check(JSON.stringify(credited) === JSON.stringify(handed), 'transfer credits carry the lots and their expiry');
+      });
+      for (const f of [...out.facts, ...sFacts]) {
+        if (f.kind !== 'ledger.entry_recorded' || f.entry.type !== 'transfer') continue;
+        check(f.entry.sourceType === mergeSourceType, 'transfers name the merge as their source');
+        check(f.entry.sourceId === (out.facts.includes(f) ? 'cust_S' : 'cust_M'), 'and the other customer');
+      }
+    }),
+    { numRuns: 300 },
+  );
+  if (result.failed) t.fail(`${fc.defaultReportMessage(result) ?? 'property failed'}\n${String(result.errorInstance)}`);
+  else t.pass(`${result.numRuns} random pairs of ledgers merged`);
 });

@@ -6,7 +6,9 @@ import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { EngineCommand, Target } from '../../actors/partition.js';
 import type { CustomerView } from '../../actors/views.js';
+import { tierProgramOf } from '../../catalog/rules-context.js';
 import type { MergeHandover } from '../../domain/customer.js';
+import type { TierProgram } from '../../domain/tiers.js';
 import { type SegmentDef, segmentNames } from '../../domain/segments.js';
 import { ApiError } from '../../errors/api-error.js';
 import { customerIdPartition } from '../../ids.js';
@@ -110,6 +112,8 @@ export interface CustomerDeps {
    * (limits.mergeLockTtlMs, limits.mergeLockWaitMs).
    */
   mergeLock: { locks: Locks; ttlMs: number; waitMs: number };
+  /** The environment's tier programs: a survivor taking over a merged customer's ledger is re-placed. */
+  tiers: { all(environmentId: string): Promise<TierProgram[]> };
 }
 
 /** Events included in an export; older ones are summarized by events_since. */
@@ -259,6 +263,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       mergedFrom: merge.mergedFrom,
       ...(merge.matchRates !== undefined ? { matchRates: merge.matchRates } : {}),
       ...(merge.seenEvents !== undefined ? { seenEvents: merge.seenEvents } : {}),
+      ...(merge.ledger !== undefined ? { ledger: merge.ledger, tierPrograms: (await deps.tiers.all(env)).map(tierProgramOf) } : {}),
     });
     if (added.kind !== 'alias') throw new ApiError('internal_error');
     return {
