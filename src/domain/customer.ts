@@ -96,7 +96,7 @@ export interface CustomerState {
    * What this customer's ledger handed to its survivor at the merge (sent again by
    * customer.handover when the merge's alias addition has to be repeated); null: none.
    */
-  handedOver: ledger.BookHandover[] | null;
+  handedOver: MergeTransfer | null;
   /** Every client event id recorded, with its content fingerprint and service id. Permanent: it is the deduplication record. */
   events: SeenEvents;
   /** Balances, lots and pending credits per currency. */
@@ -179,6 +179,8 @@ export type Command =
       seenEvents?: number[];
       /** The merged customer's ledger, taken over by transfer entries (ledger.absorbBooks). */
       ledger?: ledger.BookHandover[];
+      /** The merged customer's static segments, joined. */
+      segmentIds?: string[];
       /** The environment's tier programs, re-placed after a ledger was taken over. */
       tierPrograms?: TierProgram[];
     }
@@ -227,7 +229,7 @@ export type Fact =
     }
   | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
   /** `ledger`: what its transfer entries (the facts after this one) moved to the survivor. */
-  | { kind: 'customer.merged'; into: string; atMs: number; ledger?: ledger.BookHandover[] }
+  | ({ kind: 'customer.merged'; into: string; atMs: number } & MergeTransfer)
   /** A merged customer's recorded event ids joined into the survivor's (SeenEvents records). */
   | { kind: 'events.merged'; from: string; records: number[] }
   /** The effects a sync-mode event was answered with (kept for its repeats). */
@@ -282,10 +284,17 @@ export type Reply =
   | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean };
 
 /** What a merged customer hands its survivor: its match rate books and recorded event ids (when it has any). */
-export interface MergeHandover {
+/** What a merged customer's own facts moved out at the merge, for the survivor to take in. */
+export interface MergeTransfer {
+  /** Its ledger, emptied by transfer entries. */
+  ledger?: ledger.BookHandover[];
+  /** Its static segments, left. */
+  segmentIds?: string[];
+}
+
+export interface MergeHandover extends MergeTransfer {
   matchRates?: RateState;
   seenEvents?: number[];
-  ledger?: ledger.BookHandover[];
 }
 
 export function mergeHandover(state: CustomerState): MergeHandover {
@@ -293,8 +302,8 @@ export function mergeHandover(state: CustomerState): MergeHandover {
     // Rate books guard fairness across the ownership group; event ids keep a retry a duplicate.
     ...(state.matchRates !== undefined && Object.keys(state.matchRates).length > 0 ? { matchRates: state.matchRates } : {}),
     ...(state.events.size > 0 ? { seenEvents: state.events.records() } : {}),
-    // Balances, pending credits, debt and earnings: moved out by the merge's transfer entries.
-    ...(state.handedOver !== null ? { ledger: state.handedOver } : {}),
+    // Balances, pending credits, debt and earnings (moved out by the merge's transfer entries), static segments.
+    ...(state.handedOver ?? {}),
   };
 }
 
@@ -432,14 +441,20 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         cmd.mergedFrom !== null && cmd.seenEvents !== undefined && cmd.seenEvents.length > 0
           ? [{ kind: 'events.merged', from: cmd.mergedFrom, records: cmd.seenEvents }]
           : [];
-      // The merged customer's ledger is taken over once (a customer already merged in is not).
+      // The merged customer's ledger and static segments are taken over once (one already merged in is not).
+      const takeOver = cmd.mergedFrom !== null && !state.mergedFrom.includes(cmd.mergedFrom);
       const ledgerFacts =
-        cmd.mergedFrom !== null && cmd.ledger !== undefined && cmd.ledger.length > 0 && !state.mergedFrom.includes(cmd.mergedFrom)
+        takeOver && cmd.mergedFrom !== null && cmd.ledger !== undefined && cmd.ledger.length > 0
           ? absorbedLedger(state, cmd.ledger, cmd.mergedFrom, cmd.tierPrograms ?? [], ctx)
           : noFacts;
+      const segmentFacts: Fact[] = takeOver
+        ? (cmd.segmentIds ?? [])
+            .filter((id) => !state.segmentIds.includes(id))
+            .map((segmentId) => ({ kind: 'segment.member_added', segmentId, atMs: ctx.nowMs }))
+        : noFacts;
       return {
         ok: true,
-        facts: [fact, ...rateFacts, ...eventFacts, ...ledgerFacts],
+        facts: [fact, ...rateFacts, ...eventFacts, ...ledgerFacts, ...segmentFacts],
         reply: {
           kind: 'alias',
           alias: { alias: cmd.alias, kind: cmd.aliasKind, createdAtMs: ctx.nowMs },
@@ -653,8 +668,16 @@ function mergeAttributes(base: Record<string, unknown>, patch: Record<string, un
  */
 export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): Fact[] {
   const out = ledger.handOverBooks(state.ledger, survivorId, ctx);
-  const merged: Fact = { kind: 'customer.merged', into: survivorId, atMs: ctx.nowMs, ...(out.handover.length > 0 ? { ledger: out.handover } : {}) };
-  return [merged, ...out.facts];
+  const segmentIds = [...state.segmentIds];
+  const merged: Fact = {
+    kind: 'customer.merged',
+    into: survivorId,
+    atMs: ctx.nowMs,
+    ...(out.handover.length > 0 ? { ledger: out.handover } : {}),
+    ...(segmentIds.length > 0 ? { segmentIds } : {}),
+  };
+  const left: Fact[] = segmentIds.map((segmentId) => ({ kind: 'segment.member_removed', segmentId, atMs: ctx.nowMs }));
+  return [merged, ...out.facts, ...left];
 }
 
 /** The survivor's transfer entries for a merged customer's ledger, then its tier programs re-placed on the joined books. */
@@ -728,7 +751,12 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'customer.merged':
       state.mergedInto = fact.into;
       state.updatedAtMs = fact.atMs;
-      if (fact.ledger !== undefined && fact.ledger.length > 0) state.handedOver = fact.ledger;
+      if (fact.ledger !== undefined || fact.segmentIds !== undefined) {
+        state.handedOver = {
+          ...(fact.ledger !== undefined ? { ledger: fact.ledger } : {}),
+          ...(fact.segmentIds !== undefined ? { segmentIds: fact.segmentIds } : {}),
+        };
+      }
       return state;
     case 'ledger.entry_recorded':
     case 'ledger.pending_confirmed':

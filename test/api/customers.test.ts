@@ -147,6 +147,8 @@ t.test('customers', async (t) => {
     const program = (await api.post('/v1/tier_programs', { key: 'rank', name: 'Rank', currency: 'gold', basis: 'lifetime_earned', levels }, idem())).body;
     const anonC = (await api.post('/v1/customers', { external_id: 'bal-anon' }, idem())).body;
     const main = (await api.post('/v1/customers', { external_id: 'bal-main' }, idem())).body;
+    const testers = (await api.post('/v1/segments', { name: 'testers', kind: 'static' }, idem())).body;
+    t.equal((await api.post(`/v1/segments/${testers.id}/members`, { customer_id: 'bal-anon' }, idem())).status, 201);
     const expiresAt = new Date(Date.now() + 9 * 86_400_000).toISOString();
     const confirmAfter = new Date(Date.now() + 3 * 86_400_000).toISOString();
     const adjust = (customer: string, amount: number, more: Record<string, unknown> = {}) =>
@@ -163,6 +165,9 @@ t.test('customers', async (t) => {
     const balances = async () => (await api.get(`/v1/customers/${main.id}/balances`)).body.data;
     t.same(await balances(), [{ currency: 'gold', available: 120, pending: 20, lifetime_earned: 120 }], 'both ledgers on the survivor');
     t.equal(await level(main.id), 'silver', "the survivor is re-placed on the joined lifetime earned (70 + 50)");
+    t.same((await api.get(`/v1/customers/${main.id}/state`)).body.segments, ['testers'], "the merged customer's static segments join the survivor's");
+    const members = (await api.get(`/v1/segments/${testers.id}/members`)).body.data.map((m: { customer_id: string }) => m.customer_id);
+    t.same(members, [main.id], 'the segment lists the survivor, not the merged customer');
     const entries = (await api.get(`/v1/customers/${main.id}/ledger_entries`)).body.data as Array<Record<string, unknown>>;
     const moved = entries.filter((e) => e.source_type === 'customer_merge');
     t.match(

@@ -264,6 +264,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       ...(merge.matchRates !== undefined ? { matchRates: merge.matchRates } : {}),
       ...(merge.seenEvents !== undefined ? { seenEvents: merge.seenEvents } : {}),
       ...(merge.ledger !== undefined ? { ledger: merge.ledger, tierPrograms: (await deps.tiers.all(env)).map(tierProgramOf) } : {}),
+      ...(merge.segmentIds !== undefined ? { segmentIds: merge.segmentIds } : {}),
     });
     if (added.kind !== 'alias') throw new ApiError('internal_error');
     return {
