@@ -193,6 +193,7 @@ t.test('customers', async (t) => {
     t.equal(first.status, 202);
     const anonId = (await api.get('/v1/customers?external_id=cr-anon')).body.data[0].id;
     const main = (await api.post('/v1/customers', { external_id: 'cr-main' }, idem())).body;
+    t.equal((await api.post('/v1/ledger_entries', { customer_id: anonId, currency: 'gold', amount: 30, reason: 'test' }, idem())).status, 201);
     // The first attempt: its claim merged cr-anon into cr-main, then the node died before the
     // survivor recorded the alias (the claim is sent the way the alias route sends it).
     const claim = await service.engine.execute({
@@ -207,6 +208,7 @@ t.test('customers', async (t) => {
     t.match(r.body, { alias: { alias: 'cr-anon', customer_id: main.id }, merged_from: anonId }, 'the repeat names the merged customer');
     const retried = await api.post('/v1/events', { id: 'cr-1', name: 'app.opened', customer_id: 'cr-anon', occurred_at: sentAt, properties: { ip: '5.6.7.8' } });
     t.equal(retried.body.duplicate, true, "the merged customer's event ids reached the survivor");
+    t.same((await api.get(`/v1/customers/${main.id}/balances`)).body.data, [{ currency: 'gold', available: 30, pending: 0, lifetime_earned: 30 }], 'and its ledger');
     t.equal((await api.delete(`/v1/customers/${main.id}`)).status, 204);
     const ev = await api.get(`/v1/events/${first.body.id}`);
     // Read right after the 204: the delete answers once the erasure is projected.
