@@ -181,6 +181,8 @@ export type Command =
       ledger?: ledger.BookHandover[];
       /** The merged customer's static segments, joined. */
       segmentIds?: string[];
+      /** The merged customer's reward issuances and voided reservation ids, taken over. */
+      rewards?: rewards.RewardsState;
       /** The environment's tier programs, re-placed after a ledger was taken over. */
       tierPrograms?: TierProgram[];
     }
@@ -230,6 +232,8 @@ export type Fact =
   | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
   /** `ledger`: what its transfer entries (the facts after this one) moved to the survivor. */
   | ({ kind: 'customer.merged'; into: string; atMs: number } & MergeTransfer)
+  /** A merged customer's issuances, handed to its survivor with the merge (carried on customer.merged). */
+  | { kind: 'rewards.handed_over'; to: string; atMs: number }
   /** A merged customer's recorded event ids joined into the survivor's (SeenEvents records). */
   | { kind: 'events.merged'; from: string; records: number[] }
   /** The effects a sync-mode event was answered with (kept for its repeats). */
@@ -288,6 +292,8 @@ export type Reply =
 export interface MergeTransfer {
   /** Its ledger, emptied by transfer entries. */
   ledger?: ledger.BookHandover[];
+  /** Its reward issuances (every status) and voided reservation ids. */
+  rewards?: rewards.RewardsState;
   /** Its static segments, left. */
   segmentIds?: string[];
 }
@@ -452,9 +458,11 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
             .filter((id) => !state.segmentIds.includes(id))
             .map((segmentId) => ({ kind: 'segment.member_added', segmentId, atMs: ctx.nowMs }))
         : noFacts;
+      const rewardFacts: Fact[] =
+        takeOver && cmd.mergedFrom !== null && cmd.rewards !== undefined ? rewards.takeOver(state.rewards, cmd.rewards, cmd.mergedFrom, ctx) : noFacts;
       return {
         ok: true,
-        facts: [fact, ...rateFacts, ...eventFacts, ...ledgerFacts, ...segmentFacts],
+        facts: [fact, ...rateFacts, ...eventFacts, ...ledgerFacts, ...segmentFacts, ...rewardFacts],
         reply: {
           kind: 'alias',
           alias: { alias: cmd.alias, kind: cmd.aliasKind, createdAtMs: ctx.nowMs },
@@ -669,15 +677,18 @@ function mergeAttributes(base: Record<string, unknown>, patch: Record<string, un
 export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): Fact[] {
   const out = ledger.handOverBooks(state.ledger, survivorId, ctx);
   const segmentIds = [...state.segmentIds];
+  const held = state.rewards.issuances.length > 0 || state.rewards.voided.length > 0;
   const merged: Fact = {
     kind: 'customer.merged',
     into: survivorId,
     atMs: ctx.nowMs,
     ...(out.handover.length > 0 ? { ledger: out.handover } : {}),
     ...(segmentIds.length > 0 ? { segmentIds } : {}),
+    ...(held ? { rewards: structuredClone(state.rewards) } : {}),
   };
   const left: Fact[] = segmentIds.map((segmentId) => ({ kind: 'segment.member_removed', segmentId, atMs: ctx.nowMs }));
-  return [merged, ...out.facts, ...left];
+  const handed: Fact[] = held ? [{ kind: 'rewards.handed_over', to: survivorId, atMs: ctx.nowMs }] : [];
+  return [merged, ...out.facts, ...left, ...handed];
 }
 
 /** The survivor's transfer entries for a merged customer's ledger, then its tier programs re-placed on the joined books. */
@@ -751,12 +762,16 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'customer.merged':
       state.mergedInto = fact.into;
       state.updatedAtMs = fact.atMs;
-      if (fact.ledger !== undefined || fact.segmentIds !== undefined) {
+      if (fact.ledger !== undefined || fact.segmentIds !== undefined || fact.rewards !== undefined) {
         state.handedOver = {
           ...(fact.ledger !== undefined ? { ledger: fact.ledger } : {}),
           ...(fact.segmentIds !== undefined ? { segmentIds: fact.segmentIds } : {}),
+          ...(fact.rewards !== undefined ? { rewards: fact.rewards } : {}),
         };
       }
+      return state;
+    case 'rewards.handed_over':
+      state.rewards = sharedEmpty.rewards;
       return state;
     case 'ledger.entry_recorded':
     case 'ledger.pending_confirmed':
@@ -781,6 +796,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'reward.cancelled':
     case 'reward.expired':
     case 'reward.reservation_voided':
+    case 'reward.taken_over':
       state.rewards = rewards.evolve(state.rewards === sharedEmpty.rewards ? rewards.emptyRewards() : state.rewards, fact);
       return state;
     case 'challenge.enrolled':

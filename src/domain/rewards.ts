@@ -74,7 +74,9 @@ export type RewardFact =
   | { kind: 'reward.redeemed'; issuance: Issuance }
   | { kind: 'reward.cancelled'; issuance: Issuance }
   | { kind: 'reward.expired'; issuance: Issuance }
-  | { kind: 'reward.reservation_voided'; issuanceId: string; atMs: number };
+  | { kind: 'reward.reservation_voided'; issuanceId: string; atMs: number }
+  /** A merged customer's issuance, now the survivor's (version + 1; the row moves to the survivor). */
+  | { kind: 'reward.taken_over'; issuance: Issuance; from: string };
 
 export type RewardReply =
   | { kind: 'reward.issuance'; issuance: Issuance }
@@ -257,9 +259,31 @@ export function evolve(state: RewardsState, fact: RewardFact): RewardsState {
   }
   const next = fact.issuance;
   const at = state.issuances.findIndex((i) => i.id === next.id);
-  if (at < 0) state.issuances.push({ ...next });
-  else state.issuances[at] = { ...next };
+  if (at >= 0) state.issuances[at] = { ...next };
+  else if (fact.kind === 'reward.taken_over') {
+    // Oldest first, also for issuances taken over from a merged customer.
+    let k = state.issuances.length;
+    while (k > 0 && state.issuances[k - 1]!.createdAtMs > next.createdAtMs) k--;
+    state.issuances.splice(k, 0, { ...next });
+  } else state.issuances.push({ ...next });
   return state;
+}
+
+/**
+ * The survivor's side of a merge: the merged customer's issuances (every status, the rule path's
+ * pending requests included) become its own, and its voided reservation ids stay voided here.
+ * Issuances it already has are not taken twice.
+ */
+export function takeOver(state: RewardsState, handed: RewardsState, fromId: string, ctx: { nowMs: number }): RewardFact[] {
+  const facts: RewardFact[] = [];
+  for (const i of handed.issuances) {
+    if (findIssuance(state, i.id) !== undefined) continue;
+    facts.push({ kind: 'reward.taken_over', issuance: { ...i, version: i.version + 1 }, from: fromId });
+  }
+  for (const id of handed.voided) {
+    if (!state.voided.includes(id)) facts.push({ kind: 'reward.reservation_voided', issuanceId: id, atMs: ctx.nowMs });
+  }
+  return facts;
 }
 
 /** Parses `<n>d` or `<n>h` (n a positive integer) into milliseconds; null when malformed. */

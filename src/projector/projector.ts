@@ -315,7 +315,8 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
         case 'reward.issue_refused':
         case 'reward.redeemed':
         case 'reward.cancelled':
-        case 'reward.expired': {
+        case 'reward.expired':
+        case 'reward.taken_over': {
           const i = f.issuance;
           out.push({
             kind: 'issuance.upsert',

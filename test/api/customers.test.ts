@@ -156,6 +156,9 @@ t.test('customers', async (t) => {
     t.equal((await adjust(anonC.id, 70, { expires_at: expiresAt })).status, 201);
     t.equal((await adjust(anonC.id, 20, { confirm_after: confirmAfter })).status, 201);
     t.equal((await adjust(main.id, 50)).status, 201);
+    const reward = (await api.post('/v1/rewards', { name: 'Hat', cost: 100, currency: 'gold', availability: 5 }, idem())).body;
+    const issued = await api.post('/v1/reward_issuances', { reward_id: reward.id, customer_id: 'bal-anon' }, idem());
+    t.equal(issued.status, 201);
     const level = async (id: string) => (await api.get(`/v1/customers/${id}/state`)).body.tiers.find((x: { program_id: string }) => x.program_id === program.id)?.level;
     t.equal(await level(main.id), 'bronze');
 
@@ -168,6 +171,15 @@ t.test('customers', async (t) => {
     t.same((await api.get(`/v1/customers/${main.id}/state`)).body.segments, ['testers'], "the merged customer's static segments join the survivor's");
     const members = (await api.get(`/v1/segments/${testers.id}/members`)).body.data.map((m: { customer_id: string }) => m.customer_id);
     t.same(members, [main.id], 'the segment lists the survivor, not the merged customer');
+    t.match((await api.get(`/v1/customers/${main.id}/state`)).body.issuances, [{ id: issued.body.id, status: 'issued' }], "the merged customer's issuance is the survivor's");
+    t.same(
+      (await api.get(`/v1/reward_issuances?customer_id=${main.id}`)).body.data.map((i: { id: string }) => i.id),
+      [issued.body.id],
+      'listed under the survivor',
+    );
+    const redeemed = await api.post(`/v1/reward_issuances/${issued.body.id}/redeem`, {}, idem());
+    t.equal(redeemed.status, 200, `redeemed by the survivor: ${JSON.stringify(redeemed.body)}`);
+    t.same(await balances(), [{ currency: 'gold', available: 20, pending: 20, lifetime_earned: 120 }], 'its cost spent from the joined balance');
     const entries = (await api.get(`/v1/customers/${main.id}/ledger_entries`)).body.data as Array<Record<string, unknown>>;
     const moved = entries.filter((e) => e.source_type === 'customer_merge');
     t.match(
@@ -180,11 +192,12 @@ t.test('customers', async (t) => {
     );
     // Repeating the alias addition (a new key, or a new alias of the merged customer) moves nothing twice.
     t.equal((await api.post(`/v1/customers/${main.id}/aliases`, { alias: 'bal-anon' }, idem())).status, 201);
-    t.same(await balances(), [{ currency: 'gold', available: 120, pending: 20, lifetime_earned: 120 }], 'nothing moved twice');
-    // Events and ledger commands for the merged id reach the survivor's joined balance.
-    const spend = await adjust('bal-anon', -110);
+    t.same(await balances(), [{ currency: 'gold', available: 20, pending: 20, lifetime_earned: 120 }], 'nothing moved twice');
+    t.equal((await api.get(`/v1/customers/${main.id}/state`)).body.issuances.length, 1, 'the issuance is not taken twice');
+    // Ledger commands for the merged id reach the survivor's joined balance.
+    const spend = await adjust('bal-anon', -15);
     t.equal(spend.status, 201, `spending the joined balance by the merged id: ${JSON.stringify(spend.body)}`);
-    t.match(spend.body.balance, { available: 10 });
+    t.match(spend.body.balance, { available: 5 });
   });
 
   await t.test('repeating a merge whose alias addition never ran (a crash after the claim) finishes it', async (t) => {

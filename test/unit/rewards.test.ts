@@ -6,7 +6,7 @@
 import t from 'tap';
 import { type Command, type Ctx, type CustomerState, decide, evolve, type Fact } from '../../src/domain/customer.js';
 import type { CurrencyConfig } from '../../src/domain/ledger.js';
-import { parseExpiryAfter, type RewardCommand, type RewardTerms } from '../../src/domain/rewards.js';
+import { type Issuance, parseExpiryAfter, type RewardCommand, type RewardTerms, emptyRewards, evolve as evolveRewards, takeOver } from '../../src/domain/rewards.js';
 
 const day = 86_400_000;
 const coins: CurrencyConfig = { key: 'coins', negativeBalance: 'forbid', expiryDays: null };
@@ -219,4 +219,32 @@ t.test('expiry_after: <n>d and <n>h', async (t) => {
   t.equal(parseExpiryAfter('30d'), 30 * day);
   t.equal(parseExpiryAfter('12h'), 12 * 3_600_000);
   for (const bad of ['0d', '3w', 'd', '1.5d', ' 1d', '-1d', '1234567d']) t.equal(parseExpiryAfter(bad), null, bad);
+});
+
+t.test("a survivor takes a merged customer's issuances over once, oldest first, with their voided ids", async (t) => {
+  const iss = (id: string, createdAtMs: number): Issuance => ({
+    id,
+    rewardId: 'rew_1',
+    status: 'issued',
+    sourceType: 'api',
+    sourceId: null,
+    cost: 10,
+    currency: 'coins',
+    costEntryId: null,
+    expiresAtMs: null,
+    redeemedAtMs: null,
+    cancelledAtMs: null,
+    reason: null,
+    version: 1,
+    createdAtMs,
+  });
+  const survivor = emptyRewards();
+  evolveRewards(survivor, { kind: 'reward.issued', issuance: iss('rwi_b', 20) });
+  const handed = { issuances: [iss('rwi_a', 10), iss('rwi_c', 30)], voided: ['rwi_v'] };
+  const facts = takeOver(survivor, handed, 'cust_M', { nowMs: 99 });
+  t.same(facts.map((f) => f.kind), ['reward.taken_over', 'reward.taken_over', 'reward.reservation_voided']);
+  for (const f of facts) evolveRewards(survivor, f);
+  t.same(survivor.issuances.map((i) => [i.id, i.version]), [['rwi_a', 2], ['rwi_b', 1], ['rwi_c', 2]], 'oldest first; a taken issuance is a new version');
+  t.same(survivor.voided, ['rwi_v']);
+  t.same(takeOver(survivor, handed, 'cust_M', { nowMs: 100 }), [], 'nothing taken twice');
 });

@@ -265,6 +265,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       ...(merge.seenEvents !== undefined ? { seenEvents: merge.seenEvents } : {}),
       ...(merge.ledger !== undefined ? { ledger: merge.ledger, tierPrograms: (await deps.tiers.all(env)).map(tierProgramOf) } : {}),
       ...(merge.segmentIds !== undefined ? { segmentIds: merge.segmentIds } : {}),
+      ...(merge.rewards !== undefined ? { rewards: merge.rewards } : {}),
     });
     if (added.kind !== 'alias') throw new ApiError('internal_error');
     return {

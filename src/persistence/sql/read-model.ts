@@ -653,7 +653,7 @@ export class PgReadModel {
         from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, rw text, c text, s text, st text, si text, ce text,
           x float8, ra float8, ca float8, re text, v int, at float8)
         on conflict (environment_id, id) do update
-        set status = excluded.status, cost_entry_id = excluded.cost_entry_id, expires_at = excluded.expires_at,
+        set customer_id = excluded.customer_id, status = excluded.status, cost_entry_id = excluded.cost_entry_id, expires_at = excluded.expires_at,
             redeemed_at = excluded.redeemed_at, cancelled_at = excluded.cancelled_at, reason = excluded.reason,
             version = excluded.version
         where r.version < excluded.version`;
