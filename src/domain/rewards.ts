@@ -272,12 +272,14 @@ export function evolve(state: RewardsState, fact: RewardFact): RewardsState {
 /**
  * The survivor's side of a merge: the merged customer's issuances (every status, the rule path's
  * pending requests included) become its own, and its voided reservation ids stay voided here.
- * Issuances it already has are not taken twice.
+ * Issuances it already has are not taken twice, nor ones voided here.
  */
 export function takeOver(state: RewardsState, handed: RewardsState, fromId: string, ctx: { nowMs: number }): RewardFact[] {
   const facts: RewardFact[] = [];
   for (const i of handed.issuances) {
-    if (findIssuance(state, i.id) !== undefined) continue;
+    // Voided here meanwhile (a stale reservation settled while the issuance was in transit): its
+    // unit went back, so it is not taken (never oversold).
+    if (findIssuance(state, i.id) !== undefined || state.voided.includes(i.id)) continue;
     facts.push({ kind: 'reward.taken_over', issuance: { ...i, version: i.version + 1 }, from: fromId });
   }
   for (const id of handed.voided) {

@@ -248,3 +248,13 @@ t.test("a survivor takes a merged customer's issuances over once, oldest first, 
   t.same(survivor.voided, ['rwi_v']);
   t.same(takeOver(survivor, handed, 'cust_M', { nowMs: 100 }), [], 'nothing taken twice');
 });
+
+t.test('an issuance voided on the survivor while in transit is not taken over (its unit went back)', async (t) => {
+  const survivor = emptyRewards();
+  evolveRewards(survivor, { kind: 'reward.reservation_voided', issuanceId: 'rwi_x', atMs: 1 });
+  const handed = {
+    issuances: [{ id: 'rwi_x', rewardId: 'rew_1', status: 'issued' as const, sourceType: 'api', sourceId: null, cost: 1, currency: 'coins', costEntryId: null, expiresAtMs: null, redeemedAtMs: null, cancelledAtMs: null, reason: null, version: 1, createdAtMs: 1 }],
+    voided: [],
+  };
+  t.same(takeOver(survivor, handed, 'cust_M', { nowMs: 2 }), []);
+});
