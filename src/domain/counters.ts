@@ -70,7 +70,9 @@ export type CounterFact =
   /** The counters an event bumped (journaled with the event; the projector marks the event row). */
   | { kind: 'counter.counted'; eventId: string; bumps: CounterBump[] }
   /** The historical base of a backfill (events recorded before live counting began for this customer). */
-  | { kind: 'counter.backfilled'; id: string; base: CounterState; atMs: number };
+  | { kind: 'counter.backfilled'; id: string; base: CounterState; atMs: number }
+  /** A merged customer's counts joined into the survivor's (its events now count as the survivor's). */
+  | { kind: 'counter.merged'; from: string; counters: CountersState; atMs: number };
 
 export interface CountedEvent {
   name: string;
@@ -196,6 +198,19 @@ export function applyBase(state: CounterState | undefined, base: CounterState): 
   return s;
 }
 
+/**
+ * Another customer's count joined into this one, as a historical base is (lifetime and rolling
+ * day buckets add; a period adds when it is the same period, else the later period wins). Whether
+ * this customer's own backfill base was applied stays as it was.
+ */
+export function joinCounter(state: CounterState | undefined, theirs: CounterState): CounterState {
+  const based = state === undefined ? theirs.based : state.based;
+  const s = applyBase(state, theirs);
+  if (based === true) s.based = true;
+  else delete s.based;
+  return s;
+}
+
 /** The count a rule or the state view reads at nowMs. */
 export function counterValue(state: CounterState | undefined, nowMs: number): number {
   if (state === undefined) return 0;
@@ -213,6 +228,10 @@ export function counterValue(state: CounterState | undefined, nowMs: number): nu
 export function evolveCounters(counters: CountersState, fact: CounterFact): CountersState {
   if (fact.kind === 'counter.counted') {
     for (const bump of fact.bumps) counters[bump.id] = applyBump(counters[bump.id], bump);
+    return counters;
+  }
+  if (fact.kind === 'counter.merged') {
+    for (const [id, theirs] of Object.entries(fact.counters)) counters[id] = joinCounter(counters[id], theirs);
     return counters;
   }
   counters[fact.id] = applyBase(counters[fact.id], fact.base);

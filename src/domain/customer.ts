@@ -8,7 +8,7 @@ import { limits } from '../limits.js';
 import { applyChallenges, type ChallengeContext, type ChallengeRuntime, runChallengeCommand } from './challenge-effects.js';
 import * as challenges from './challenges.js';
 import { applyBump, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters } from './counters.js';
-import { emptyInventory, evolveInventory, type InventoryFact, type InventoryState } from './inventory.js';
+import { emptyInventory, evolveInventory, type InventoryFact, type InventoryState, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
 import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
 import * as rewards from './rewards.js';
@@ -183,6 +183,10 @@ export type Command =
       segmentIds?: string[];
       /** The merged customer's reward issuances and voided reservation ids, taken over. */
       rewards?: rewards.RewardsState;
+      /** The merged customer's counters, joined. */
+      counters?: CountersState;
+      /** The merged customer's items, added. */
+      inventory?: Array<[string, number]>;
       /** The environment's tier programs, re-placed after a ledger was taken over. */
       tierPrograms?: TierProgram[];
     }
@@ -234,6 +238,8 @@ export type Fact =
   | ({ kind: 'customer.merged'; into: string; atMs: number } & MergeTransfer)
   /** A merged customer's issuances, handed to its survivor with the merge (carried on customer.merged). */
   | { kind: 'rewards.handed_over'; to: string; atMs: number }
+  /** A merged customer's items, handed to its survivor with the merge (carried on customer.merged). */
+  | { kind: 'inventory.handed_over'; to: string; atMs: number }
   /** A merged customer's recorded event ids joined into the survivor's (SeenEvents records). */
   | { kind: 'events.merged'; from: string; records: number[] }
   /** The effects a sync-mode event was answered with (kept for its repeats). */
@@ -294,6 +300,10 @@ export interface MergeTransfer {
   ledger?: ledger.BookHandover[];
   /** Its reward issuances (every status) and voided reservation ids. */
   rewards?: rewards.RewardsState;
+  /** Its historical counters (joined into the survivor's; the merged customer keeps its own). */
+  counters?: CountersState;
+  /** Its items, [item, quantity] pairs (moved: it holds none afterwards). */
+  inventory?: Array<[string, number]>;
   /** Its static segments, left. */
   segmentIds?: string[];
 }
@@ -460,9 +470,18 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         : noFacts;
       const rewardFacts: Fact[] =
         takeOver && cmd.mergedFrom !== null && cmd.rewards !== undefined ? rewards.takeOver(state.rewards, cmd.rewards, cmd.mergedFrom, ctx) : noFacts;
+      const counterFacts: Fact[] =
+        takeOver && cmd.mergedFrom !== null && cmd.counters !== undefined
+          ? [{ kind: 'counter.merged', from: cmd.mergedFrom, counters: cmd.counters, atMs: ctx.nowMs }]
+          : noFacts;
+      // Items add up (a merge may take the survivor past inventoryLimits.itemsMax distinct items).
+      const itemFacts: Fact[] =
+        takeOver && cmd.mergedFrom !== null && cmd.inventory !== undefined
+          ? cmd.inventory.map(([item, quantity]) => ({ kind: 'item.granted', item, quantity, sourceId: cmd.mergedFrom ?? '', atMs: ctx.nowMs }))
+          : noFacts;
       return {
         ok: true,
-        facts: [fact, ...rateFacts, ...eventFacts, ...ledgerFacts, ...segmentFacts, ...rewardFacts],
+        facts: [fact, ...rateFacts, ...eventFacts, ...ledgerFacts, ...segmentFacts, ...rewardFacts, ...counterFacts, ...itemFacts],
         reply: {
           kind: 'alias',
           alias: { alias: cmd.alias, kind: cmd.aliasKind, createdAtMs: ctx.nowMs },
@@ -678,6 +697,7 @@ export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): 
   const out = ledger.handOverBooks(state.ledger, survivorId, ctx);
   const segmentIds = [...state.segmentIds];
   const held = state.rewards.issuances.length > 0 || state.rewards.voided.length > 0;
+  const items = inventoryPairs(state.inventory);
   const merged: Fact = {
     kind: 'customer.merged',
     into: survivorId,
@@ -685,9 +705,12 @@ export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): 
     ...(out.handover.length > 0 ? { ledger: out.handover } : {}),
     ...(segmentIds.length > 0 ? { segmentIds } : {}),
     ...(held ? { rewards: structuredClone(state.rewards) } : {}),
+    ...(!isEmptyRecord(state.counters) ? { counters: structuredClone(state.counters) } : {}),
+    ...(items.length > 0 ? { inventory: items } : {}),
   };
   const left: Fact[] = segmentIds.map((segmentId) => ({ kind: 'segment.member_removed', segmentId, atMs: ctx.nowMs }));
   const handed: Fact[] = held ? [{ kind: 'rewards.handed_over', to: survivorId, atMs: ctx.nowMs }] : [];
+  if (items.length > 0) handed.push({ kind: 'inventory.handed_over', to: survivorId, atMs: ctx.nowMs });
   return [merged, ...out.facts, ...left, ...handed];
 }
 
@@ -762,13 +785,13 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'customer.merged':
       state.mergedInto = fact.into;
       state.updatedAtMs = fact.atMs;
-      if (fact.ledger !== undefined || fact.segmentIds !== undefined || fact.rewards !== undefined) {
-        state.handedOver = {
-          ...(fact.ledger !== undefined ? { ledger: fact.ledger } : {}),
-          ...(fact.segmentIds !== undefined ? { segmentIds: fact.segmentIds } : {}),
-          ...(fact.rewards !== undefined ? { rewards: fact.rewards } : {}),
-        };
+      {
+        const { kind: _k, into: _i, atMs: _a, ...transfer } = fact;
+        if (!isEmptyRecord(transfer)) state.handedOver = transfer;
       }
+      return state;
+    case 'inventory.handed_over':
+      state.inventory = sharedEmpty.inventory;
       return state;
     case 'rewards.handed_over':
       state.rewards = sharedEmpty.rewards;
@@ -808,6 +831,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       return state;
     case 'counter.counted':
     case 'counter.backfilled':
+    case 'counter.merged':
       state.counters = evolveCounters(state.counters === sharedEmpty.counters ? {} : state.counters, fact);
       return state;
     case 'item.granted':

@@ -156,6 +156,12 @@ t.test('customers', async (t) => {
     t.equal((await adjust(anonC.id, 70, { expires_at: expiresAt })).status, 201);
     t.equal((await adjust(anonC.id, 20, { confirm_after: confirmAfter })).status, 201);
     t.equal((await adjust(main.id, 50)).status, 201);
+    t.equal((await api.post('/v1/counter_definitions', { name: 'opens', event: 'app.opened', window: { kind: 'lifetime' } }, idem())).status, 201);
+    for (const [who, n] of [['bal-anon', 2], ['bal-main', 1]] as const) {
+      for (let i = 0; i < n; i++) {
+        t.equal((await api.post('/v1/events', { id: `bal-open-${who}-${i}`, name: 'app.opened', customer_id: who, occurred_at: now() })).status, 202);
+      }
+    }
     const reward = (await api.post('/v1/rewards', { name: 'Hat', cost: 100, currency: 'gold', availability: 5 }, idem())).body;
     const issued = await api.post('/v1/reward_issuances', { reward_id: reward.id, customer_id: 'bal-anon' }, idem());
     t.equal(issued.status, 201);
@@ -169,6 +175,7 @@ t.test('customers', async (t) => {
     t.same(await balances(), [{ currency: 'gold', available: 120, pending: 20, lifetime_earned: 120 }], 'both ledgers on the survivor');
     t.equal(await level(main.id), 'silver', "the survivor is re-placed on the joined lifetime earned (70 + 50)");
     t.same((await api.get(`/v1/customers/${main.id}/state`)).body.segments, ['testers'], "the merged customer's static segments join the survivor's");
+    t.equal((await api.get(`/v1/customers/${main.id}/state`)).body.counters.opens, 3, "the merged customer's counts add to the survivor's (2 + 1)");
     const members = (await api.get(`/v1/segments/${testers.id}/members`)).body.data.map((m: { customer_id: string }) => m.customer_id);
     t.same(members, [main.id], 'the segment lists the survivor, not the merged customer');
     t.match((await api.get(`/v1/customers/${main.id}/state`)).body.issuances, [{ id: issued.body.id, status: 'issued' }], "the merged customer's issuance is the survivor's");

@@ -14,6 +14,7 @@ import {
   dayMs,
   evolveCounters,
   historicalBase,
+  joinCounter,
   validateWindow,
 } from '../../src/domain/counters.js';
 import { type Ctx, type CustomerState, decide, evolve, type Fact } from '../../src/domain/customer.js';
@@ -170,4 +171,15 @@ t.test('given a counter and a rule reading it, when events arrive, then the coun
   t.equal(counterValue(state!.counters.ctr_1, t0 + 2), 7);
   const b2 = decide(state, { kind: 'counter.backfill', counterId: 'ctr_1', base: { n: 5 } }, ctxAt(t0 + 3));
   t.match(b2, { ok: true, facts: [], reply: { kind: 'applied', changed: false } });
+});
+
+t.test("joinCounter: a merged customer's counts join the survivor's like a historical base, its backfill flag kept", async (t) => {
+  t.same(joinCounter({ n: 2 }, { n: 3, based: true }), { n: 5 }, 'lifetime adds; the survivor was not backfilled and stays so');
+  t.same(joinCounter({ n: 1, based: true }, { n: 3 }), { n: 4, based: true });
+  t.same(joinCounter(undefined, { n: 3, based: true }), { n: 3, based: true }, 'a counter only the merged customer had');
+  t.same(joinCounter({ n: 2, key: '2026-11-25', endMs: 10 }, { n: 3, key: '2026-11-25', endMs: 10 }), { n: 5, key: '2026-11-25', endMs: 10 }, 'the same period adds');
+  t.same(joinCounter({ n: 2, key: '2026-11-24', endMs: 5 }, { n: 3, key: '2026-11-25', endMs: 10 }), { n: 3, key: '2026-11-25', endMs: 10 }, 'a later period wins');
+  t.same(joinCounter({ n: 2, key: '2026-11-25', endMs: 10 }, { n: 3, key: '2026-11-24', endMs: 5 }), { n: 2, key: '2026-11-25', endMs: 10 }, 'an earlier one is over');
+  const rolled = joinCounter({ n: 0, days: 7, b: [[100, 1], [102, 2]] }, { n: 0, days: 7, b: [[101, 4], [102, 1]] });
+  t.same(rolled.b, [[100, 1], [101, 4], [102, 3]], 'rolling day buckets add by day');
 });

@@ -174,3 +174,28 @@ t.test('a merge hands the ledger over once: the merged customer keeps nothing, t
   t.same(again.d.ok && again.d.facts, [], 'a repeat of the alias addition moves nothing again');
   t.equal(balanceOf(again.state!.ledger, 'coins').available, 45);
 });
+
+t.test("a merge adds the merged customer's counters and items to the survivor's, once", async (t) => {
+  const m = given([
+    created,
+    { kind: 'counter.counted', eventId: 'evt_1', bumps: [{ id: 'ctr_l', w: 'l' }] },
+    { kind: 'counter.counted', eventId: 'evt_2', bumps: [{ id: 'ctr_l', w: 'l' }] },
+    { kind: 'item.granted', item: 'sword', quantity: 2, sourceId: 'rule_1', atMs: 1 },
+  ])!;
+  const survivorCreated: Fact = { ...created, id: 'cust_S', externalId: 'u2' } as Fact;
+  const sv = given([
+    survivorCreated,
+    { kind: 'counter.counted', eventId: 'evt_3', bumps: [{ id: 'ctr_l', w: 'l' }] },
+    { kind: 'item.granted', item: 'sword', quantity: 1, sourceId: 'rule_1', atMs: 1 },
+  ])!;
+  let merged: CustomerState = m;
+  for (const f of mergeFacts(m, 'cust_S', ctxAt(2000))) merged = evolve(merged, f);
+  t.same({ ...merged.inventory }, {}, 'the merged customer holds no items');
+  const h = mergeHandover(merged);
+  const add = (): Command => ({ kind: 'alias.add', alias: 'u1', aliasKind: 'anonymous', mergedFrom: 'cust_A', ...h, tierPrograms: [] });
+  const first = when(sv, add(), 3000);
+  t.equal(first.state!.counters.ctr_l?.n, 3, 'lifetime counts add');
+  t.same({ ...first.state!.inventory }, { sword: 3 }, 'items add');
+  const again = when(first.state, add(), 4000);
+  t.same(again.d.ok && again.d.facts, [], 'nothing added twice');
+});

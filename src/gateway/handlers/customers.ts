@@ -266,6 +266,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       ...(merge.ledger !== undefined ? { ledger: merge.ledger, tierPrograms: (await deps.tiers.all(env)).map(tierProgramOf) } : {}),
       ...(merge.segmentIds !== undefined ? { segmentIds: merge.segmentIds } : {}),
       ...(merge.rewards !== undefined ? { rewards: merge.rewards } : {}),
+      ...(merge.counters !== undefined ? { counters: merge.counters } : {}),
+      ...(merge.inventory !== undefined ? { inventory: merge.inventory } : {}),
     });
     if (added.kind !== 'alias') throw new ApiError('internal_error');
     return {
