@@ -93,8 +93,8 @@ export interface CustomerState {
   mergedInto: string | null;
   mergedFrom: string[];
   /**
-   * What this customer's ledger handed to its survivor at the merge (sent again by
-   * customer.handover when the merge's alias addition has to be repeated); null: none.
+   * What this customer handed to its survivor at the merge (sent again by customer.handover when
+   * the merge's alias addition has to be repeated); null: not merged, or nothing to hand over.
    */
   handedOver: MergeTransfer | null;
   /** Every client event id recorded, with its content fingerprint and service id. Permanent: it is the deduplication record. */
@@ -135,9 +135,9 @@ export type Command =
    */
   | { kind: 'customer.erase_merged'; survivorId: string }
   /**
-   * What a customer merged into `survivorId` hands over to it (match rate books, recorded event
-   * ids), again: for a merge whose alias addition did not finish (a crash after the claim). Run by
-   * the merged customer itself, not redirected; no facts.
+   * What a customer merged into `survivorId` hands over to it (mergeHandover), again: for a merge
+   * whose alias addition did not finish (a crash after the claim). Run by the merged customer
+   * itself, not redirected; no facts.
    */
   | { kind: 'customer.handover'; survivorId: string }
   | {
@@ -234,7 +234,7 @@ export type Fact =
       source?: EventSource;
     }
   | { kind: 'alias.added'; alias: string; aliasKind: string; mergedFrom: string | null; atMs: number }
-  /** `ledger`: what its transfer entries (the facts after this one) moved to the survivor. */
+  /** Merged into `into`; carries what the facts after it moved out for the survivor (mergeFacts). */
   | ({ kind: 'customer.merged'; into: string; atMs: number } & MergeTransfer)
   /** A merged customer's issuances, handed to its survivor with the merge (carried on customer.merged). */
   | { kind: 'rewards.handed_over'; to: string; atMs: number }
@@ -293,7 +293,6 @@ export type Reply =
   | MatchPlayerReply
   | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean };
 
-/** What a merged customer hands its survivor: its match rate books and recorded event ids (when it has any). */
 /** What a merged customer's own facts moved out at the merge, for the survivor to take in. */
 export interface MergeTransfer {
   /** Its ledger, emptied by transfer entries. */
@@ -308,6 +307,7 @@ export interface MergeTransfer {
   segmentIds?: string[];
 }
 
+/** What a merged customer hands its survivor: what it moved out, plus its match rate books and recorded event ids (joined). */
 export interface MergeHandover extends MergeTransfer {
   matchRates?: RateState;
   seenEvents?: number[];
@@ -318,7 +318,6 @@ export function mergeHandover(state: CustomerState): MergeHandover {
     // Rate books guard fairness across the ownership group; event ids keep a retry a duplicate.
     ...(state.matchRates !== undefined && Object.keys(state.matchRates).length > 0 ? { matchRates: state.matchRates } : {}),
     ...(state.events.size > 0 ? { seenEvents: state.events.records() } : {}),
-    // Balances, pending credits, debt and earnings (moved out by the merge's transfer entries), static segments.
     ...(state.handedOver ?? {}),
   };
 }
@@ -457,31 +456,9 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         cmd.mergedFrom !== null && cmd.seenEvents !== undefined && cmd.seenEvents.length > 0
           ? [{ kind: 'events.merged', from: cmd.mergedFrom, records: cmd.seenEvents }]
           : [];
-      // The merged customer's ledger and static segments are taken over once (one already merged in is not).
-      const takeOver = cmd.mergedFrom !== null && !state.mergedFrom.includes(cmd.mergedFrom);
-      const ledgerFacts =
-        takeOver && cmd.mergedFrom !== null && cmd.ledger !== undefined && cmd.ledger.length > 0
-          ? absorbedLedger(state, cmd.ledger, cmd.mergedFrom, cmd.tierPrograms ?? [], ctx)
-          : noFacts;
-      const segmentFacts: Fact[] = takeOver
-        ? (cmd.segmentIds ?? [])
-            .filter((id) => !state.segmentIds.includes(id))
-            .map((segmentId) => ({ kind: 'segment.member_added', segmentId, atMs: ctx.nowMs }))
-        : noFacts;
-      const rewardFacts: Fact[] =
-        takeOver && cmd.mergedFrom !== null && cmd.rewards !== undefined ? rewards.takeOver(state.rewards, cmd.rewards, cmd.mergedFrom, ctx) : noFacts;
-      const counterFacts: Fact[] =
-        takeOver && cmd.mergedFrom !== null && cmd.counters !== undefined
-          ? [{ kind: 'counter.merged', from: cmd.mergedFrom, counters: cmd.counters, atMs: ctx.nowMs }]
-          : noFacts;
-      // Items add up (a merge may take the survivor past inventoryLimits.itemsMax distinct items).
-      const itemFacts: Fact[] =
-        takeOver && cmd.mergedFrom !== null && cmd.inventory !== undefined
-          ? cmd.inventory.map(([item, quantity]) => ({ kind: 'item.granted', item, quantity, sourceId: cmd.mergedFrom ?? '', atMs: ctx.nowMs }))
-          : noFacts;
       return {
         ok: true,
-        facts: [fact, ...rateFacts, ...eventFacts, ...ledgerFacts, ...segmentFacts, ...rewardFacts, ...counterFacts, ...itemFacts],
+        facts: [fact, ...rateFacts, ...eventFacts, ...takenOver(state, cmd, ctx)],
         reply: {
           kind: 'alias',
           alias: { alias: cmd.alias, kind: cmd.aliasKind, createdAtMs: ctx.nowMs },
@@ -689,9 +666,10 @@ function mergeAttributes(base: Record<string, unknown>, patch: Record<string, un
 }
 
 /**
- * The merged customer's side of a merge: merged into the survivor, then its ledger moved out by
- * transfer entries (ledger.handOverBooks); what they moved rides on the merged fact, so the
- * survivor can be given it again (customer.handover).
+ * The merged customer's side of a merge: merged into the survivor, its ledger moved out by transfer
+ * entries (ledger.handOverBooks), its static segments left, its issuances and items handed over;
+ * what moved rides on the merged fact, so the survivor can be given it again (customer.handover).
+ * Its counters are copied (nothing reads a merged customer's counters).
  */
 export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): Fact[] {
   const out = ledger.handOverBooks(state.ledger, survivorId, ctx);
@@ -712,6 +690,25 @@ export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): 
   const handed: Fact[] = held ? [{ kind: 'rewards.handed_over', to: survivorId, atMs: ctx.nowMs }] : [];
   if (items.length > 0) handed.push({ kind: 'inventory.handed_over', to: survivorId, atMs: ctx.nowMs });
   return [merged, ...out.facts, ...left, ...handed];
+}
+
+/**
+ * The survivor's side of a merge (alias.add): the merged customer's ledger, static segments,
+ * issuances, counters and items taken over, once (a customer already in mergedFrom is not).
+ */
+function takenOver(state: CustomerState, cmd: Extract<Command, { kind: 'alias.add' }>, ctx: Ctx): Fact[] {
+  const from = cmd.mergedFrom;
+  if (from === null || state.mergedFrom.includes(from)) return noFacts;
+  const facts: Fact[] = [];
+  if (cmd.ledger !== undefined && cmd.ledger.length > 0) facts.push(...absorbedLedger(state, cmd.ledger, from, cmd.tierPrograms ?? [], ctx));
+  for (const segmentId of cmd.segmentIds ?? []) {
+    if (!state.segmentIds.includes(segmentId)) facts.push({ kind: 'segment.member_added', segmentId, atMs: ctx.nowMs });
+  }
+  if (cmd.rewards !== undefined) facts.push(...rewards.takeOver(state.rewards, cmd.rewards, from, ctx));
+  if (cmd.counters !== undefined) facts.push({ kind: 'counter.merged', from, counters: cmd.counters, atMs: ctx.nowMs });
+  // Items add up (a merge may take the survivor past inventoryLimits.itemsMax distinct items).
+  for (const [item, quantity] of cmd.inventory ?? []) facts.push({ kind: 'item.granted', item, quantity, sourceId: from, atMs: ctx.nowMs });
+  return facts;
 }
 
 /** The survivor's transfer entries for a merged customer's ledger, then its tier programs re-placed on the joined books. */
