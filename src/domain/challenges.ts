@@ -127,6 +127,18 @@ export type ChallengeFact =
       /** Count after the revoke. */
       count: number;
       atMs: number;
+    }
+  /** A merged customer's challenges joined into the survivor's (joinChallenges): what changes here. */
+  | {
+      kind: 'challenge.merged';
+      from: string;
+      /** Enrollments the survivor did not have. */
+      enrollments: Enrollment[];
+      /** Progress records the survivor adopts (each replaces its latest record of that challenge). */
+      progress: ChallengeProgress[];
+      /** Completions added per challenge. */
+      completions: Record<string, number>;
+      atMs: number;
     };
 
 /** Why a qualifying-looking event made no progress, in the order the checks run. */
@@ -464,7 +476,41 @@ export function evolve(state: ChallengesState, fact: ChallengeFact): ChallengesS
       rec.updatedAtMs = fact.atMs;
       return state;
     }
+    case 'challenge.merged':
+      for (const e of fact.enrollments) state.enrollments[e.challengeId] = { ...e };
+      for (const p of fact.progress) state.progress[p.challengeId] = { ...p, contributions: [...p.contributions] };
+      for (const [id, n] of Object.entries(fact.completions)) state.completions[id] = (get(state.completions, id) ?? 0) + n;
+      return state;
   }
+}
+
+/**
+ * A merged customer's challenges joined into the survivor's, without completing anything (the
+ * merge runs no completion actions) and without a period completing twice: its enrollments are
+ * added, its completions counted, and per challenge its latest progress record is adopted when the
+ * survivor has none, when it is of a later period (or cycle), or, for the same period and cycle,
+ * when it is completed (the survivor's is not) or counts higher (neither completed). Null when
+ * nothing changes.
+ */
+export function joinChallenges(state: ChallengesState, theirs: ChallengesState, fromId: string, ctx: ChallengeCtx): ChallengeFact | null {
+  const enrollments = Object.values(theirs.enrollments).filter((e) => get(state.enrollments, e.challengeId) === undefined);
+  const completions: Record<string, number> = {};
+  for (const [id, n] of Object.entries(theirs.completions)) if (n > 0) completions[id] = n;
+  const progress: ChallengeProgress[] = [];
+  for (const m of Object.values(theirs.progress)) {
+    const s = get(state.progress, m.challengeId);
+    if (s === undefined || adopts(s, m)) progress.push(m);
+  }
+  if (enrollments.length === 0 && progress.length === 0 && Object.keys(completions).length === 0) return null;
+  return { kind: 'challenge.merged', from: fromId, enrollments, progress, completions, atMs: ctx.nowMs };
+}
+
+/** Whether the survivor's latest record `s` gives way to the merged customer's `m` (joinChallenges). */
+function adopts(s: ChallengeProgress, m: ChallengeProgress): boolean {
+  if (m.periodKey !== s.periodKey) return m.periodKey > s.periodKey; // period keys sort in time order
+  if (m.cycle !== s.cycle) return m.cycle > s.cycle;
+  if (s.status === 'completed') return false;
+  return m.status === 'completed' || m.count > s.count;
 }
 
 // ---------------------------------------------------------------------------------------------

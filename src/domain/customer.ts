@@ -185,6 +185,8 @@ export type Command =
       rewards?: rewards.RewardsState;
       /** The merged customer's counters, joined. */
       counters?: CountersState;
+      /** The merged customer's challenges, joined (challenges.joinChallenges). */
+      challenges?: challenges.ChallengesState;
       /** The merged customer's items, added. */
       inventory?: Array<[string, number]>;
       /** The environment's tier programs, re-placed after a ledger was taken over. */
@@ -301,6 +303,8 @@ export interface MergeTransfer {
   rewards?: rewards.RewardsState;
   /** Its historical counters (joined into the survivor's; the merged customer keeps its own). */
   counters?: CountersState;
+  /** Its challenge enrollments, progress and completions (joined; the merged customer keeps its own). */
+  challenges?: challenges.ChallengesState;
   /** Its items, [item, quantity] pairs (moved: it holds none afterwards). */
   inventory?: Array<[string, number]>;
   /** Its static segments, left. */
@@ -669,7 +673,7 @@ function mergeAttributes(base: Record<string, unknown>, patch: Record<string, un
  * The merged customer's side of a merge: merged into the survivor, its ledger moved out by transfer
  * entries (ledger.handOverBooks), its static segments left, its issuances and items handed over;
  * what moved rides on the merged fact, so the survivor can be given it again (customer.handover).
- * Its counters are copied (nothing reads a merged customer's counters).
+ * Its counters and challenges are copied (nothing reads a merged customer's own).
  */
 export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): Fact[] {
   const out = ledger.handOverBooks(state.ledger, survivorId, ctx);
@@ -684,6 +688,7 @@ export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): 
     ...(segmentIds.length > 0 ? { segmentIds } : {}),
     ...(held ? { rewards: structuredClone(state.rewards) } : {}),
     ...(!isEmptyRecord(state.counters) ? { counters: structuredClone(state.counters) } : {}),
+    ...(state.challenges !== sharedEmpty.challenges ? { challenges: structuredClone(state.challenges) } : {}),
     ...(items.length > 0 ? { inventory: items } : {}),
   };
   const left: Fact[] = segmentIds.map((segmentId) => ({ kind: 'segment.member_removed', segmentId, atMs: ctx.nowMs }));
@@ -694,7 +699,7 @@ export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): 
 
 /**
  * The survivor's side of a merge (alias.add): the merged customer's ledger, static segments,
- * issuances, counters and items taken over, once (a customer already in mergedFrom is not).
+ * issuances, counters, challenges and items taken over, once (a customer already in mergedFrom is not).
  */
 function takenOver(state: CustomerState, cmd: Extract<Command, { kind: 'alias.add' }>, ctx: Ctx): Fact[] {
   const from = cmd.mergedFrom;
@@ -706,6 +711,8 @@ function takenOver(state: CustomerState, cmd: Extract<Command, { kind: 'alias.ad
   }
   if (cmd.rewards !== undefined) facts.push(...rewards.takeOver(state.rewards, cmd.rewards, from, ctx));
   if (cmd.counters !== undefined) facts.push({ kind: 'counter.merged', from, counters: cmd.counters, atMs: ctx.nowMs });
+  const joined = cmd.challenges === undefined ? null : challenges.joinChallenges(state.challenges, cmd.challenges, from, ctx);
+  if (joined !== null) facts.push(joined);
   // Items add up (a merge may take the survivor past inventoryLimits.itemsMax distinct items).
   for (const [item, quantity] of cmd.inventory ?? []) facts.push({ kind: 'item.granted', item, quantity, sourceId: from, atMs: ctx.nowMs });
   return facts;
@@ -824,6 +831,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'challenge.progressed':
     case 'challenge.completed':
     case 'challenge.revoked':
+    case 'challenge.merged':
       state.challenges = challenges.evolve(state.challenges === sharedEmpty.challenges ? challenges.emptyChallengesState() : state.challenges, fact);
       return state;
     case 'counter.counted':

@@ -11,7 +11,7 @@ import { limits } from '../limits.js';
 import { projectorLagRecords } from '../observability/metrics.js';
 import { compareOffsets, type Journal, type Offset, offsetZero } from '../persistence/ports.js';
 import type { Projection } from '../persistence/sql/read-model.js';
-import { challengeProjection } from '../persistence/sql/challenge-read-model.js';
+import { challengeMergeProjections, challengeProjection } from '../persistence/sql/challenge-read-model.js';
 
 export interface ReadModelWriter {
   apply(partition: number, offset: Offset, projections: Projection[]): Promise<void>;
@@ -343,6 +343,9 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
         case 'challenge.completed':
         case 'challenge.revoked':
           out.push(challengeProjection(environmentId, customerId, f));
+          break;
+        case 'challenge.merged':
+          for (const p of challengeMergeProjections(environmentId, customerId, f)) out.push(p);
           break;
         case 'counter.counted': {
           // Journaled right after its event.recorded: mark that row (no extra statement).

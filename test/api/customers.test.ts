@@ -162,6 +162,11 @@ t.test('customers', async (t) => {
         t.equal((await api.post('/v1/events', { id: `bal-open-${who}-${i}`, name: 'app.opened', customer_id: who, occurred_at: now() })).status, 202);
       }
     }
+    const quest = (await api.post('/v1/challenges', { name: 'Open 5 times', qualifying: { event: 'app.opened' }, target: 5, status: 'active' }, idem())).body;
+    t.equal(quest.status, 'active');
+    for (let i = 0; i < 2; i++) {
+      t.equal((await api.post('/v1/events', { id: `bal-quest-${i}`, name: 'app.opened', customer_id: 'bal-anon', occurred_at: now() })).status, 202);
+    }
     const reward = (await api.post('/v1/rewards', { name: 'Hat', cost: 100, currency: 'gold', availability: 5 }, idem())).body;
     const issued = await api.post('/v1/reward_issuances', { reward_id: reward.id, customer_id: 'bal-anon' }, idem());
     t.equal(issued.status, 201);
@@ -175,7 +180,14 @@ t.test('customers', async (t) => {
     t.same(await balances(), [{ currency: 'gold', available: 120, pending: 20, lifetime_earned: 120 }], 'both ledgers on the survivor');
     t.equal(await level(main.id), 'silver', "the survivor is re-placed on the joined lifetime earned (70 + 50)");
     t.same((await api.get(`/v1/customers/${main.id}/state`)).body.segments, ['testers'], "the merged customer's static segments join the survivor's");
-    t.equal((await api.get(`/v1/customers/${main.id}/state`)).body.counters.opens, 3, "the merged customer's counts add to the survivor's (2 + 1)");
+    t.equal((await api.get(`/v1/customers/${main.id}/state`)).body.counters.opens, 5, "the merged customer's counts add to the survivor's (4 + 1)");
+    t.match(
+      (await api.get(`/v1/customers/${main.id}/state`)).body.challenges,
+      [{ challenge_id: quest.id, count: 2, status: 'active' }],
+      "the merged customer's challenge progress is the survivor's (it had none)",
+    );
+    const listed = (await api.get(`/v1/challenges/${quest.id}/progress?customer_id=${main.id}`)).body.data;
+    t.match(listed, [{ customer_id: main.id, count: 2, status: 'active' }], "the survivor's progress row is projected");
     const members = (await api.get(`/v1/segments/${testers.id}/members`)).body.data.map((m: { customer_id: string }) => m.customer_id);
     t.same(members, [main.id], 'the segment lists the survivor, not the merged customer');
     t.match((await api.get(`/v1/customers/${main.id}/state`)).body.issuances, [{ id: issued.body.id, status: 'issued' }], "the merged customer's issuance is the survivor's");

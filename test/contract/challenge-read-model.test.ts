@@ -26,7 +26,7 @@ const completed = (customer: string, period: string, count: number, at = T0): Pr
     completions: 1,
     atMs: at,
   });
-const fact = (customer: string, f: ChallengeFact): Projection => challengeProjection(env, customer, f);
+const fact = (customer: string, f: Exclude<ChallengeFact, { kind: 'challenge.merged' }>): Projection => challengeProjection(env, customer, f);
 
 for (const kind of sqlKinds) {
   t.test(`challenge read tables (${kind})`, async (t) => {

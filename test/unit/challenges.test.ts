@@ -14,6 +14,8 @@ import {
   challengesForEvent,
   decide,
   emptyChallengesState,
+  joinChallenges,
+  type ChallengeProgress,
   evolve,
   nextPeriodBoundaryMs,
   progressAt,
@@ -424,4 +426,45 @@ t.test('given challenge statuses, transitions follow draft -> active <-> paused 
   t.same(canTransitionChallenge('active', 'active'), { ok: true });
   t.match(canTransitionChallenge('ended', 'active'), { ok: false, code: 'invalid_state' });
   t.match(canTransitionChallenge('active', 'draft'), { ok: false, code: 'invalid_state' });
+});
+
+t.test("joinChallenges: a merged customer's challenges join the survivor's without completing anything or completing a period twice", async (t) => {
+  const rec = (challengeId: string, periodKey: string, count: number, completed = false, cycle = 1): ChallengeProgress => ({
+    challengeId,
+    periodKey,
+    cycle,
+    count,
+    target: 5,
+    status: completed ? 'completed' : 'active',
+    contributions: [],
+    completedAtMs: completed ? 10 : null,
+    updatedAtMs: 10,
+  });
+  const state = (progress: ChallengeProgress[], completions: Record<string, number> = {}, enrolled: string[] = []): ChallengesState => ({
+    enrollments: Object.fromEntries(enrolled.map((id) => [id, { challengeId: id, enrolledAtMs: 1 }])),
+    progress: Object.fromEntries(progress.map((p) => [p.challengeId, p])),
+    completions,
+  });
+  const survivor = state([rec('a', '2026-11-25', 3), rec('b', '2026-11-25', 2), rec('c', '2026-11-25', 5, true), rec('d', '2026-11-24', 4), rec('e', 'all', 1, false, 2)], { c: 1 }, ['x']);
+  const merged = state(
+    [rec('a', '2026-11-25', 4), rec('b', '2026-11-25', 1), rec('c', '2026-11-25', 2), rec('d', '2026-11-25', 1), rec('e', 'all', 5, true, 1), rec('f', '2026-11-25', 5, true)],
+    { f: 1, e: 1 },
+    ['x', 'y'],
+  );
+  const fact = joinChallenges(survivor, merged, 'cust_M', { nowMs: 99 });
+  t.ok(fact);
+  if (fact === null || fact.kind !== 'challenge.merged') return;
+  t.same(fact.enrollments.map((e) => e.challengeId), ['y'], 'enrollments the survivor lacks');
+  t.same(
+    fact.progress.map((p) => p.challengeId),
+    ['a', 'd', 'f'],
+    'same period: the higher count (a) not the lower (b), never over a completed one (c); a later period (d); a record only it has (f); an earlier cycle is not (e)',
+  );
+  t.same(fact.completions, { f: 1, e: 1 });
+  let s = structuredClone(survivor);
+  s = evolve(s, fact as ChallengeFact);
+  t.same(s.completions, { c: 1, f: 1, e: 1 }, 'completions add up');
+  t.equal(s.progress.a?.count, 4);
+  t.equal(s.progress.b?.count, 2);
+  t.same(joinChallenges(s, state([]), 'cust_M', { nowMs: 100 }), null, 'nothing to join: no fact');
 });

@@ -267,6 +267,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       ...(merge.segmentIds !== undefined ? { segmentIds: merge.segmentIds } : {}),
       ...(merge.rewards !== undefined ? { rewards: merge.rewards } : {}),
       ...(merge.counters !== undefined ? { counters: merge.counters } : {}),
+      ...(merge.challenges !== undefined ? { challenges: merge.challenges } : {}),
       ...(merge.inventory !== undefined ? { inventory: merge.inventory } : {}),
     });
     if (added.kind !== 'alias') throw new ApiError('internal_error');

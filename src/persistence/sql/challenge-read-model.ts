@@ -33,7 +33,7 @@ export type ChallengeProjection =
     };
 
 /** One challenge fact -> its projection (pure). */
-export function challengeProjection(environmentId: string, customerId: string, f: ChallengeFact): ChallengeProjection {
+export function challengeProjection(environmentId: string, customerId: string, f: Exclude<ChallengeFact, { kind: 'challenge.merged' }>): ChallengeProjection {
   switch (f.kind) {
     case 'challenge.enrolled':
       return { kind: 'challenge.enrollment', environmentId, customerId, challengeId: f.challengeId, enrolledAtMs: f.atMs };
@@ -46,6 +46,27 @@ export function challengeProjection(environmentId: string, customerId: string, f
     case 'challenge.revoked':
       return { kind: 'challenge.progress', environmentId, customerId, challengeId: f.challengeId, periodKey: f.periodKey, cycle: f.cycle, count: f.count, target: null, completedAtMs: null, atMs: f.atMs };
   }
+}
+
+/** The rows a merge's challenge.merged writes for the survivor: its new enrollments and adopted progress records. */
+export function challengeMergeProjections(environmentId: string, customerId: string, f: Extract<ChallengeFact, { kind: 'challenge.merged' }>): ChallengeProjection[] {
+  return [
+    ...f.enrollments.map((e): ChallengeProjection => ({ kind: 'challenge.enrollment', environmentId, customerId, challengeId: e.challengeId, enrolledAtMs: e.enrolledAtMs })),
+    ...f.progress.map(
+      (p): ChallengeProjection => ({
+        kind: 'challenge.progress',
+        environmentId,
+        customerId,
+        challengeId: p.challengeId,
+        periodKey: p.periodKey,
+        cycle: p.cycle,
+        count: p.count,
+        target: p.target,
+        completedAtMs: p.completedAtMs,
+        atMs: p.updatedAtMs,
+      }),
+    ),
+  ];
 }
 
 type Progress = Extract<ChallengeProjection, { kind: 'challenge.progress' }>;
