@@ -574,7 +574,7 @@ export class Partition {
       this.keysAdded.push({ environmentId: call.env, key, customerId: cmd.customerId, partition: this.id });
       this.batch.records.push([call.env, owner.id, facts]);
       this.batch.records.push([call.env, '', [{ kind: 'key.bound', key, customerId: cmd.customerId }]]);
-      // Its match rate books and recorded event ids travel to the survivor.
+      // What it hands over (its ledger, issuances, rate books, event ids...) travels to the survivor.
       return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: owner.id, ...mergeHandover(owner) } }, actor, resolve);
     }
     return this.reply(

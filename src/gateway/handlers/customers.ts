@@ -250,25 +250,21 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
     const claim = await call(deps, env, { by: 'key', key: ctx.body.alias }, { kind: 'key.claim', customerId: survivor.id });
     if (claim.kind !== 'claimed') throw new ApiError('internal_error');
+    const { kind: _, ...claimed } = claim;
     // A claim that merges nobody while the survivor lacks the alias may be the repeat of a merge
     // whose alias addition never ran (a crash after its claim): that merged customer hands over again.
-    const merge =
-      claim.mergedFrom === null && !survivor.aliases.some((a) => a.alias === ctx.body.alias)
+    const { mergedFrom, ...handover } =
+      claimed.mergedFrom === null && !survivor.aliases.some((a) => a.alias === ctx.body.alias)
         ? await unfinishedMerge(deps, env, survivor.id, ctx.body.alias)
-        : claim;
+        : claimed;
     const added = await call(deps, env, { by: 'id', id: survivor.id }, {
       kind: 'alias.add',
       alias: ctx.body.alias,
       aliasKind: ctx.body.kind,
-      mergedFrom: merge.mergedFrom,
-      ...(merge.matchRates !== undefined ? { matchRates: merge.matchRates } : {}),
-      ...(merge.seenEvents !== undefined ? { seenEvents: merge.seenEvents } : {}),
-      ...(merge.ledger !== undefined ? { ledger: merge.ledger, tierPrograms: (await deps.tiers.all(env)).map(tierProgramOf) } : {}),
-      ...(merge.segmentIds !== undefined ? { segmentIds: merge.segmentIds } : {}),
-      ...(merge.rewards !== undefined ? { rewards: merge.rewards } : {}),
-      ...(merge.counters !== undefined ? { counters: merge.counters } : {}),
-      ...(merge.challenges !== undefined ? { challenges: merge.challenges } : {}),
-      ...(merge.inventory !== undefined ? { inventory: merge.inventory } : {}),
+      mergedFrom,
+      ...handover,
+      // A ledger taken over re-places the survivor in its tier programs.
+      ...(handover.ledger !== undefined ? { tierPrograms: (await deps.tiers.all(env)).map(tierProgramOf) } : {}),
     });
     if (added.kind !== 'alias') throw new ApiError('internal_error');
     return {
