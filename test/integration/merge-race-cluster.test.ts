@@ -2,7 +2,8 @@
 // one PostgreSQL; for each pair of customers A and B, A takes B's external id through node a
 // while B takes A's through node b, at the same moment. The environment's cluster-wide merge
 // lock serializes them, so every pair ends with exactly one survivor that both ids reach (never
-// A merged into B and B into A, both unreachable), holding the other's external id as an alias.
+// A merged into B and B into A, both unreachable), holding the other's external id as an alias and
+// both customers' balances (the ledger handover crosses nodes with the merge).
 import t from 'tap';
 import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
 import { Client, idem, redisUrl, serverEnv, signUp, storageFor } from '../helpers/service.js';
@@ -48,11 +49,17 @@ t.test('opposite merges sent through two nodes at once leave one reachable survi
   const apiA = anonA.with(auth);
   const apiB = new Client(`http://127.0.0.1:${b.port}`, auth);
 
+  const currency = await apiA.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  t.equal(currency.status, 201);
   const created = await Promise.all(
     Array.from({ length: pairs }, async (_, i) => {
       const ca = await apiA.post('/v1/customers', { external_id: `mr-a-${i}` }, idem());
       const cb = await apiB.post('/v1/customers', { external_id: `mr-b-${i}` }, idem());
       if (ca.status !== 201 || cb.status !== 201) throw new Error(`create ${i}: ${ca.status} ${cb.status}`);
+      // Through the node that did not create it: the adjustment may be forwarded to the owner.
+      const la = await apiB.post('/v1/ledger_entries', { customer_id: ca.body.id, currency: 'coins', amount: 10, reason: 't' }, idem());
+      const lb = await apiA.post('/v1/ledger_entries', { customer_id: cb.body.id, currency: 'coins', amount: 20, reason: 't' }, idem());
+      if (la.status !== 201 || lb.status !== 201) throw new Error(`adjust ${i}: ${la.status} ${lb.status} ${JSON.stringify([la.body, lb.body])}`);
       return { i, a: ca.body.id as string, b: cb.body.id as string };
     }),
   );
@@ -102,6 +109,8 @@ t.test('opposite merges sent through two nodes at once leave one reachable survi
       apiA.get(`/v1/customers?external_id=mr-b-${p.i}`),
     ]);
     t.same([byA.body?.data?.[0]?.id, byB.body?.data?.[0]?.id], [survivor, survivor], `pair ${p.i}: both external ids reach the survivor`);
+    const balances = await apiB.get(`/v1/customers/${survivor}/balances`);
+    t.same(balances.body?.data, [{ currency: 'coins', available: 30, pending: 0, lifetime_earned: 30 }], `pair ${p.i}: the survivor holds both balances`);
   }
   t.equal(cycles, 0, 'no pair ended merged into each other');
 });
