@@ -603,7 +603,6 @@ export class Partition {
       case 'handover':
         return reply;
       case 'deleted':
-      case 'merged':
         return { kind: 'done' };
     }
   }

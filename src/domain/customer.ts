@@ -192,7 +192,6 @@ export type Command =
       /** The environment's tier programs, re-placed after a ledger was taken over. */
       tierPrograms?: TierProgram[];
     }
-  | { kind: 'customer.merge_into'; targetId: string }
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
   | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] }
   /** A reward issuance command; tier programs are re-placed after a redeem's spend. */
@@ -285,7 +284,6 @@ export type Reply =
   | { kind: 'deleted' }
   /** A merged customer erased: the customers merged into it before, to erase in turn. */
   | { kind: 'erased'; mergedFrom: string[] }
-  | { kind: 'merged' }
   | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'ledger'; reply: ledger.LedgerReply }
   | { kind: 'reward'; reply: rewards.RewardReply }
@@ -471,9 +469,6 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         },
       };
     }
-    case 'customer.merge_into':
-      if (cmd.targetId === state.id) return fail('alias_conflict', 'A customer cannot be merged into itself.', 'alias');
-      return { ok: true, facts: [{ kind: 'customer.merged', into: cmd.targetId, atMs: ctx.nowMs }], reply: { kind: 'merged' } };
     case 'ledger.run': {
       const d = ledger.decide(state.ledger, cmd.command, cmd.currencies, ctx);
       if (!d.ok) return d;
