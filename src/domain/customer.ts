@@ -187,6 +187,8 @@ export type Command =
       counters?: CountersState;
       /** The merged customer's challenges, joined (challenges.joinChallenges). */
       challenges?: challenges.ChallengesState;
+      /** The merged customer's rule limit counts, added. */
+      ruleLimits?: Record<string, number>;
       /** The merged customer's items, added. */
       inventory?: Array<[string, number]>;
       /** The environment's tier programs, re-placed after a ledger was taken over. */
@@ -241,6 +243,8 @@ export type Fact =
   | { kind: 'rewards.handed_over'; to: string; atMs: number }
   /** A merged customer's items, handed to its survivor with the merge (carried on customer.merged). */
   | { kind: 'inventory.handed_over'; to: string; atMs: number }
+  /** A merged customer's rule limit counts added to the survivor's. */
+  | { kind: 'rule.limits_merged'; from: string; counts: Record<string, number>; atMs: number }
   /** A merged customer's recorded event ids joined into the survivor's (SeenEvents records). */
   | { kind: 'events.merged'; from: string; records: number[] }
   /** The effects a sync-mode event was answered with (kept for its repeats). */
@@ -303,6 +307,8 @@ export interface MergeTransfer {
   counters?: CountersState;
   /** Its challenge enrollments, progress and completions (joined; the merged customer keeps its own). */
   challenges?: challenges.ChallengesState;
+  /** Its rule limit counts ("rule|limit|scope" -> count; added, so a per-customer limit holds for the person). */
+  ruleLimits?: Record<string, number>;
   /** Its items, [item, quantity] pairs (moved: it holds none afterwards). */
   inventory?: Array<[string, number]>;
   /** Its static segments, left. */
@@ -668,7 +674,7 @@ function mergeAttributes(base: Record<string, unknown>, patch: Record<string, un
  * The merged customer's side of a merge: merged into the survivor, its ledger moved out by transfer
  * entries (ledger.handOverBooks), its static segments left, its issuances and items handed over;
  * what moved rides on the merged fact, so the survivor can be given it again (customer.handover).
- * Its counters and challenges are copied (nothing reads a merged customer's own).
+ * Its counters, challenges and rule limit counts are copied (nothing reads a merged customer's own).
  */
 export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): Fact[] {
   const out = ledger.handOverBooks(state.ledger, survivorId, ctx);
@@ -684,6 +690,7 @@ export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): 
     ...(held ? { rewards: structuredClone(state.rewards) } : {}),
     ...(!isEmptyRecord(state.counters) ? { counters: structuredClone(state.counters) } : {}),
     ...(state.challenges !== sharedEmpty.challenges ? { challenges: structuredClone(state.challenges) } : {}),
+    ...(!isEmptyRecord(state.ruleLimits) ? { ruleLimits: { ...state.ruleLimits } } : {}),
     ...(items.length > 0 ? { inventory: items } : {}),
   };
   const left: Fact[] = segmentIds.map((segmentId) => ({ kind: 'segment.member_removed', segmentId, atMs: ctx.nowMs }));
@@ -694,7 +701,8 @@ export function mergeFacts(state: CustomerState, survivorId: string, ctx: Ctx): 
 
 /**
  * The survivor's side of a merge (alias.add): the merged customer's ledger, static segments,
- * issuances, counters, challenges and items taken over, once (a customer already in mergedFrom is not).
+ * issuances, counters, challenges, rule limit counts and items taken over, once (a customer
+ * already in mergedFrom is not).
  */
 function takenOver(state: CustomerState, cmd: Extract<Command, { kind: 'alias.add' }>, ctx: Ctx): Fact[] {
   const from = cmd.mergedFrom;
@@ -708,6 +716,7 @@ function takenOver(state: CustomerState, cmd: Extract<Command, { kind: 'alias.ad
   if (cmd.counters !== undefined) facts.push({ kind: 'counter.merged', from, counters: cmd.counters, atMs: ctx.nowMs });
   const joined = cmd.challenges === undefined ? null : challenges.joinChallenges(state.challenges, cmd.challenges, from, ctx);
   if (joined !== null) facts.push(joined);
+  if (cmd.ruleLimits !== undefined && !isEmptyRecord(cmd.ruleLimits)) facts.push({ kind: 'rule.limits_merged', from, counts: cmd.ruleLimits, atMs: ctx.nowMs });
   // Items add up (a merge may take the survivor past inventoryLimits.itemsMax distinct items).
   for (const [item, quantity] of cmd.inventory ?? []) facts.push({ kind: 'item.granted', item, quantity, sourceId: from, atMs: ctx.nowMs });
   return facts;
@@ -805,6 +814,10 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       if (fact.limitKeys.length === 0) return state;
       if (state.ruleLimits === sharedEmpty.ruleLimits) state.ruleLimits = {};
       for (const k of fact.limitKeys) state.ruleLimits[k] = (state.ruleLimits[k] ?? 0) + 1;
+      return state;
+    case 'rule.limits_merged':
+      if (state.ruleLimits === sharedEmpty.ruleLimits) state.ruleLimits = {};
+      for (const [k, n] of Object.entries(fact.counts)) state.ruleLimits[k] = (state.ruleLimits[k] ?? 0) + n;
       return state;
     case 'tier.changed':
     case 'tier.assigned':

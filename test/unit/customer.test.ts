@@ -175,12 +175,13 @@ t.test('a merge hands the ledger over once: the merged customer keeps nothing, t
   t.equal(balanceOf(again.state!.ledger, 'coins').available, 45);
 });
 
-t.test("a merge adds the merged customer's counters and items to the survivor's, once", async (t) => {
+t.test("a merge adds the merged customer's counters, items and rule limit counts to the survivor's, once", async (t) => {
   const m = given([
     created,
     { kind: 'counter.counted', eventId: 'evt_1', bumps: [{ id: 'ctr_l', w: 'l' }] },
     { kind: 'counter.counted', eventId: 'evt_2', bumps: [{ id: 'ctr_l', w: 'l' }] },
     { kind: 'item.granted', item: 'sword', quantity: 2, sourceId: 'rule_1', atMs: 1 },
+    { kind: 'rule.fired', ruleId: 'rule_1', versionNumber: 1, limitKeys: ['rule_1|once|customer'], atMs: 1 },
   ])!;
   const survivorCreated: Fact = { ...created, id: 'cust_S', externalId: 'u2' } as Fact;
   const sv = given([
@@ -196,6 +197,7 @@ t.test("a merge adds the merged customer's counters and items to the survivor's,
   const first = when(sv, add(), 3000);
   t.equal(first.state!.counters.ctr_l?.n, 3, 'lifetime counts add');
   t.same({ ...first.state!.inventory }, { sword: 3 }, 'items add');
+  t.same(first.state!.ruleLimits, { 'rule_1|once|customer': 1 }, "its rule limit counts hold for the survivor (a once-per-customer rule stays spent)");
   const again = when(first.state, add(), 4000);
   t.same(again.d.ok && again.d.facts, [], 'nothing added twice');
 });
