@@ -3,6 +3,7 @@
 // share one `MemoryStorage`, so a second node recovers what the first journaled and snapshotted.
 import { pino } from 'pino';
 import { Engine } from '../../src/actors/engine.js';
+import type { CallResult } from '../../src/actors/partition.js';
 import { ClusterPlacement, type PlacementOptions } from '../../src/cluster/placement.js';
 import { MemoryJournal } from '../../src/persistence/memory/journal.js';
 import { MemoryLeases } from '../../src/persistence/memory/leases.js';
@@ -53,4 +54,10 @@ export async function memoryNode(
   placement.attach(engine);
   await placement.start();
   return { engine, placement, acked };
+}
+
+/** The reply of a call that must succeed; throws with the whole result otherwise. */
+export function ok(r: CallResult) {
+  if (r.ok !== true) throw new Error(`expected ok, got ${JSON.stringify(r)}`);
+  return r.reply;
 }

@@ -73,6 +73,28 @@ export async function waitReady(server: ServerProcess, timeoutMs: number): Promi
   throw new Error(`server not ready in ${timeoutMs} ms:\n${server.output()}`);
 }
 
+/** How many partitions a server owns, from its /readyz; -1 when it does not answer. */
+export async function partitionsOwned(server: ServerProcess): Promise<number> {
+  try {
+    const r = await fetch(`http://127.0.0.1:${server.port}/readyz`);
+    const body = (await r.json()) as { checks?: { partitions_owned?: string } };
+    return Number(body.checks?.partitions_owned ?? 0);
+  } catch {
+    return -1;
+  }
+}
+
+/** Polls until both servers own some partitions and together all `partitions`; returns their counts. */
+export async function waitSplit(a: ServerProcess, b: ServerProcess, partitions: number, timeoutMs: number): Promise<[number, number]> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const [na, nb] = await Promise.all([partitionsOwned(a), partitionsOwned(b)]);
+    if (na > 0 && nb > 0 && na + nb === partitions) return [na, nb];
+    if (Date.now() > until) throw new Error(`partitions not split: a=${na} b=${nb}\n${a.output()}\n${b.output()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 export async function kill9(server: ServerProcess): Promise<void> {
   if (server.child.exitCode !== null || server.child.signalCode !== null) return;
   const exited = new Promise((r) => server.child.once('exit', r));

@@ -3,26 +3,11 @@
 // the partition owner and grants from its own leased chunks). The awards never pass the budget,
 // and `spent` ends equal to what the events awarded.
 import t from 'tap';
-import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
+import { kill9, type ServerProcess, spawnServer, waitSplit } from '../helpers/process.js';
 import { Client, idem, redisUrl, signUp, storageFor, serverEnv } from '../helpers/service.js';
 
 const budget = 500;
 const award = 9;
-
-async function ownedBoth(a: ServerProcess, b: ServerProcess, timeoutMs: number): Promise<void> {
-  const owned = async (s: ServerProcess) => {
-    const r = await fetch(`http://127.0.0.1:${s.port}/readyz`).catch(() => null);
-    const body = r === null ? {} : ((await r.json()) as { checks?: { partitions_owned?: string } });
-    return Number(body.checks?.partitions_owned ?? 0);
-  };
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const [na, nb] = await Promise.all([owned(a), owned(b)]);
-    if (na > 0 && nb > 0 && na + nb === 16) return;
-    if (Date.now() > until) throw new Error(`partitions not split: ${na} + ${nb}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 t.test('two nodes never award more than the campaign budget', async (t) => {
   const storage = storageFor(t);
@@ -37,7 +22,7 @@ t.test('two nodes never award more than the campaign budget', async (t) => {
   servers.push(await spawnServer({ ...base, NODE_ID: 'node-a' }));
   servers.push(await spawnServer({ ...base, NODE_ID: 'node-b' }));
   const [a, b] = servers as [ServerProcess, ServerProcess];
-  await ownedBoth(a, b, 15_000);
+  await waitSplit(a, b, 16, 15_000);
 
   const anonA = new Client(`http://127.0.0.1:${a.port}`);
   const tenant = await signUp(anonA);

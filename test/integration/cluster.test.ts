@@ -5,7 +5,7 @@
 import t from 'tap';
 import { partitionOf } from '../../src/ids.js';
 import { openSql } from '../../src/persistence/sql/db.js';
-import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
+import { kill9, partitionsOwned, type ServerProcess, spawnServer, waitSplit } from '../helpers/process.js';
 import { Client, databaseUrl, redisUrl, signUp, storageFor, serverEnv } from '../helpers/service.js';
 
 const partitions = 16;
@@ -14,27 +14,6 @@ const customers = 50;
 interface Acked {
   serviceId: string;
   customer: string;
-}
-
-async function owned(server: ServerProcess): Promise<number> {
-  try {
-    const r = await fetch(`http://127.0.0.1:${server.port}/readyz`);
-    const body = (await r.json()) as { checks?: { partitions_owned?: string } };
-    return Number(body.checks?.partitions_owned ?? 0);
-  } catch {
-    return -1;
-  }
-}
-
-/** Polls until both nodes own some partitions and together all of them. */
-async function waitSplit(a: ServerProcess, b: ServerProcess, timeoutMs: number): Promise<[number, number]> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const [na, nb] = await Promise.all([owned(a), owned(b)]);
-    if (na > 0 && nb > 0 && na + nb === partitions) return [na, nb];
-    if (Date.now() > until) throw new Error(`partitions not split: a=${na} b=${nb}\n${a.output()}\n${b.output()}`);
-    await sleep(100);
-  }
 }
 
 function sleep(ms: number): Promise<void> {
@@ -125,7 +104,7 @@ t.test('two nodes share partitions, forward, and survive kill -9 of one', async 
   servers.push(a);
   let b = await spawnServer({ ...base, NODE_ID: 'node-b' });
   servers.push(b);
-  const [ownedA, ownedB] = await waitSplit(a, b, 15_000);
+  const [ownedA, ownedB] = await waitSplit(a, b, partitions, 15_000);
   t.pass(`partitions split: node-a ${ownedA}, node-b ${ownedB}`);
 
   const anonA = new Client(`http://127.0.0.1:${a.port}`);
@@ -205,7 +184,7 @@ t.test('two nodes share partitions, forward, and survive kill -9 of one', async 
     const movedMs = Date.now() - killedAt;
     t.equal(pending.size, 0, 'every partition answers through node-a again');
     t.ok(movedMs <= 12_000, `partitions of the killed node served again ${movedMs} ms after the kill (lease ttl 5 s)`);
-    t.equal(await owned(a), partitions, 'node-a owns every partition');
+    t.equal(await partitionsOwned(a), partitions, 'node-a owns every partition');
     await sleep(500);
     await loadA.stop();
     t.comment(loadA.summary());
@@ -218,7 +197,7 @@ t.test('two nodes share partitions, forward, and survive kill -9 of one', async 
     b = await spawnServer({ ...base, NODE_ID: 'node-b' });
     servers.push(b);
     apiB = new Client(`http://127.0.0.1:${b.port}`, auth);
-    const [na, nb] = await waitSplit(a, b, 15_000);
+    const [na, nb] = await waitSplit(a, b, partitions, 15_000);
     t.pass(`partitions split again: node-a ${na}, node-b ${nb}`);
     const loadB = new Load(apiB, 8, 'rejoin-b', acked);
     await sleep(1000);

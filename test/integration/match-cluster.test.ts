@@ -6,30 +6,10 @@
 // player admitted exactly once (one rule award per match played).
 import t from 'tap';
 import { partitionOf } from '../../src/ids.js';
-import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
+import { kill9, type ServerProcess, spawnServer, waitSplit } from '../helpers/process.js';
 import { Client, idem, redisUrl, signUp, storageFor, serverEnv } from '../helpers/service.js';
 
 const partitions = 16;
-
-async function owned(server: ServerProcess): Promise<number> {
-  try {
-    const r = await fetch(`http://127.0.0.1:${server.port}/readyz`);
-    const body = (await r.json()) as { checks?: { partitions_owned?: string } };
-    return Number(body.checks?.partitions_owned ?? 0);
-  } catch {
-    return -1;
-  }
-}
-
-async function waitSplit(a: ServerProcess, b: ServerProcess, timeoutMs: number): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const [na, nb] = await Promise.all([owned(a), owned(b)]);
-    if (na > 0 && nb > 0 && na + nb === partitions) return;
-    if (Date.now() > until) throw new Error(`partitions not split: a=${na} b=${nb}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 t.test('match reports across two nodes', async (t) => {
   const storage = storageFor(t);
@@ -46,7 +26,7 @@ t.test('match reports across two nodes', async (t) => {
   servers.push(a);
   const b = await spawnServer({ ...base, NODE_ID: 'node-b' });
   servers.push(b);
-  await waitSplit(a, b, 15_000);
+  await waitSplit(a, b, partitions, 15_000);
 
   const anonA = new Client(`http://127.0.0.1:${a.port}`);
   const tenant = await signUp(anonA);

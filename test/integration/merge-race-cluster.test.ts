@@ -5,32 +5,11 @@
 // A merged into B and B into A, both unreachable), holding the other's external id as an alias and
 // both customers' balances (the ledger handover crosses nodes with the merge).
 import t from 'tap';
-import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
+import { kill9, type ServerProcess, spawnServer, waitSplit } from '../helpers/process.js';
 import { Client, idem, redisUrl, serverEnv, signUp, storageFor } from '../helpers/service.js';
 
 const partitions = 16;
 const pairs = 20;
-
-async function owned(server: ServerProcess): Promise<number> {
-  try {
-    const r = await fetch(`http://127.0.0.1:${server.port}/readyz`);
-    const body = (await r.json()) as { checks?: { partitions_owned?: string } };
-    return Number(body.checks?.partitions_owned ?? 0);
-  } catch {
-    return -1;
-  }
-}
-
-/** Polls until both nodes own some partitions and together all of them. */
-async function waitSplit(a: ServerProcess, b: ServerProcess, timeoutMs: number): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const [na, nb] = await Promise.all([owned(a), owned(b)]);
-    if (na > 0 && nb > 0 && na + nb === partitions) return;
-    if (Date.now() > until) throw new Error(`partitions not split: a=${na} b=${nb}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 t.test('opposite merges sent through two nodes at once leave one reachable survivor per pair', async (t) => {
   const storage = storageFor(t);
@@ -41,7 +20,7 @@ t.test('opposite merges sent through two nodes at once leave one reachable survi
   });
   const [a, b] = await Promise.all([spawnServer({ ...base, NODE_ID: 'node-a' }), spawnServer({ ...base, NODE_ID: 'node-b' })]);
   servers.push(a, b);
-  await waitSplit(a, b, 15_000);
+  await waitSplit(a, b, partitions, 15_000);
 
   const anonA = new Client(`http://127.0.0.1:${a.port}`);
   const tenant = await signUp(anonA);

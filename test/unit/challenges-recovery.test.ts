@@ -3,11 +3,11 @@
 // node had. Real engine and ClusterPlacement over in-memory ports (as in engine.test.ts).
 import t from 'tap';
 import type { Engine } from '../../src/actors/engine.js';
-import type { Call, CallResult } from '../../src/actors/partition.js';
+import type { Call } from '../../src/actors/partition.js';
 import { compileChallenge } from '../../src/domain/challenge-effects.js';
 import type { ChallengeConfig } from '../../src/domain/challenges.js';
 import type { RulesContext } from '../../src/domain/rule-effects.js';
-import { type MemoryStorage, memoryNode, memoryStorage } from '../helpers/memory-node.js';
+import { type MemoryStorage, memoryNode, memoryStorage, ok } from '../helpers/memory-node.js';
 
 const P = 4;
 const T0 = Date.parse('2026-11-23T20:00:00Z');
@@ -58,11 +58,6 @@ const match = (customer: string, matchId: string, nowMs: number): Call => ({
   },
   nowMs,
 });
-
-function ok(r: CallResult) {
-  if (r.ok !== true) throw new Error(`expected ok, got ${JSON.stringify(r)}`);
-  return r.reply;
-}
 
 async function views(e: Engine) {
   return Promise.all(

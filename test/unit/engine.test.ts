@@ -3,7 +3,7 @@ import t from 'tap';
 import type { Engine } from '../../src/actors/engine.js';
 import type { Call, CallResult } from '../../src/actors/partition.js';
 import type { CounterDef } from '../../src/domain/counters.js';
-import { type MemoryStorage, memoryNode, memoryStorage } from '../helpers/memory-node.js';
+import { type MemoryStorage, memoryNode, memoryStorage, ok } from '../helpers/memory-node.js';
 
 const P = 4;
 
@@ -16,11 +16,6 @@ const ev = (customer: string, id: string, fp = 1): Call => ({
   command: { kind: 'event.record', externalId: customer, clientEventId: id, name: 'x.y', occurredAtMs: 1, properties: {}, fp, trust: 'merchant_asserted', source: { type: 'secret_key', id: 'key_test' }, rules: null },
   nowMs: 1000,
 });
-
-function ok(r: CallResult) {
-  if (r.ok !== true) throw new Error(`expected ok, got ${JSON.stringify(r)}`);
-  return r.reply;
-}
 
 t.test('events in one tick are group-committed and each customer is created once', async (t) => {
   const s = shared();

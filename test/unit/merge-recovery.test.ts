@@ -4,18 +4,13 @@
 // still hands over the same thing (so a repeated alias addition after a crash finds it).
 import t from 'tap';
 import type { Engine } from '../../src/actors/engine.js';
-import type { Call, CallResult } from '../../src/actors/partition.js';
+import type { Call } from '../../src/actors/partition.js';
 import type { RewardTerms } from '../../src/domain/rewards.js';
-import { type MemoryStorage, memoryNode, memoryStorage } from '../helpers/memory-node.js';
+import { type MemoryStorage, memoryNode, memoryStorage, ok } from '../helpers/memory-node.js';
 
 const P = 4;
 const day = 86_400_000;
 const node = (storage: MemoryStorage, nodeId: string) => memoryNode(storage, nodeId, P);
-
-function ok(r: CallResult) {
-  if (r.ok !== true) throw new Error(`expected ok, got ${JSON.stringify(r)}`);
-  return r.reply;
-}
 
 const currencies = [{ key: 'coins', negativeBalance: 'forbid' as const, expiryDays: null }];
 const terms: RewardTerms = { id: 'rw_1', cost: 30, currency: 'coins', expiryAfterMs: 50 * day };

@@ -393,7 +393,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         // Stored answers of creating POSTs (customer, aliases, tokens, ledger entries) can hold the
         // erased data; a repeat of such a request now runs again instead of replaying them.
         await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
-        // The 204 comes once the erasure is in the read tables: no read after it shows the data.
+        // The 204 comes once this node's projector caught up: the erasure of customers on its
+        // partitions is in the read tables (another node's partitions follow within a cycle).
         await deps.drainProjector();
         return { status: 204 };
       },
