@@ -173,6 +173,10 @@ t.test('a merge hands the ledger over once: the merged customer keeps nothing, t
   const again = when(first.state, add(), 4000);
   t.same(again.d.ok && again.d.facts, [], 'a repeat of the alias addition moves nothing again');
   t.equal(balanceOf(again.state!.ledger, 'coins').available, 45);
+  // Another alias naming the same merged customer (not a repeat of this alias) takes nothing again either.
+  const other = when(first.state, { ...(add() as Command & { kind: 'alias.add' }), alias: 'u1-device' }, 5000);
+  t.same(other.d.ok && other.d.facts.map((f) => f.kind), ['alias.added'], 'a customer already merged in is not taken over twice');
+  t.equal(balanceOf(other.state!.ledger, 'coins').available, 45);
 });
 
 t.test("a merge adds the merged customer's counters, items and rule limit counts to the survivor's, once", async (t) => {
@@ -200,4 +204,7 @@ t.test("a merge adds the merged customer's counters, items and rule limit counts
   t.same(first.state!.ruleLimits, { 'rule_1|once|customer': 1 }, "its rule limit counts hold for the survivor (a once-per-customer rule stays spent)");
   const again = when(first.state, add(), 4000);
   t.same(again.d.ok && again.d.facts, [], 'nothing added twice');
+  const other = when(first.state, { ...(add() as Command & { kind: 'alias.add' }), alias: 'u1-device' }, 5000);
+  t.same(other.d.ok && other.d.facts.map((f) => f.kind), ['alias.added'], 'nor under another alias');
+  t.equal(other.state!.counters.ctr_l?.n, 3);
 });
