@@ -40,6 +40,7 @@ import { tierProgramRoutes } from './gateway/handlers/tier-programs.js';
 import { attributeRoutes } from './gateway/handlers/attributes.js';
 import { customerRoutes } from './gateway/handlers/customers.js';
 import { eventRoutes } from './gateway/handlers/events.js';
+import { EventIdClaims } from './gateway/event-id-claims.js';
 import { membershipRoutes } from './gateway/handlers/memberships.js';
 import { tenancyRoutes } from './gateway/handlers/tenancy.js';
 import { matchRoutes } from './gateway/handlers/matches.js';
@@ -54,15 +55,17 @@ import { MemoryBus } from './persistence/memory/bus.js';
 import { MemoryLeases } from './persistence/memory/leases.js';
 import { MemoryLocks } from './persistence/memory/locks.js';
 import { MemoryMembership } from './persistence/memory/membership.js';
-import type { Bus, Journal, Leases, Locks, Membership } from './persistence/ports.js';
+import type { Bus, EventIds, Journal, Leases, Locks, Membership } from './persistence/ports.js';
 import { createRedis, quitQuietly } from './persistence/redis/connection.js';
 import { RedisBus } from './persistence/redis/redis-bus.js';
 import { RedisJournal } from './persistence/redis/redis-journal.js';
 import { RedisLeases } from './persistence/redis/redis-leases.js';
 import { RedisLocks } from './persistence/redis/redis-locks.js';
+import { RedisEventIds } from './persistence/redis/redis-event-ids.js';
 import { RedisMembership } from './persistence/redis/redis-membership.js';
 import { migrate, openSql, type Sql } from './persistence/sql/db.js';
 import { PgIdempotencyStore } from './persistence/sql/idempotency-store.js';
+import { PgEventIds } from './persistence/sql/event-ids.js';
 import { PgReadModel } from './persistence/sql/read-model.js';
 import { PgSnapshotStore } from './persistence/sql/snapshot-store.js';
 import { Projector } from './projector/projector.js';
@@ -91,6 +94,8 @@ interface Storage {
   leases: Leases;
   /** Cluster-wide named locks (merges of one environment). */
   locks: Locks;
+  /** The environment-wide register of client event ids. */
+  eventIds: EventIds;
   membership: Membership;
   bus: Bus;
   sql: Sql;
@@ -103,6 +108,7 @@ async function openStorage(config: Config): Promise<Storage> {
     const journal = new RedisJournal(redis, config.KEY_PREFIX);
     const leases = new RedisLeases(redis, config.KEY_PREFIX);
     const locks = new RedisLocks(redis, config.KEY_PREFIX);
+    const eventIds = new RedisEventIds(redis, config.KEY_PREFIX);
     const membership = new RedisMembership(redis, config.KEY_PREFIX);
     const bus = new RedisBus(redis, config.KEY_PREFIX);
     const sql = openSql({ url: config.DATABASE_URL!, schema: config.DB_SCHEMA });
@@ -110,6 +116,7 @@ async function openStorage(config: Config): Promise<Storage> {
       journal,
       leases,
       locks,
+      eventIds,
       membership,
       bus,
       sql,
@@ -135,6 +142,8 @@ async function openStorage(config: Config): Promise<Storage> {
     leases,
     // One node: the lock only has to exclude this process's own merges.
     locks: new MemoryLocks(),
+    // In PGlite, which does not fsync: see the README's embedded-mode limits.
+    eventIds: new PgEventIds(sql),
     membership: new MemoryMembership(),
     bus,
     sql,
@@ -287,6 +296,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
       ...membershipRoutes({ sql }),
       ...eventRoutes({
         engine,
+        eventIds: new EventIdClaims(storage.eventIds),
         readModel,
         drainProjector: () => projector.drain(),
         nowMs: now,

@@ -18,6 +18,11 @@ export interface Keys {
   channel(name: string): string;
   /** String holding the current token of the named lock (Locks), with a PX ttl. */
   lock(name: string): string;
+  /**
+   * Hash of one bucket of an environment's client event ids (EventIds): field = the id's hash,
+   * value = its content fingerprint. All buckets of an environment share the hash tag `{e<env>}`.
+   */
+  eventIds(environmentId: string, bucket: number): string;
 }
 
 export function createKeys(prefix: string): Keys {
@@ -29,5 +34,6 @@ export function createKeys(prefix: string): Keys {
     nodeInfos: () => `${prefix}:{nodes}:info`,
     channel: (name) => `${prefix}:bus:${name}`,
     lock: (name) => `${prefix}:lock:${name}`,
+    eventIds: (env, bucket) => `${prefix}:{e${env}}:eids:${bucket}`,
   };
 }

@@ -116,6 +116,20 @@ export interface Locks {
   release(name: string, token: string): Promise<boolean>;
 }
 
+/**
+ * The environment-wide register of client event ids (permanent deduplication across customers):
+ * each id is bound, forever, to the content fingerprint it was first claimed with.
+ */
+export interface EventIds {
+  /**
+   * Binds each item's id in `environmentId` to its fingerprint if the id is new, atomically per
+   * item, and answers, per item in order, the fingerprint the id is bound to now (its own for a
+   * new id; the first claimer's otherwise, also between items of one call and concurrent callers
+   * on any node). Ids are never released.
+   */
+  claim(environmentId: string, items: ReadonlyArray<{ id: string; fp: number }>): Promise<number[]>;
+}
+
 /** Thrown by withLock when the lock stayed taken for the whole wait. */
 export class LockBusyError extends Error {
   constructor(readonly lockName: string) {

@@ -48,6 +48,25 @@ t.test('events', async (t) => {
     t.equal(r.body.error.code, 'event_id_conflict');
   });
 
+  await t.test("an event id is the environment's: sent for another customer it is event_id_conflict", async (t) => {
+    const ev = event('e-env', 'player-env-1');
+    const first = await api.post('/v1/events', ev);
+    t.equal(first.status, 202);
+    const other = await api.post('/v1/events', event('e-env', 'player-env-2'));
+    t.equal(other.status, 409);
+    t.match(other.body.error, { code: 'event_id_conflict', param: 'id' });
+    const created = await api.get('/v1/customers?external_id=player-env-2');
+    t.same(created.body.data, [], 'nothing was recorded for the second customer, not even the customer');
+    const again = await api.post('/v1/events', ev);
+    t.match(again.body, { id: first.body.id, duplicate: true }, 'the first customer still gets its duplicate answer');
+    const batch = await api.post('/v1/events', { events: [event('e-env-b', 'player-env-3'), event('e-env-b', 'player-env-4')] });
+    t.equal(batch.status, 207);
+    t.match(batch.body.data, [
+      { client_event_id: 'e-env-b', status: 'accepted' },
+      { client_event_id: 'e-env-b', error: { code: 'event_id_conflict', param: 'events[1].id' } },
+    ], 'within one batch the first item takes the id');
+  });
+
   await t.test('sync mode answers 200 with effects', async (t) => {
     const r = await api.post('/v1/events', { ...event('e-sync'), mode: 'sync' });
     t.equal(r.status, 200);

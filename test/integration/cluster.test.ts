@@ -1,7 +1,8 @@
 // Two-node cluster test: two server processes on one Redis and one PostgreSQL split the
 // partitions; either node answers any request (forwarding to the owner over gRPC); kill -9 of one
 // node under load moves its partitions to the survivor within the lease bound (asserted <= 12 s);
-// a restarted node takes its share back under load; no acknowledged event is lost or doubled.
+// a restarted node takes its share back under load; no acknowledged event is lost or doubled; an
+// event id raced through both nodes for two customers is taken by exactly one.
 import t from 'tap';
 import { partitionOf } from '../../src/ids.js';
 import { openSql } from '../../src/persistence/sql/db.js';
@@ -153,6 +154,19 @@ t.test('two nodes share partitions, forward, and survive kill -9 of one', async 
       }
     }
     t.equal(inconsistent, 0, 'each customer written through one node reads back the same through the other');
+  });
+
+  await t.test('one event id sent at once through both nodes for two customers is taken by one', async (t) => {
+    for (let i = 0; i < 20; i++) {
+      const id = `contested-${i}`;
+      const [ra, rb] = await Promise.all([apiA.post('/v1/events', event(id, `ca-${i}`, i)), apiB.post('/v1/events', event(id, `cb-${i}`, i))]);
+      const winner = ra.status === 202 ? `ca-${i}` : `cb-${i}`;
+      t.same([ra.status, rb.status].sort(), [202, 409], `${id}: one accepted, one event_id_conflict`);
+      t.equal((ra.status === 409 ? ra : rb).body?.error?.code, 'event_id_conflict');
+      const loser = winner === `ca-${i}` ? `cb-${i}` : `ca-${i}`;
+      const [w, l] = await Promise.all([apiA.get(`/v1/customers?external_id=${winner}`), apiB.get(`/v1/customers?external_id=${loser}`)]);
+      t.same([w.body?.data?.length, l.body?.data?.length], [1, 0], `${id}: only the winner's customer exists`);
+    }
   });
 
   await t.test('kill -9 of node-b under load: partitions move to node-a within the lease bound', async (t) => {

@@ -5,9 +5,11 @@ import t from 'tap';
 import type { CallResult } from '../../src/actors/partition.js';
 import type { Engine } from '../../src/actors/engine.js';
 import { ApiError } from '../../src/errors/api-error.js';
+import { EventIdClaims } from '../../src/gateway/event-id-claims.js';
 import { eventRoutes } from '../../src/gateway/handlers/events.js';
 import type { RequestContext } from '../../src/gateway/route.js';
 import { limits } from '../../src/limits.js';
+import { MemoryEventIds } from '../../src/persistence/memory/event-ids.js';
 
 const mutable = limits as { syncEvaluationWaitMs: number };
 const savedWait = mutable.syncEvaluationWaitMs;
@@ -25,6 +27,7 @@ function handlerWith(execute: () => Promise<CallResult>) {
   const engine = { execute } as unknown as Engine;
   const routes = eventRoutes({
     engine,
+    eventIds: new EventIdClaims(new MemoryEventIds()),
     readModel: { event: async () => null } as never,
     drainProjector: async () => {},
     nowMs: () => Date.now(),

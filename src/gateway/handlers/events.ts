@@ -13,6 +13,7 @@ import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { CountersContext } from '../../domain/counters.js';
 import { canonicalJson, hash53 } from '../../util/canonical-json.js';
+import type { EventIdClaims } from '../event-id-claims.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
 import { challengeEffectWire, iso } from '../wire.js';
@@ -73,6 +74,8 @@ export interface EventReadModel {
 
 export interface EventDeps {
   engine: Engine;
+  /** The environment-wide register of client event ids (an id sent for two customers is one id). */
+  eventIds: EventIdClaims;
   readModel: EventReadModel;
   /** Waits until everything acknowledged so far is projected (read-your-writes for GET /events/{id}). */
   drainProjector(): Promise<void>;
@@ -128,6 +131,20 @@ async function recordOne(
     throw new ApiError('occurred_at_in_future', { param: param ? `${param}.occurred_at` : 'occurred_at' });
   }
   const fp = hash53(canonicalJson([ev.name, ev.customer_id, occurredAtMs, ev.properties]));
+  // The id is the environment's: bound to the first content sent with it, whichever customer that
+  // named. The same content goes on to its customer's actor, which answers a repeat as the first.
+  let bound: number;
+  try {
+    bound = await deps.eventIds.claim(env, ev.id, fp);
+  } catch {
+    throw new ApiError('internal_error', { message: 'Storage is unavailable; retry.' });
+  }
+  if (bound !== fp) {
+    throw new ApiError('event_id_conflict', {
+      message: `Event ${ev.id} was already received with different content.`,
+      param: param ? `${param}.id` : 'id',
+    });
+  }
   const loaded = deps.rules(env);
   let rules = loaded instanceof Promise ? await loaded : loaded;
   const countersLoaded = deps.counters?.(env, timeZone) ?? null;
