@@ -19,10 +19,11 @@ export interface Keys {
   /** String holding the current token of the named lock (Locks), with a PX ttl. */
   lock(name: string): string;
   /**
-   * Hash of one bucket of an environment's client event ids (EventIds): field = the id's hash,
-   * value = its content fingerprint. All buckets of an environment share the hash tag `{e<env>}`.
+   * Prefix of an environment's client event id buckets (EventIds): bucket b's hash is this prefix
+   * followed by b as two bytes (field = the id's hashes, value = its content fingerprint). All
+   * buckets of an environment share the hash tag `{e<env>}`.
    */
-  eventIds(environmentId: string, bucket: number): string;
+  eventIds(environmentId: string): string;
 }
 
 export function createKeys(prefix: string): Keys {
@@ -34,6 +35,6 @@ export function createKeys(prefix: string): Keys {
     nodeInfos: () => `${prefix}:{nodes}:info`,
     channel: (name) => `${prefix}:bus:${name}`,
     lock: (name) => `${prefix}:lock:${name}`,
-    eventIds: (env, bucket) => `${prefix}:{e${env}}:eids:${bucket}`,
+    eventIds: (env) => `${prefix}:{e${env}}:eids:`,
   };
 }

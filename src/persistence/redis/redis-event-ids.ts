@@ -1,18 +1,30 @@
-// The external EventIds: an environment's client event ids spread over 65,536 small hashes
-// (keys.eventIds), so each stays in Redis's compact listpack encoding up to ~8M ids per
-// environment. An id is stored as 106 bits of two independent hashes (16 pick the bucket, 90 name
-// the field): two different ids of one environment collide with probability ~n^2 / 2^107.
-// One script call per claim (event-ids-claim-n.lua), chunked; ids are never deleted.
+// The external EventIds: an environment's client event ids spread over 65,536 small hashes, so
+// each stays in Redis's compact listpack encoding up to ~8M ids per environment. An id is stored as
+// two independent 53-bit hashes (16 bits of the first pick the bucket): two different ids of one
+// environment collide with probability ~n^2 / 2^107. One script call per claim
+// (event-ids-claim-1.lua) with the items packed in one Buffer, answering only the items whose id
+// is bound to other content; ids are never deleted.
 import { hash53 } from '../../util/canonical-json.js';
 import { createKeys, type Keys } from '../keys.js';
 import type { EventIds } from '../ports.js';
 import { connect, quitQuietly, type RedisSource } from './connection.js';
 import { type ScriptedRedis, withScripts } from './scripts.js';
 
-const buckets = 65_536;
-/** Items per script call: bounds the arguments of one EVALSHA. */
-const chunkMax = 512;
+/** Bytes per packed item: bucket (2) | id hashes (16) | fingerprint (8). */
+const itemBytes = 26;
+/** Items per script call: bounds the time one call holds Redis. */
+const chunkMax = 1024;
 const secondSeed = 0x9e3779b9;
+const two32 = 4294967296;
+
+function writeU53(buf: Buffer, value: number, at: number): void {
+  buf.writeUInt32LE(value % two32, at);
+  buf.writeUInt32LE(Math.floor(value / two32), at + 4);
+}
+
+function readU53(buf: Buffer): number {
+  return buf.readUInt32LE(4) * two32 + buf.readUInt32LE(0);
+}
 
 export class RedisEventIds implements EventIds {
   private readonly redis: ScriptedRedis;
@@ -27,20 +39,23 @@ export class RedisEventIds implements EventIds {
   }
 
   async claim(environmentId: string, items: ReadonlyArray<{ id: string; fp: number }>): Promise<number[]> {
-    const out: number[] = [];
+    const out: number[] = new Array(items.length);
+    const prefix = this.keys.eventIds(environmentId);
     for (let from = 0; from < items.length; from += chunkMax) {
-      const chunk = items.slice(from, from + chunkMax);
-      const keys: string[] = new Array(chunk.length);
-      const args: string[] = new Array(chunk.length * 2);
-      for (let i = 0; i < chunk.length; i++) {
-        const { id, fp } = chunk[i]!;
+      const count = Math.min(chunkMax, items.length - from);
+      const packed = Buffer.allocUnsafe(count * itemBytes);
+      for (let i = 0; i < count; i++) {
+        const { id, fp } = items[from + i]!;
+        const at = i * itemBytes;
         const h = hash53(id);
-        keys[i] = this.keys.eventIds(environmentId, h % buckets);
-        args[2 * i] = `${Math.floor(h / buckets).toString(36)}.${hash53(id, secondSeed).toString(36)}`;
-        args[2 * i + 1] = String(fp);
+        packed.writeUInt16LE(h & 0xffff, at);
+        writeU53(packed, h, at + 2);
+        writeU53(packed, hash53(id, secondSeed), at + 10);
+        writeU53(packed, fp, at + 18);
+        out[from + i] = fp;
       }
-      const bound = await this.redis.loyaltyEventIdsClaim(keys.length, ...keys, ...args);
-      for (const b of bound) out.push(Number(b));
+      const others = await this.redis.loyaltyEventIdsClaimBuffer(prefix, packed);
+      for (let k = 0; k < others.length; k += 2) out[from + (others[k] as number) - 1] = readU53(others[k + 1] as Buffer);
     }
     return out;
   }

@@ -26,7 +26,7 @@ const files = {
   loyaltyNodeLeave: 'leave-2.lua',
   loyaltyLockAcquire: 'lock-acquire-1.lua',
   loyaltyLockRelease: 'lock-release-1.lua',
-  loyaltyEventIdsClaim: 'event-ids-claim-n.lua',
+  loyaltyEventIdsClaim: 'event-ids-claim-1.lua',
 } as const;
 
 const sources = Object.entries(files).map(([name, file]) => {
@@ -51,8 +51,8 @@ export interface ScriptCommands {
   loyaltyNodeLeave(nodes: string, infos: string, nodeId: string): Promise<number>;
   loyaltyLockAcquire(lock: string, token: string, ttlMs: number): Promise<number>;
   loyaltyLockRelease(lock: string, token: string): Promise<number>;
-  /** numKeys, then one bucket key per item, then field/fingerprint pairs in item order. */
-  loyaltyEventIdsClaim(numKeys: number, ...keysThenArgs: string[]): Promise<string[]>;
+  /** The environment's bucket key prefix and the packed items; answers item number/fingerprint pairs. */
+  loyaltyEventIdsClaimBuffer(prefix: string, items: Buffer): Promise<Array<number | Buffer>>;
 }
 
 export type ScriptedRedis = Redis & ScriptCommands;
