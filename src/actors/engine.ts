@@ -7,7 +7,7 @@ import { customerIdPartition, partitionOf } from '../ids.js';
 import { limits } from '../limits.js';
 import type { Journal } from '../persistence/ports.js';
 import { ownString, packMessage, sharedEnvironmentId, unpackMessage } from './codec.js';
-import type { Call, CallResult, Partition, Target } from './partition.js';
+import { type Call, type CallResult, closedResult, type Partition, type Target } from './partition.js';
 
 export interface Forwarder {
   forward(address: string, payload: Uint8Array, deadlineMs?: number): Promise<Uint8Array>;
@@ -65,7 +65,7 @@ export class Engine {
     const local = this.placement.local(this.partitionOfTarget(call.env, call.target));
     if (local === undefined) return this.executeRouted(call);
     if (local.backlog > limits.partitionBacklogRecordsMax) return Promise.resolve(overloadedResult);
-    return local.submit(call).then((r) => (r.ok === 'redirect' ? this.executeRouted(call) : r));
+    return local.submit(call).then((r) => (r.ok === 'redirect' || r === closedResult ? this.executeRouted(call) : r));
   }
 
   private async executeRouted(call: Call): Promise<CallResult> {
@@ -82,7 +82,14 @@ export class Engine {
     const p = this.partitionOfTarget(call.env, call.target);
     for (let attempt = 0; attempt < routeAttemptsMax; attempt++) {
       const local = this.placement.local(p);
-      if (local) return local.backlog > limits.partitionBacklogRecordsMax ? overloadedResult : local.submit(call);
+      if (local) {
+        if (local.backlog > limits.partitionBacklogRecordsMax) return overloadedResult;
+        const result = await local.submit(call);
+        // The partition closed under the call without applying it: route again (new owner).
+        if (result !== closedResult) return result;
+        await sleep(movedRetryMs);
+        continue;
+      }
       const recovering = this.placement.recovering(p);
       if (recovering) {
         await recovering;
@@ -125,7 +132,8 @@ export class Engine {
       }
     }
     const result: WireResult = local ? await local.submit(call) : { ok: 'moved' };
-    return packMessage(result);
+    // Closed under the call without applying it: the caller routes it again, as for 'moved'.
+    return packMessage(result === closedResult ? { ok: 'moved' } : result);
   }
 
   /** Partitions call this when they have something to write; all flush together next tick. */

@@ -124,7 +124,12 @@ export interface PartitionDeps {
   onFenced(p: Partition): void;
 }
 
-const closedResult: CallResult = {
+/**
+ * The answer of a partition that stopped serving (handed over, dropped, fenced) to a call it did
+ * not apply: nothing of the call is in the journal, so the engine routes it again to the new owner
+ * (compare by identity).
+ */
+export const closedResult: CallResult = {
   ok: false,
   code: 'rate_limited',
   message: 'The partition is moving to another node; retry.',

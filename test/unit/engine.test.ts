@@ -1,7 +1,8 @@
 
 import t from 'tap';
-import type { Engine } from '../../src/actors/engine.js';
-import type { Call, CallResult } from '../../src/actors/partition.js';
+import { Engine, type Placement } from '../../src/actors/engine.js';
+import { packMessage, unpackMessage } from '../../src/actors/codec.js';
+import { type Call, type CallResult, closedResult, type Partition } from '../../src/actors/partition.js';
 import type { CounterDef } from '../../src/domain/counters.js';
 import { type MemoryStorage, memoryNode, memoryStorage, ok } from '../helpers/memory-node.js';
 
@@ -374,4 +375,30 @@ t.test('recovery rebuilds identical counters from snapshots plus the journal tai
   t.same(rebuilt, expected, 'replay rebuilds identical counters');
   t.same(expected[0], { ctr_l: 14, ctr_r: 2, ctr_p: 3 }, 'k0 counted days 0, 3, ..., 39');
   await c.placement.stop();
+});
+
+t.test('a call that a closing partition did not apply is routed again, locally and when forwarded', async (t) => {
+  const applied: Call[] = [];
+  const done: CallResult = { ok: true, reply: { kind: 'done' } };
+  const newOwner = { backlog: 0, submit: async (call: Call) => (applied.push(call), done) } as unknown as Partition;
+  let owner: Partition | undefined;
+  const closing = {
+    backlog: 0,
+    // Closes under the call (handed over): the new owner serves the partition from now on.
+    submit: async () => {
+      owner = newOwner;
+      return closedResult;
+    },
+  } as unknown as Partition;
+  const placement: Placement = { local: () => owner, recovering: () => undefined, remote: () => null, refresh: async () => {} };
+  const engine = new Engine(P, placement, null, shared().journal);
+
+  owner = closing;
+  t.same(await engine.execute(ev('c-1', 'e-1')), done, 'answered by the new owner, not with the closed partition\'s error');
+  t.equal(applied.length, 1, 'applied once');
+
+  owner = closing;
+  const forwarded = unpackMessage<unknown>(await engine.executeForwarded(packMessage(ev('c-2', 'e-2'))));
+  t.same(forwarded, { ok: 'moved' }, 'a forwarded call goes back to its sender to be routed again');
+  t.equal(applied.length, 1, 'and is not applied here');
 });
