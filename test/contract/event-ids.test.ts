@@ -90,3 +90,26 @@ for (const [name, make] of adapters) {
     });
   });
 }
+
+// PostgreSQL only (PGlite serves one connection): a claim that meets another claimer's insert not
+// yet committed waits for it, skips its own insert and, its snapshot being older than that insert,
+// must read the winner again after it committed.
+t.test('event ids on postgres: a claim racing an uncommitted insert of the same id answers the winner', async (t) => {
+  const { sql } = await sqlForTest(t, 'postgres');
+  const ids = new PgEventIds(sql);
+  let commit!: () => void;
+  const held = new Promise<void>((r) => (commit = r));
+  let inserted!: () => void;
+  const didInsert = new Promise<void>((r) => (inserted = r));
+  const other = sql.begin(async (tx) => {
+    await tx`insert into event_ids (environment_id, client_event_id, fp) values ('env_race', 'late', 7)`;
+    inserted();
+    await held;
+  });
+  await didInsert;
+  const claim = ids.claim('env_race', [{ id: 'late', fp: 9 }, { id: 'fresh', fp: 3 }]);
+  await new Promise((r) => setTimeout(r, 100));
+  commit();
+  await other;
+  t.same(await claim, [7, 3], 'the committed winner, and the other item as usual');
+});
