@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { freePort } from './service.js';
+import { Client, freePort, signUp } from './service.js';
 
 const loaderArgs = process.execArgv.filter((a) => a.includes('@tapjs/typescript') || a === '--enable-source-maps');
 
@@ -138,4 +138,24 @@ export async function startAofRedis(): Promise<PrivateRedis> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Two server processes (node-a and node-b) on one storage (`env`, e.g. from serverEnv), the
+ * partitions split between them, and one signed-up tenant: a client holding its secret key on
+ * each node. Both processes are killed at teardown, unless a test already killed one (kill9 waits
+ * for 'exit', which a process killed by a signal never emits again).
+ */
+export async function twoNodes(t: { teardown(fn: () => unknown): void }, env: Record<string, string>, partitions: number) {
+  const servers: ServerProcess[] = [];
+  t.teardown(async () => {
+    for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await kill9(s);
+  });
+  const [a, b] = await Promise.all([spawnServer({ ...env, NODE_ID: 'node-a' }), spawnServer({ ...env, NODE_ID: 'node-b' })]);
+  servers.push(a, b);
+  await waitSplit(a, b, partitions, 15_000);
+  const anonA = new Client(`http://127.0.0.1:${a.port}`);
+  const tenant = await signUp(anonA);
+  const auth = { authorization: `Bearer ${tenant.secretKey}` };
+  return { a, b, tenant, apiA: anonA.with(auth), apiB: new Client(`http://127.0.0.1:${b.port}`, auth) };
 }

@@ -3,8 +3,8 @@
 // the partition owner and grants from its own leased chunks). The awards never pass the budget,
 // and `spent` ends equal to what the events awarded.
 import t from 'tap';
-import { kill9, type ServerProcess, spawnServer, waitSplit } from '../helpers/process.js';
-import { Client, idem, redisUrl, signUp, storageFor, serverEnv } from '../helpers/service.js';
+import { twoNodes } from '../helpers/process.js';
+import { idem, redisUrl, serverEnv, storageFor } from '../helpers/service.js';
 
 const budget = 500;
 const award = 9;
@@ -15,20 +15,7 @@ t.test('two nodes never award more than the campaign budget', async (t) => {
     PARTITIONS: '16',
     ADVERTISE_HOST: '127.0.0.1',
   });
-  const servers: ServerProcess[] = [];
-  t.teardown(async () => {
-    for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await kill9(s);
-  });
-  servers.push(await spawnServer({ ...base, NODE_ID: 'node-a' }));
-  servers.push(await spawnServer({ ...base, NODE_ID: 'node-b' }));
-  const [a, b] = servers as [ServerProcess, ServerProcess];
-  await waitSplit(a, b, 16, 15_000);
-
-  const anonA = new Client(`http://127.0.0.1:${a.port}`);
-  const tenant = await signUp(anonA);
-  const auth = { authorization: `Bearer ${tenant.secretKey}` };
-  const apiA = anonA.with(auth);
-  const apiB = new Client(`http://127.0.0.1:${b.port}`, auth);
+  const { apiA, apiB } = await twoNodes(t, base, 16);
   t.equal((await apiA.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
   const c = await apiA.post('/v1/campaigns', { name: 'Capped', budgets: [{ currency: 'coins', amount: budget }] }, idem());
   t.equal((await apiA.post(`/v1/campaigns/${c.body.id}/activate`, {})).status, 200);

@@ -6,8 +6,8 @@
 // player admitted exactly once (one rule award per match played).
 import t from 'tap';
 import { partitionOf } from '../../src/ids.js';
-import { kill9, type ServerProcess, spawnServer, waitSplit } from '../helpers/process.js';
-import { Client, idem, redisUrl, signUp, storageFor, serverEnv } from '../helpers/service.js';
+import { kill9, twoNodes } from '../helpers/process.js';
+import { idem, redisUrl, serverEnv, storageFor } from '../helpers/service.js';
 
 const partitions = 16;
 
@@ -18,21 +18,7 @@ t.test('match reports across two nodes', async (t) => {
     ADVERTISE_HOST: '127.0.0.1',
     SNAPSHOT_EVERY_MS: '500',
   });
-  const servers: ServerProcess[] = [];
-  t.teardown(async () => {
-    for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await kill9(s);
-  });
-  const a = await spawnServer({ ...base, NODE_ID: 'node-a' });
-  servers.push(a);
-  const b = await spawnServer({ ...base, NODE_ID: 'node-b' });
-  servers.push(b);
-  await waitSplit(a, b, partitions, 15_000);
-
-  const anonA = new Client(`http://127.0.0.1:${a.port}`);
-  const tenant = await signUp(anonA);
-  const auth = { authorization: `Bearer ${tenant.secretKey}` };
-  const apiA = anonA.with(auth);
-  const apiB = new Client(`http://127.0.0.1:${b.port}`, auth);
+  const { b, tenant, apiA, apiB } = await twoNodes(t, base, partitions);
   const cs = await apiA.post(
     '/v1/change_sets',
     {

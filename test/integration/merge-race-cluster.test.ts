@@ -5,8 +5,8 @@
 // A merged into B and B into A, both unreachable), holding the other's external id as an alias and
 // both customers' balances (the ledger handover crosses nodes with the merge).
 import t from 'tap';
-import { kill9, type ServerProcess, spawnServer, waitSplit } from '../helpers/process.js';
-import { Client, idem, redisUrl, serverEnv, signUp, storageFor } from '../helpers/service.js';
+import { twoNodes } from '../helpers/process.js';
+import { type Client, idem, redisUrl, serverEnv, storageFor } from '../helpers/service.js';
 
 const partitions = 16;
 const pairs = 20;
@@ -14,19 +14,7 @@ const pairs = 20;
 t.test('opposite merges sent through two nodes at once leave one reachable survivor per pair', async (t) => {
   const storage = storageFor(t);
   const base = serverEnv(storage, redisUrl, { PARTITIONS: String(partitions), ADVERTISE_HOST: '127.0.0.1' });
-  const servers: ServerProcess[] = [];
-  t.teardown(async () => {
-    for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await kill9(s);
-  });
-  const [a, b] = await Promise.all([spawnServer({ ...base, NODE_ID: 'node-a' }), spawnServer({ ...base, NODE_ID: 'node-b' })]);
-  servers.push(a, b);
-  await waitSplit(a, b, partitions, 15_000);
-
-  const anonA = new Client(`http://127.0.0.1:${a.port}`);
-  const tenant = await signUp(anonA);
-  const auth = { authorization: `Bearer ${tenant.secretKey}` };
-  const apiA = anonA.with(auth);
-  const apiB = new Client(`http://127.0.0.1:${b.port}`, auth);
+  const { apiA, apiB } = await twoNodes(t, base, partitions);
 
   const currency = await apiA.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
   t.equal(currency.status, 201);

@@ -380,7 +380,13 @@ t.test('recovery rebuilds identical counters from snapshots plus the journal tai
 t.test('a call that a closing partition did not apply is routed again, locally and when forwarded', async (t) => {
   const applied: Call[] = [];
   const done: CallResult = { ok: true, reply: { kind: 'done' } };
-  const newOwner = { backlog: 0, submit: async (call: Call) => (applied.push(call), done) } as unknown as Partition;
+  const newOwner = {
+    backlog: 0,
+    submit: async (call: Call) => {
+      applied.push(call);
+      return done;
+    },
+  } as unknown as Partition;
   let owner: Partition | undefined;
   const closing = {
     backlog: 0,

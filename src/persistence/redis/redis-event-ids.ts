@@ -5,10 +5,8 @@
 // (event-ids-claim-1.lua) with the items packed in one Buffer, answering only the items whose id
 // is bound to other content; ids are never deleted.
 import { hash53 } from '../../util/canonical-json.js';
-import { createKeys, type Keys } from '../keys.js';
 import type { EventIds } from '../ports.js';
-import { connect, quitQuietly, type RedisSource } from './connection.js';
-import { type ScriptedRedis, withScripts } from './scripts.js';
+import { ScriptedRedisAdapter } from './scripted-adapter.js';
 
 /** Bytes per packed item: bucket (2) | id hashes (16) | fingerprint (8). */
 const itemBytes = 26;
@@ -26,18 +24,7 @@ function readU53(buf: Buffer): number {
   return buf.readUInt32LE(4) * two32 + buf.readUInt32LE(0);
 }
 
-export class RedisEventIds implements EventIds {
-  private readonly redis: ScriptedRedis;
-  private readonly owned: boolean;
-  private readonly keys: Keys;
-
-  constructor(source: RedisSource, prefix: string) {
-    const { redis, owned } = connect(source);
-    this.redis = withScripts(redis);
-    this.owned = owned;
-    this.keys = createKeys(prefix);
-  }
-
+export class RedisEventIds extends ScriptedRedisAdapter implements EventIds {
   async claim(environmentId: string, items: ReadonlyArray<{ id: string; fp: number }>): Promise<number[]> {
     const out: number[] = new Array(items.length);
     const prefix = this.keys.eventIds(environmentId);
@@ -58,10 +45,5 @@ export class RedisEventIds implements EventIds {
       for (let k = 0; k < others.length; k += 2) out[from + (others[k] as number) - 1] = readU53(others[k + 1] as Buffer);
     }
     return out;
-  }
-
-  /** Quits the client only if this adapter created it. */
-  async close(): Promise<void> {
-    if (this.owned) await quitQuietly(this.redis);
   }
 }

@@ -3,10 +3,8 @@
 // Invariants: offsets are stream ids (strictly increasing per partition, also across trims since
 // the stream keeps its last id); payloads travel as binary Buffers, never as strings.
 // Never build keys here (keys.ts), never read a payload as UTF-8.
-import { createKeys, type Keys } from '../keys.js';
 import { FencedError, type Journal, type JournalEntry, type Offset, offsetZero } from '../ports.js';
-import { connect, quitQuietly, type RedisSource } from './connection.js';
-import { type ScriptedRedis, withScripts } from './scripts.js';
+import { ScriptedRedisAdapter } from './scripted-adapter.js';
 
 /** A Buffer view of the bytes without copying them (ioredis sends only Buffers as binary). */
 function asBuffer(bytes: Uint8Array): Buffer {
@@ -23,22 +21,7 @@ function nextId(offset: Offset): string {
 
 type RawEntry = [Buffer, Buffer[]];
 
-export class RedisJournal implements Journal {
-  private readonly redis: ScriptedRedis;
-  private readonly owned: boolean;
-  private readonly keys: Keys;
-
-  /**
-   * `source`: a shared client (connection.createRedis) or a URL. appendMany is the hot path: one
-   * script call for every partition's batch of a group commit.
-   */
-  constructor(source: RedisSource, prefix: string) {
-    const { redis, owned } = connect(source);
-    this.redis = withScripts(redis);
-    this.owned = owned;
-    this.keys = createKeys(prefix);
-  }
-
+export class RedisJournal extends ScriptedRedisAdapter implements Journal {
   /** Key strings per partition, built once: append is the hot path. */
   private readonly streamKeys: string[] = [];
   private readonly leaseKeys: string[] = [];
@@ -105,9 +88,5 @@ export class RedisJournal implements Journal {
   async last(partition: number): Promise<Offset> {
     const raw = await this.redis.xrevrange(this.keys.partitionStream(partition), '+', '-', 'COUNT', 1);
     return raw[0]?.[0] ?? offsetZero;
-  }
-
-  async close(): Promise<void> {
-    if (this.owned) await quitQuietly(this.redis);
   }
 }

@@ -2,10 +2,8 @@
 // per-partition epoch counter INCR'd on every successful acquire and never reset, so epochs
 // strictly increase even after the lease key expired. Acquire/renew/release are Lua scripts.
 // Never change a lease without comparing the full "<nodeId>:<epoch>" value first.
-import { createKeys, type Keys } from '../keys.js';
 import type { Lease, Leases } from '../ports.js';
-import { connect, quitQuietly, type RedisSource } from './connection.js';
-import { type ScriptedRedis, withScripts } from './scripts.js';
+import { ScriptedRedisAdapter } from './scripted-adapter.js';
 
 /** Parses "<nodeId>:<epoch>"; node ids may themselves contain ':' so split at the last one. */
 export function parseLease(partition: number, value: string | null): Lease | null {
@@ -17,18 +15,7 @@ export function parseLease(partition: number, value: string | null): Lease | nul
   return { partition, nodeId: value.slice(0, colon), epoch };
 }
 
-export class RedisLeases implements Leases {
-  private readonly redis: ScriptedRedis;
-  private readonly owned: boolean;
-  private readonly keys: Keys;
-
-  constructor(source: RedisSource, prefix: string) {
-    const { redis, owned } = connect(source);
-    this.redis = withScripts(redis);
-    this.owned = owned;
-    this.keys = createKeys(prefix);
-  }
-
+export class RedisLeases extends ScriptedRedisAdapter implements Leases {
   async acquire(partition: number, nodeId: string, ttlMs: number): Promise<number | null> {
     const epoch = await this.redis.loyaltyLeaseAcquire(
       this.keys.partitionLease(partition),
@@ -53,7 +40,7 @@ export class RedisLeases implements Leases {
   }
 
   async release(partition: number, nodeId: string, epoch: number): Promise<void> {
-    await this.redis.loyaltyLeaseRelease(this.keys.partitionLease(partition), `${nodeId}:${epoch}`);
+    await this.redis.loyaltyDeleteIfEqual(this.keys.partitionLease(partition), `${nodeId}:${epoch}`);
   }
 
   async list(partitions: number): Promise<Array<Lease | null>> {
@@ -68,10 +55,5 @@ export class RedisLeases implements Leases {
       out[p] = parseLease(p, value as string | null);
     }
     return out;
-  }
-
-  /** Quits the client only if this adapter created it. */
-  async close(): Promise<void> {
-    if (this.owned) await quitQuietly(this.redis);
   }
 }

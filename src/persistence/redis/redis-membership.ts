@@ -2,23 +2,10 @@
 // NodeInfo JSON, changed only by scripts that use the Redis server clock (TIME), so nodes with
 // skewed clocks agree on who is alive. alive() never returns an expired node.
 // Never compute liveness from the local clock here.
-import { createKeys, type Keys } from '../keys.js';
 import type { Membership, NodeInfo } from '../ports.js';
-import { connect, quitQuietly, type RedisSource } from './connection.js';
-import { type ScriptedRedis, withScripts } from './scripts.js';
+import { ScriptedRedisAdapter } from './scripted-adapter.js';
 
-export class RedisMembership implements Membership {
-  private readonly redis: ScriptedRedis;
-  private readonly owned: boolean;
-  private readonly keys: Keys;
-
-  constructor(source: RedisSource, prefix: string) {
-    const { redis, owned } = connect(source);
-    this.redis = withScripts(redis);
-    this.owned = owned;
-    this.keys = createKeys(prefix);
-  }
-
+export class RedisMembership extends ScriptedRedisAdapter implements Membership {
   async heartbeat(node: NodeInfo, ttlMs: number): Promise<void> {
     const info = JSON.stringify({ nodeId: node.nodeId, grpcAddress: node.grpcAddress, startedAtMs: node.startedAtMs });
     await this.redis.loyaltyNodeHeartbeat(this.keys.nodes(), this.keys.nodeInfos(), node.nodeId, ttlMs, info);
@@ -32,10 +19,5 @@ export class RedisMembership implements Membership {
     const raw = await this.redis.loyaltyNodeAlive(this.keys.nodes(), this.keys.nodeInfos());
     const nodes = raw.map((s) => JSON.parse(s) as NodeInfo);
     return nodes.sort((a, b) => (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0));
-  }
-
-  /** Quits the client only if this adapter created it. */
-  async close(): Promise<void> {
-    if (this.owned) await quitQuietly(this.redis);
   }
 }

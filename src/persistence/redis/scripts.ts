@@ -20,12 +20,10 @@ const files = {
   loyaltyLeaseAcquire: 'acquire-2.lua',
   loyaltyLeaseRenew: 'renew-1.lua',
   loyaltyLeaseRenewMany: 'renew-many-n.lua',
-  loyaltyLeaseRelease: 'release-1.lua',
+  loyaltyDeleteIfEqual: 'delete-if-equal-1.lua',
   loyaltyNodeHeartbeat: 'heartbeat-2.lua',
   loyaltyNodeAlive: 'alive-2.lua',
   loyaltyNodeLeave: 'leave-2.lua',
-  loyaltyLockAcquire: 'lock-acquire-1.lua',
-  loyaltyLockRelease: 'lock-release-1.lua',
   loyaltyEventIdsClaim: 'event-ids-claim-1.lua',
 } as const;
 
@@ -45,12 +43,11 @@ export interface ScriptCommands {
   loyaltyLeaseRenew(lease: string, holder: string, ttlMs: number): Promise<number>;
   /** numKeys, then the lease keys, then the ttl, then the expected holders in key order. */
   loyaltyLeaseRenewMany(numKeys: number, ...keysThenArgs: Array<string | number>): Promise<number[]>;
-  loyaltyLeaseRelease(lease: string, holder: string): Promise<number>;
+  /** Deletes the key (a lease or a lock) only while it holds `value`; 1 when deleted. */
+  loyaltyDeleteIfEqual(key: string, value: string): Promise<number>;
   loyaltyNodeHeartbeat(nodes: string, infos: string, nodeId: string, ttlMs: number, info: string): Promise<number>;
   loyaltyNodeAlive(nodes: string, infos: string): Promise<string[]>;
   loyaltyNodeLeave(nodes: string, infos: string, nodeId: string): Promise<number>;
-  loyaltyLockAcquire(lock: string, token: string, ttlMs: number): Promise<number>;
-  loyaltyLockRelease(lock: string, token: string): Promise<number>;
   /** The environment's bucket key prefix and the packed items; answers item number/fingerprint pairs. */
   loyaltyEventIdsClaimBuffer(prefix: string, items: Buffer): Promise<Array<number | Buffer>>;
 }
