@@ -168,32 +168,15 @@ export type Command =
   | { kind: 'tier.reassign'; program: TierProgram; toLevel: string }
   /** Re-places a holder at once after a basis change with reevaluate: true (downgrades need no check). */
   | { kind: 'tier.reevaluate'; program: TierProgram }
-  | {
+  /** With mergedFrom: what the merged customer handed over (MergeHandover), joined into this one. */
+  | ({
       kind: 'alias.add';
       alias: string;
       aliasKind: string;
       mergedFrom: string | null;
-      /** The merged customer's match rate books (joined into this group's). */
-      matchRates?: RateState;
-      /** The merged customer's recorded event ids (SeenEvents records), deduplicated on the survivor from now on. */
-      seenEvents?: number[];
-      /** The merged customer's ledger, taken over by transfer entries (ledger.absorbBooks). */
-      ledger?: ledger.BookHandover[];
-      /** The merged customer's static segments, joined. */
-      segmentIds?: string[];
-      /** The merged customer's reward issuances and voided reservation ids, taken over. */
-      rewards?: rewards.RewardsState;
-      /** The merged customer's counters, joined. */
-      counters?: CountersState;
-      /** The merged customer's challenges, joined (challenges.joinChallenges). */
-      challenges?: challenges.ChallengesState;
-      /** The merged customer's rule limit counts, added. */
-      ruleLimits?: Record<string, number>;
-      /** The merged customer's items, added. */
-      inventory?: Array<[string, number]>;
       /** The environment's tier programs, re-placed after a ledger was taken over. */
       tierPrograms?: TierProgram[];
-    }
+    } & MergeHandover)
   /** A ledger command, with the configs of the currencies it names (loaded before the step). */
   | { kind: 'ledger.run'; command: ledger.LedgerCommand; currencies: ledger.CurrencyConfig[]; tierPrograms: TierProgram[] }
   /** A reward issuance command; tier programs are re-placed after a redeem's spend. */
@@ -317,7 +300,9 @@ export interface MergeTransfer {
 
 /** What a merged customer hands its survivor: what it moved out, plus its match rate books and recorded event ids (joined). */
 export interface MergeHandover extends MergeTransfer {
+  /** Its match rate books (joined into the group's). */
   matchRates?: RateState;
+  /** Its recorded event ids (SeenEvents records), deduplicated on the survivor from now on. */
   seenEvents?: number[];
 }
 

@@ -97,6 +97,8 @@ t.test('an id already bound to another customer is event_id_conflict, and no act
   const items = batch.body.data as Array<Record<string, unknown>>;
   t.match(items[0], { client_event_id: 'order-7', error: { code: 'event_id_conflict', param: 'events[0].id' } }, 'a batch item names its index');
   t.match(items[1], { client_event_id: 'order-7' }, 'the other item is recorded (the stub actor answers order-7)');
+  t.match(items[1], { id: 'evt_1', status: 'accepted' });
+  t.notOk('error' in items[1]!, 'and carries no error');
   t.equal(executed, 3);
 });
 

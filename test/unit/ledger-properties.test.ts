@@ -287,34 +287,32 @@ t.test('the generators reach the interesting states (debt, expiry, confirmation,
   fc.assert(
     fc.property(fc.array(stepArb, { minLength: 20, maxLength: 80 }), (steps) => {
       let idSeq = 0;
-      let now = 1_000_000;
-      let state = emptyLedger();
-      for (const step of steps) {
-        if (step.kind === 'advance') {
-          now += step.ms;
-          continue;
-        }
-        const d = decide(state, toCommand(step, now, state)!, currencies, { nowMs: now, newId: (p) => `${p}_${++idSeq}` });
-        if (!d.ok) {
-          if (d.code === 'insufficient_balance') seen.refused++;
-          continue;
-        }
-        for (const f of d.facts) {
+      built(steps, (p) => `${p}_${++idSeq}`, {
+        refused: (code) => {
+          if (code === 'insufficient_balance') seen.refused++;
+        },
+        fact: (f) => {
           if (f.kind === 'ledger.entry_recorded' && f.entry.debtIncurred > 0) seen.debt++;
           if (f.kind === 'ledger.entry_recorded' && f.entry.type === 'expiry') seen.expiry++;
           if (f.kind === 'ledger.pending_confirmed') seen.confirmed++;
           if (f.kind === 'ledger.pending_cancelled') seen.cancelled++;
-          state = evolve(state, f);
-        }
-      }
+        },
+      });
     }),
     { numRuns: 100, seed: 42 },
   );
   for (const [k, n] of Object.entries(seen)) t.ok(n > 0, `${k} happens (${n})`);
 });
 
-/** A ledger built by random steps (refused commands skipped); returns it and its clock. */
-function built(steps: Step[], newId: (prefix: string) => string): { state: LedgerState; now: number } {
+/**
+ * A ledger built by random steps (refused commands skipped, `observe.refused` told their code;
+ * `observe.fact` sees each fact before it is applied); returns it and its clock.
+ */
+function built(
+  steps: Step[],
+  newId: (prefix: string) => string,
+  observe: { fact?(f: LedgerFact): void; refused?(code: string): void } = {},
+): { state: LedgerState; now: number } {
   let now = 1_000_000;
   let state = emptyLedger();
   for (const step of steps) {
@@ -323,7 +321,14 @@ function built(steps: Step[], newId: (prefix: string) => string): { state: Ledge
       continue;
     }
     const d = decide(state, toCommand(step, now, state)!, currencies, { nowMs: now, newId });
-    if (d.ok) for (const f of d.facts) state = evolve(state, f);
+    if (!d.ok) {
+      observe.refused?.(d.code);
+      continue;
+    }
+    for (const f of d.facts) {
+      observe.fact?.(f);
+      state = evolve(state, f);
+    }
   }
   return { state, now };
 }
