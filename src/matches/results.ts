@@ -10,7 +10,7 @@
 // player's event id `<match_id>:<customer id>` is the environment's, as for POST /v1/events: it is
 // claimed in the environment's register with the content a client would send (before the actor's
 // step, or right after it for a customer that step created), and an id already bound to other
-// content keeps the player out of the actor (listed in admission_errors). Then the verdicts are
+// content keeps the player out of the actor (rejected, event_refused). Then the verdicts are
 // stored. A repeat with the same body is a replay that also completes players an
 // interrupted request left pending (rule 5); the actor step is idempotent (rate book + event id
 // dedup), so a player is admitted exactly once however often the report is retried or a node dies.
@@ -352,10 +352,15 @@ export class MatchResults {
           return;
         }
         // The id is bound before the step that may record its event, as POST /v1/events binds it
-        // before the actor: bound to other content, the player does not reach its actor. A repeat
-        // binds the same content again and passes.
+        // before the actor: bound to other content, the player does not reach its actor and is
+        // rejected with event_refused, as its actor rejects an id it recorded with other content
+        // (permanent: the id stays bound). A repeat binds the same content again and passes.
         if (p.customerId !== null && pp.pending === 'admitted') {
           const refused = await this.claimEventId(env, clientEventId(m.matchId, p.customerId), spec.fp);
+          if (refused?.code === 'event_id_conflict') {
+            Object.assign(p, { status: 'rejected', reasons: [{ code: 'event_refused', message: refused.message }] });
+            return;
+          }
           if (refused !== null) {
             errors.push({ player_id: p.id, customer_id: p.customerId, ...refused });
             return;

@@ -244,7 +244,7 @@ t.test('match results over the API', async (t) => {
     t.match((await api.post('/v1/events', playerEvent(byId, 0, c.body.id, { customer_id: 'id-by-id' }))).body, { id: b.event_id, duplicate: true });
   });
 
-  await t.test('a client event sent first with the id a match derives: that player is listed in admission_errors, the others are admitted', async (t) => {
+  await t.test('a client event sent first with the id a match derives: that player is rejected with event_refused, the others are admitted', async (t) => {
     const other = await api.post('/v1/customers', { external_id: 'pre-1' }, idem());
     const same = await api.post('/v1/customers', { external_id: 'pre-2' }, idem());
     const body = report([{ ext: 'pre-1' }, { id: same.body.id }, { ext: 'pre-3' }]);
@@ -257,27 +257,20 @@ t.test('match results over the API', async (t) => {
     const r = await api.post('/v1/match_results', body);
     t.equal(r.status, 201);
     const [a, b, c] = r.body.players;
-    t.match(a, { customer_id: other.body.id, status: 'admitted', event_id: null, client_event_id: `${body.match_id}:${other.body.id}` });
-    t.match(b, { customer_id: same.body.id, status: 'admitted', event_id: null });
+    t.match(a, { customer_id: other.body.id, status: 'rejected', event_id: null, client_event_id: `${body.match_id}:${other.body.id}` });
+    t.match(a.reasons, [{ code: 'event_refused', message: /already received with different content/ }]);
+    t.match(b, { customer_id: same.body.id, status: 'rejected', event_id: null, reasons: [{ code: 'event_refused' }] });
     t.match(c, { status: 'admitted', event_id: /^evt_/ });
-    t.same(
-      r.body.admission_errors.map((e: { player_id: string; customer_id: string; code: string }) => [e.player_id, e.customer_id, e.code]),
-      [
-        [a.id, other.body.id, 'event_id_conflict'],
-        [b.id, same.body.id, 'event_id_conflict'],
-      ],
-    );
-    t.match(r.body.admission_errors[0].message, /already received with different content/);
+    t.same(r.body.admission_errors, []);
     // Nothing reached the actor: the player's rate window is untouched, no event was recorded.
     for (let i = 0; i < 3; i++) {
       const next = await api.post('/v1/match_results', report([{ ext: 'pre-1' }], { ended_at: minutesAgo(9 - i) }));
       t.equal(next.body.players[0].status, 'admitted', `window slot ${i + 1} of 3 was free`);
     }
-    // The id stays bound: a repeat lists the player again.
+    // The verdicts are final: a repeat replays them.
     const again = await api.post('/v1/match_results', body);
     t.equal(again.status, 200);
-    t.match(again.body.players[0], { status: 'admitted', event_id: null });
-    t.same(again.body.admission_errors.map((e: { code: string }) => e.code), ['event_id_conflict', 'event_id_conflict']);
+    t.same(again.body.players.map((p: { status: string }) => p.status), ['rejected', 'rejected', 'admitted']);
     t.same(again.body.players[2].event_id, c.event_id);
   });
 
