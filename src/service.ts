@@ -280,9 +280,12 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   scheduler.start();
   await placement.start();
 
+  // One register of event ids for POST /v1/events and match players: their claims share a round.
+  const eventIds = new EventIdClaims(storage.eventIds);
   const matchResults = new MatchResults({
     sql,
     engine,
+    eventIds,
     profiles: matchProfiles,
     nowMs: now,
     rules: (env) => rulesContexts.get(env),
@@ -296,7 +299,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
       ...membershipRoutes({ sql }),
       ...eventRoutes({
         engine,
-        eventIds: new EventIdClaims(storage.eventIds),
+        eventIds,
         readModel,
         drainProjector: () => projector.drain(),
         nowMs: now,

@@ -26,8 +26,8 @@ export type EngineCommand =
   | Command
   | { kind: 'customer.view' }
   /**
-   * The customer id a target names now (following merges), without building a view. An absent
-   * customer is answered at once: absence depends on nothing waiting for the journal.
+   * The customer id a target names now (following merges) and its external id, without building a
+   * view. An absent customer is answered at once: absence depends on nothing waiting for the journal.
    */
   | { kind: 'customer.resolve' }
   /** Binds `key` (an alias) to customerId in the key's partition; merges the key's owner if the key is its external id. */
@@ -43,7 +43,7 @@ export interface Call {
 
 export type ReplyView =
   | { kind: 'customer'; customer: CustomerView }
-  | { kind: 'resolved'; customerId: string }
+  | { kind: 'resolved'; customerId: string; externalId: string | null }
   | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string; effects: Effect[]; evaluated?: boolean }
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | ({ kind: 'claimed'; mergedFrom: string | null } & MergeHandover)
@@ -511,7 +511,7 @@ export class Partition {
     if (cmd.kind === 'customer.resolve') {
       if (state.deletedAtMs !== null) return this.reply(notFound, null, resolve);
       // After everything applied before it is durable: the id may be stored by the caller.
-      return this.reply({ ok: true, reply: { kind: 'resolved', customerId: state.id } }, actor, resolve);
+      return this.reply({ ok: true, reply: { kind: 'resolved', customerId: state.id, externalId: state.externalId } }, actor, resolve);
     }
     if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
     const d = decide(state, cmd, this.ctx(call));

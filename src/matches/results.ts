@@ -6,13 +6,18 @@
 // stored record read (replay or idempotency_key_reused). The players are admitted concurrently,
 // each by a command to its customer's actor (the engine routes it to whichever partition and node
 // owns the customer and follows merges to the survivor, whose actor holds the group's rate
-// windows); a player named by a never-seen external id is created by that same command. Then the
-// verdicts are stored. A repeat with the same body is a replay that also completes players an
+// windows); a player named by a never-seen external id is created by that same command. Each
+// player's event id `<match_id>:<customer id>` is the environment's, as for POST /v1/events: it is
+// claimed in the environment's register with the content a client would send (before the actor's
+// step, or right after it for a customer that step created), and an id already bound to other
+// content keeps the player out of the actor (rejected, event_refused). Then the verdicts are
+// stored. A repeat with the same body is a replay that also completes players an
 // interrupted request left pending (rule 5); the actor step is idempotent (rate book + event id
 // dedup), so a player is admitted exactly once however often the report is retried or a node dies.
 import type { CountersContext } from '../domain/counters.js';
 import type { Engine } from '../actors/engine.js';
 import type { CallResult, EngineCommand } from '../actors/partition.js';
+import { eventFingerprint } from '../domain/event-fingerprint.js';
 import { type MatchEventSpec, type MatchPlayerReply, matchEventProperties } from '../domain/match/actor.js';
 import { type BudgetAllowance, grantFor, settleGrant } from '../catalog/event-grants.js';
 import { preAdmit, checkProfileOpen } from '../domain/match/admission.js';
@@ -29,6 +34,8 @@ import {
 import { clientEventId, decideReview, deriveMatchStatus, type PlayerRecord, type ReviewDecision } from '../domain/match/verdict.js';
 import type { Effect, RulesContext } from '../domain/rule-effects.js';
 import { ApiError } from '../errors/api-error.js';
+import type { ErrorCode } from '../errors/codes.js';
+import type { EventIdClaims } from '../gateway/event-id-claims.js';
 import { newId } from '../ids.js';
 import type { Sql } from '../persistence/sql/db.js';
 import { type AdmissionError, type MatchRow, MatchRecords, type PlayerRow } from '../persistence/sql/match-records.js';
@@ -44,6 +51,8 @@ interface EventContext {
 export interface MatchResultsDeps {
   sql: Sql;
   engine: Engine;
+  /** The environment-wide register of client event ids, shared with POST /v1/events. */
+  eventIds: EventIdClaims;
   profiles: MatchProfileStore;
   nowMs(environmentId: string): number | Promise<number>;
   rules(environmentId: string): RulesContext | null | Promise<RulesContext | null>;
@@ -334,6 +343,29 @@ export class MatchResults {
           errors.push({ player_id: p.id, customer_id: null, code: 'internal_error', message: 'The player has no customer.' });
           return;
         }
+        let spec: MatchEventSpec;
+        try {
+          spec = this.eventSpec(m, profile.event, p, rules, await this.eventCustomerId(env, p, nowMs));
+        } catch (err) {
+          const e = err instanceof ApiError ? err : new ApiError('internal_error');
+          errors.push({ player_id: p.id, customer_id: p.customerId, code: e.code, message: e.message });
+          return;
+        }
+        // The id is bound before the step that may record its event, as POST /v1/events binds it
+        // before the actor: bound to other content, the player does not reach its actor and is
+        // rejected with event_refused, as its actor rejects an id it recorded with other content
+        // (permanent: the id stays bound). A repeat binds the same content again and passes.
+        if (p.customerId !== null && pp.pending === 'admitted') {
+          const refused = await this.claimEventId(env, clientEventId(m.matchId, p.customerId), spec.fp);
+          if (refused?.code === 'event_id_conflict') {
+            Object.assign(p, { status: 'rejected', reasons: [{ code: 'event_refused', message: refused.message }] });
+            return;
+          }
+          if (refused !== null) {
+            errors.push({ player_id: p.id, customer_id: p.customerId, ...refused });
+            return;
+          }
+        }
         const command: EngineCommand = {
           kind: 'match.admit',
           customerId: p.customerId ?? '',
@@ -343,7 +375,7 @@ export class MatchResults {
           endedAtMs: report.endedAtMs,
           pending: pp.pending,
           outlierReasons: pp.outlierReasons,
-          event: await this.grantedEventSpec(env, m, profile.event, p, rules, nowMs),
+          event: await this.grantedEventSpec(env, spec, nowMs),
         };
         const target = p.customerId === null ? { by: 'key' as const, key: p.customerRef.value } : { by: 'id' as const, id: p.customerId };
         let r: CallResult;
@@ -362,6 +394,17 @@ export class MatchResults {
         }
         const v: MatchPlayerReply = r.reply;
         if (v.effects.length > 0) this.deps.afterEvent?.(env, v.customerId, v.effects);
+        if (byKey && v.eventId !== null) {
+          // Its id names a customer nobody had when the report was checked (this step, or an
+          // interrupted attempt of this report, created it), so it is bound only now. The event is
+          // recorded whatever the register answers; a store failure leaves the player pending, and
+          // the repeat binds it.
+          const refused = await this.claimEventId(env, v.clientEventId, spec.fp);
+          if (refused?.code === 'internal_error') {
+            errors.push({ player_id: p.id, customer_id: p.customerId, ...refused });
+            return;
+          }
+        }
         Object.assign(p, {
           status: v.status,
           reasons: v.reasons,
@@ -404,9 +447,35 @@ export class MatchResults {
     throw new ApiError('internal_error');
   }
 
+  /**
+   * The customer identifier of a player's event as a client would send it through POST /v1/events
+   * (part of its fingerprint): the external id the report named the player by, else its customer's.
+   */
+  private async eventCustomerId(env: string, p: PlayerRow, nowMs: number): Promise<string> {
+    if (p.customerRef.by === 'external_id') return p.customerRef.value;
+    const r = await this.deps.engine.execute({ env, target: { by: 'id', id: p.customerRef.value }, command: { kind: 'customer.resolve' }, nowMs });
+    if (r.ok === true && r.reply.kind === 'resolved') return r.reply.externalId ?? '';
+    if (r.ok === false) throwResult(r);
+    throw new ApiError('internal_error');
+  }
+
+  /**
+   * Binds a player's event id to its content in the environment's register, as POST /v1/events
+   * does: null once bound to this content (also by an earlier attempt of the same report), else
+   * the admission error (event_id_conflict, or internal_error when the store failed).
+   */
+  private async claimEventId(env: string, id: string, fp: number): Promise<{ code: ErrorCode; message: string } | null> {
+    let bound: number;
+    try {
+      bound = await this.deps.eventIds.claim(env, id, fp);
+    } catch {
+      return { code: 'internal_error', message: 'Storage is unavailable; retry.' };
+    }
+    return bound === fp ? null : { code: 'event_id_conflict', message: `Event ${id} was already received with different content.` };
+  }
+
   /** A player's event spec with the campaign budget grant its step may award from (as for POST /v1/events). */
-  private async grantedEventSpec(env: string, m: MatchRow, eventName: string, p: PlayerRow, context: EventContext | null, nowMs: number): Promise<MatchEventSpec> {
-    const spec = this.eventSpec(m, eventName, p, context);
+  private async grantedEventSpec(env: string, spec: MatchEventSpec, nowMs: number): Promise<MatchEventSpec> {
     const g = grantFor(this.deps.budgets, env, spec.rules, { name: spec.name, properties: matchEventProperties(spec) }, nowMs);
     spec.rules = (g instanceof Promise ? await g : g).rules;
     return spec;
@@ -419,7 +488,9 @@ export class MatchResults {
     return pending;
   }
 
-  private eventSpec(m: MatchRow, eventName: string, p: PlayerRow, context: EventContext | null): MatchEventSpec {
+  /** A player's rule-6 event; `customerId` is the identifier a client would send it with (eventCustomerId). */
+  private eventSpec(m: MatchRow, eventName: string, p: PlayerRow, context: EventContext | null, customerId: string): MatchEventSpec {
+    const properties = matchEventProperties({ metrics: p.metrics, matchId: m.matchId, profileKey: m.profileKey, won: p.won });
     return {
       name: eventName,
       matchId: m.matchId,
@@ -427,6 +498,7 @@ export class MatchResults {
       occurredAtMs: m.endedAtMs,
       metrics: p.metrics,
       won: p.won,
+      fp: eventFingerprint(eventName, customerId, m.endedAtMs, properties),
       trust: 'merchant_asserted',
       source: { type: 'secret_key', id: m.reportingKeyId },
       rules: context?.rules ?? null,
@@ -439,7 +511,8 @@ export class MatchResults {
   /**
    * A review of a held player. Serialized per player by a row lock held across the actor call, so
    * two racing decisions cannot both apply. Codes: resource_not_found, invalid_state (never held,
-   * opposite decision), forbidden (admit while the reporting key is revoked; the player stays held).
+   * opposite decision), forbidden (admit while the reporting key is revoked; the player stays held),
+   * event_id_conflict (admit while the player's event id is bound to other content; it stays held).
    */
   async review(
     env: string,
@@ -473,7 +546,14 @@ export class MatchResults {
       if (!d.ok) throw new ApiError(d.code, { param: d.param, message: d.message });
       const matchRef = { id: m.id, match_id: m.matchId, status: m.status };
       if (d.reply.replayed) return { player: playerWire(p), match_result: matchRef, replayed: true };
-      const event = await this.grantedEventSpec(env, m, m.event, p, rules, nowMs);
+      const spec = this.eventSpec(m, m.event, p, rules, await this.eventCustomerId(env, p, nowMs));
+      if (decision === 'admit') {
+        // As in a report, the id is bound before the actor records the event; bound to other
+        // content, the admit is refused and the player stays held (it can still be rejected).
+        const refused = await this.claimEventId(env, clientEventId(m.matchId, p.customerId ?? ''), spec.fp);
+        if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
+      }
+      const event = await this.grantedEventSpec(env, spec, nowMs);
       const r = await this.execute(
         env,
         { by: 'id', id: p.customerId ?? '' },

@@ -1,5 +1,6 @@
 // Black-box API tests of match results (spec 2.12, 3, 4.9): reporting with every reason code in
-// check order, replay and idempotency_key_reused, ended_at window, unknown customers, archived
+// check order, players' event ids claimed in the environment's register as POST /v1/events claims
+// them, replay and idempotency_key_reused, ended_at window, unknown customers, archived
 // profiles, secret-key-only access, the review queue and reviews (admit, reject, replay,
 // invalid_state, revoked reporting key), the rule-6 event running through published rules, and
 // rate windows under concurrency (N simultaneous reports for one player never admit more than
@@ -200,15 +201,89 @@ t.test('match results over the API', async (t) => {
     for (let i = 0; i < 3; i++) await api.post('/v1/match_results', report([{ ext: 'r-order', kills: 101 }]));
     const stillFree = await api.post('/v1/match_results', report([{ ext: 'r-order' }]));
     t.equal(stillFree.body.players[0].status, 'admitted', 'rate windows are only consulted inside the bounds');
+  });
 
-    // event_refused: the event id <match_id>:<customer id> was already used with other content.
-    const c = await api.post('/v1/customers', { external_id: 'r-refused' }, idem());
-    const body = report([{ id: c.body.id }]);
-    const pre = await api.post('/v1/events', { id: `${body.match_id}:${c.body.id}`, name: 'match.completed', customer_id: 'r-refused', occurred_at: minutesAgo(1) });
-    t.equal(pre.status, 202);
-    const refused = await api.post('/v1/match_results', body);
-    t.equal(refused.body.players[0].status, 'rejected');
-    t.equal(refused.body.players[0].reasons[0].code, 'event_refused');
+  await t.test("a player's event id is the environment's: claimed with the content POST /v1/events would send", async (t) => {
+    const playerEvent = (m: ReturnType<typeof report>, i: number, customerId: string, over: Record<string, unknown> = {}) => ({
+      id: `${m.match_id}:${customerId}`,
+      name: 'match.completed',
+      customer_id: (m.players[i]!.customer as { external_id: string }).external_id,
+      occurred_at: m.ended_at,
+      properties: { ...m.players[i]!.metrics, match_id: m.match_id, match_profile: 'arena' },
+      ...over,
+    });
+
+    // After the match: an exact resend of a player's event is a duplicate; other content, or the
+    // same id for another customer, is 409 (before: recorded for the other customer).
+    const body = report([{ ext: 'id-1' }, { ext: 'id-2' }]);
+    const r = await api.post('/v1/match_results', body);
+    t.equal(r.body.status, 'admitted');
+    const [p1, p2] = r.body.players;
+    const resend = await api.post('/v1/events', playerEvent(body, 0, p1.customer_id));
+    t.equal(resend.status, 202, JSON.stringify(resend.body));
+    t.match(resend.body, { id: p1.event_id, client_event_id: p1.client_event_id, duplicate: true });
+    const other = await api.post('/v1/events', playerEvent(body, 0, p1.customer_id, { properties: { kills: 99 } }));
+    t.equal(other.status, 409);
+    t.match(other.body.error, { code: 'event_id_conflict', param: 'id' });
+    const elsewhere = await api.post('/v1/events', playerEvent(body, 1, p2.customer_id, { customer_id: 'id-someone-else' }));
+    t.equal(elsewhere.status, 409, 'the same id for another customer');
+    t.equal((await api.get('/v1/customers?external_id=id-someone-else')).body.data.length, 0, 'which creates nobody');
+
+    // A player named by a new external id: its id names the customer its admission created.
+    const fresh = report([{ ext: `id-new-${process.pid}` }]);
+    const f = (await api.post('/v1/match_results', fresh)).body.players[0];
+    t.match(f, { status: 'admitted', event_id: /^evt_/ });
+    t.equal((await api.post('/v1/events', playerEvent(fresh, 0, f.customer_id, { name: 'match.lost' }))).status, 409);
+    t.match((await api.post('/v1/events', playerEvent(fresh, 0, f.customer_id))).body, { id: f.event_id, duplicate: true });
+
+    // A player named by id: the fingerprint is that of the event sent with its external id.
+    const c = await api.post('/v1/customers', { external_id: 'id-by-id' }, idem());
+    const byId = report([{ id: c.body.id }]);
+    const b = (await api.post('/v1/match_results', byId)).body.players[0];
+    t.match(b, { status: 'admitted', event_id: /^evt_/ });
+    t.match((await api.post('/v1/events', playerEvent(byId, 0, c.body.id, { customer_id: 'id-by-id' }))).body, { id: b.event_id, duplicate: true });
+  });
+
+  await t.test('a client event sent first with the id a match derives: that player is rejected with event_refused, the others are admitted', async (t) => {
+    const other = await api.post('/v1/customers', { external_id: 'pre-1' }, idem());
+    const same = await api.post('/v1/customers', { external_id: 'pre-2' }, idem());
+    const body = report([{ ext: 'pre-1' }, { id: same.body.id }, { ext: 'pre-3' }]);
+    // For another customer (it did not stop the match event before), and for the player's own customer.
+    const first = [
+      { id: `${body.match_id}:${other.body.id}`, name: 'match.completed', customer_id: 'pre-someone-else', occurred_at: minutesAgo(1) },
+      { id: `${body.match_id}:${same.body.id}`, name: 'match.completed', customer_id: 'pre-2', occurred_at: minutesAgo(1) },
+    ];
+    for (const ev of first) t.equal((await api.post('/v1/events', ev)).status, 202);
+    const r = await api.post('/v1/match_results', body);
+    t.equal(r.status, 201);
+    const [a, b, c] = r.body.players;
+    t.match(a, { customer_id: other.body.id, status: 'rejected', event_id: null, client_event_id: `${body.match_id}:${other.body.id}` });
+    t.match(a.reasons, [{ code: 'event_refused', message: /already received with different content/ }]);
+    t.match(b, { customer_id: same.body.id, status: 'rejected', event_id: null, reasons: [{ code: 'event_refused' }] });
+    t.match(c, { status: 'admitted', event_id: /^evt_/ });
+    t.same(r.body.admission_errors, []);
+    // Nothing reached the actor: the player's rate window is untouched, no event was recorded.
+    for (let i = 0; i < 3; i++) {
+      const next = await api.post('/v1/match_results', report([{ ext: 'pre-1' }], { ended_at: minutesAgo(9 - i) }));
+      t.equal(next.body.players[0].status, 'admitted', `window slot ${i + 1} of 3 was free`);
+    }
+    // The verdicts are final: a repeat replays them.
+    const again = await api.post('/v1/match_results', body);
+    t.equal(again.status, 200);
+    t.same(again.body.players.map((p: { status: string }) => p.status), ['rejected', 'rejected', 'admitted']);
+    t.same(again.body.players[2].event_id, c.event_id);
+  });
+
+  await t.test("a review admit claims the held player's event id: bound to other content meanwhile, 409 and the player stays held", async (t) => {
+    const held = report([{ ext: 'pre-held', score: 60000 }]);
+    const h = (await api.post('/v1/match_results', held)).body.players[0];
+    t.equal(h.status, 'held');
+    t.equal((await api.post('/v1/events', { id: h.client_event_id, name: 'match.completed', customer_id: 'pre-held', occurred_at: minutesAgo(1) })).status, 202);
+    const admit = await tenant.admin.post(`/v1/match_result_players/${h.id}/reviews`, { decision: 'admit' }, idem());
+    t.equal(admit.status, 409);
+    t.equal(admit.body.error.code, 'event_id_conflict');
+    t.equal((await api.get(`/v1/match_results/${held.match_id}`)).body.players[0].status, 'held');
+    t.equal((await tenant.admin.post(`/v1/match_result_players/${h.id}/reviews`, { decision: 'reject' }, idem())).body.player.status, 'rejected');
   });
 
   await t.test('outliers with action reject', async (t) => {

@@ -3,6 +3,7 @@
 // refusal and reviews. Replay (evolve only) must rebuild the same rate books.
 import t from 'tap';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact } from '../../src/domain/customer.js';
+import { eventFingerprint } from '../../src/domain/event-fingerprint.js';
 import type { MatchEventSpec } from '../../src/domain/match/actor.js';
 import { eventId } from '../../src/domain/seen-events.js';
 
@@ -36,6 +37,8 @@ const event = (matchId: string, over: Partial<MatchEventSpec> = {}): MatchEventS
   occurredAtMs: nowMs - 5 * minute,
   metrics: { kills: 3 },
   won: true,
+  // As the coordinator computes it for the player named by external id 'a'.
+  fp: eventFingerprint('match.completed', 'a', nowMs - 5 * minute, { kills: 3, match_id: matchId, match_profile: 'arena', won: true }),
   trust: 'merchant_asserted',
   source: { type: 'secret_key', id: 'key_reporter' },
   rules: null,
@@ -141,6 +144,26 @@ t.test('event_refused: the event id was used with other content; nothing is coun
   if (!r.d.ok) return;
   t.same(r.d.facts, []);
   t.match(r.d.reply, { status: 'rejected', reasons: [{ code: 'event_refused' }], eventId: null });
+});
+
+t.test('the event is recorded with the fingerprint of the same event sent through POST /v1/events: a resend is a duplicate', async (t) => {
+  const s = run(evolve(null, created('cust_A', 'a')), admit('m1', 'cust_A')).state;
+  const resend = (properties: Record<string, unknown>): Command => ({
+    kind: 'event.record',
+    externalId: 'a',
+    clientEventId: 'm1:cust_A',
+    name: 'match.completed',
+    occurredAtMs: nowMs - 5 * minute,
+    properties,
+    // What the events handler computes for {customer_id: 'a', occurred_at, properties}.
+    fp: eventFingerprint('match.completed', 'a', nowMs - 5 * minute, properties),
+    trust: 'merchant_asserted',
+    source: { type: 'secret_key', id: 'key_test' },
+    rules: null,
+  });
+  const same = run(s, resend({ won: true, match_profile: 'arena', match_id: 'm1', kills: 3 }));
+  t.match(same.d, { ok: true, facts: [], reply: { kind: 'event', duplicate: true } });
+  t.match(run(s, resend({ kills: 4, match_id: 'm1', match_profile: 'arena', won: true })).d, { ok: false, code: 'event_id_conflict' });
 });
 
 t.test('reviews: admit records the event (once); reject releases the count', async (t) => {

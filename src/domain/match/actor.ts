@@ -7,7 +7,6 @@
 // the event id `<match_id>:<customer id>` is deduplicated forever. Pure; never throws.
 import type { CountersContext } from '../counters.js';
 import type { ErrorCode } from '../../errors/codes.js';
-import { canonicalJson, hash53 } from '../../util/canonical-json.js';
 import type { CustomerState, Ctx, EventSource, EventToRecord, Fact } from '../customer.js';
 import type { Effect, RulesContext } from '../rule-effects.js';
 import type { RateLimit } from './profile.js';
@@ -23,6 +22,12 @@ export interface MatchEventSpec {
   occurredAtMs: number;
   metrics: Record<string, number>;
   won: boolean | null;
+  /**
+   * The event's content fingerprint as if sent through POST /v1/events (domain/event-fingerprint.ts,
+   * with the player's customer identifier as a client would send it): the coordinator binds the id
+   * to it in the environment's register before the step, so an exact resend is a duplicate.
+   */
+  fp: number;
   trust: 'merchant_asserted';
   /** The reporting secret key (spec 4.9 rule 6). */
   source: EventSource;
@@ -100,13 +105,12 @@ function recordOnce(
 ): { refused: string } | { facts: Fact[]; eventId: string; effects: Effect[] } {
   const id = clientEventId(e.matchId, playerId);
   const properties = matchEventProperties(e);
-  const fp = hash53(canonicalJson([e.name, playerId, e.occurredAtMs, properties]));
   const seen = state.events.get(id);
   if (seen !== undefined) {
-    if (seen.fp !== fp) return { refused: `Event ${id} was already recorded with different content.` };
+    if (seen.fp !== e.fp) return { refused: `Event ${id} was already recorded with different content.` };
     return { facts: [], eventId: seen.id, effects: [] };
   }
-  return hooks.recordEvent(state, { clientEventId: id, name: e.name, occurredAtMs: e.occurredAtMs, properties, fp, trust: e.trust, source: e.source, rules: e.rules, counters: e.counters ?? null }, ctx);
+  return hooks.recordEvent(state, { clientEventId: id, name: e.name, occurredAtMs: e.occurredAtMs, properties, fp: e.fp, trust: e.trust, source: e.source, rules: e.rules, counters: e.counters ?? null }, ctx);
 }
 
 export function decideMatch(state: CustomerState, cmd: MatchCommand, ctx: Ctx, hooks: MatchHooks): Decision {

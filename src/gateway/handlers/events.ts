@@ -12,7 +12,7 @@ import type { CredentialKind } from '../../tenancy/types.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { CountersContext } from '../../domain/counters.js';
-import { canonicalJson, hash53 } from '../../util/canonical-json.js';
+import { eventFingerprint } from '../../domain/event-fingerprint.js';
 import type { EventIdClaims } from '../event-id-claims.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
@@ -130,7 +130,7 @@ async function recordOne(
   if (occurredAtMs > nowMs + limits.occurredAtFutureSkewMs) {
     throw new ApiError('occurred_at_in_future', { param: param ? `${param}.occurred_at` : 'occurred_at' });
   }
-  const fp = hash53(canonicalJson([ev.name, ev.customer_id, occurredAtMs, ev.properties]));
+  const fp = eventFingerprint(ev.name, ev.customer_id, occurredAtMs, ev.properties);
   // The id is the environment's: bound to the first content sent with it, whichever customer that
   // named. The same content goes on to its customer's actor, which answers a repeat as the first.
   let bound: number;
