@@ -114,6 +114,12 @@ export interface Locks {
    * it now (a late release never frees someone else's lock).
    */
   release(name: string, token: string): Promise<boolean>;
+  /**
+   * Resets the lock's ttl to ttlMs from now if `token` still holds it, atomically with the check.
+   * False, changing nothing, when it had expired or another token holds it now (a late extend
+   * never keeps someone else's lock alive, nor revives an expired one).
+   */
+  extend(name: string, token: string, ttlMs: number): Promise<boolean>;
 }
 
 /**

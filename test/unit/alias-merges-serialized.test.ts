@@ -30,6 +30,7 @@ function harness(opts: { locks?: Locks; waitMs?: number } = {}) {
       if (released) log.push(`unlock ${name}`);
       return released;
     },
+    extend: (name, token, ttlMs) => shared.extend(name, token, ttlMs),
   };
   const engine = {
     execute: async (call: Call): Promise<CallResult> => {
