@@ -103,7 +103,8 @@ export interface Membership {
  * runs out. Not fenced: a holder still working after its ttl may overlap the next holder. withLock
  * therefore extends the lock while its work runs and lets the work check, before each step, that
  * it still holds it; what stays open is a holder frozen for longer than the ttl between such a
- * check and the step it then runs. Names are free-form.
+ * check and the step it then runs (or cut off from the lock's storage for that long while the
+ * step is in flight). Names are free-form.
  */
 export interface Locks {
   /**
@@ -214,7 +215,7 @@ function keepHeld(
   ttlMs: number,
   heldSinceMs: number,
 ): { hold: LockHold; stop(): void } {
-  let askedAtMs = heldSinceMs;
+  let lastSentAtMs = heldSinceMs;
   let heldUntilMs = heldSinceMs + ttlMs;
   let lost = false;
   let stopped = false;
@@ -225,7 +226,7 @@ function keepHeld(
   };
   const extend = async () => {
     const sentAtMs = Date.now();
-    askedAtMs = sentAtMs;
+    lastSentAtMs = sentAtMs;
     try {
       if (await locks.extend(name, token, ttlMs)) heldUntilMs = sentAtMs + ttlMs;
       else lost = true;
@@ -236,7 +237,7 @@ function keepHeld(
   };
   const arm = () => {
     if (stopped || !held()) return;
-    timer = setTimeout(() => void extend(), Math.max(0, askedAtMs + ttlMs / 3 - Date.now())).unref();
+    timer = setTimeout(() => void extend(), Math.max(0, lastSentAtMs + ttlMs / 3 - Date.now())).unref();
   };
   arm();
   return {
