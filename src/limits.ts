@@ -79,10 +79,11 @@ export const limits = {
   actorIdleMs: 60_000,
   projectorBatchRecordsMax: 2000,
   /**
-   * The environment's cluster-wide merge lock (alias additions). Its ttl must outlast the merge it
-   * guards (resolve the survivor, claim the key, add the alias: three actor calls, milliseconds
-   * normally, and each forwarded attempt gives up after 5 s): 10 s covers one stalled forward. A
-   * node that dies holding it blocks merges of that environment for at most this long.
+   * The environment's cluster-wide merge lock (alias additions). Extended every ttl/3 while the
+   * merge runs (withLock), so its ttl need not outlast the merge, only a stall of the holder
+   * between checking the lock and running the step after it; the merge stops before a step once
+   * its extends failed for this long. A node that dies holding it blocks merges of that
+   * environment for at most this long.
    */
   mergeLockTtlMs: 10_000,
   /** How long an alias addition waits for the merge lock before answering 429 rate_limited. */

@@ -100,8 +100,11 @@ export interface Membership {
 
 /**
  * Named cluster-wide mutual exclusion with a ttl: a holder that dies frees its lock when the ttl
- * runs out. Not fenced: a holder still working after its ttl may overlap the next holder, so the
- * ttl must outlast the work it guards (callers state their bound). Names are free-form.
+ * runs out. Not fenced: a holder still working after its ttl may overlap the next holder. withLock
+ * therefore extends the lock while its work runs and lets the work check, before each step, that
+ * it still holds it; what stays open is a holder frozen for longer than the ttl between such a
+ * check and the step it then runs (or cut off from the lock's storage for that long while the
+ * step is in flight). Names are free-form.
  */
 export interface Locks {
   /**
@@ -114,6 +117,12 @@ export interface Locks {
    * it now (a late release never frees someone else's lock).
    */
   release(name: string, token: string): Promise<boolean>;
+  /**
+   * Resets the lock's ttl to ttlMs from now if `token` still holds it, atomically with the check.
+   * False, changing nothing, when it had expired or another token holds it now (a late extend
+   * never keeps someone else's lock alive, nor revives an expired one).
+   */
+  extend(name: string, token: string, ttlMs: number): Promise<boolean>;
 }
 
 /**
@@ -138,33 +147,111 @@ export class LockBusyError extends Error {
   }
 }
 
+/** Thrown by LockHold.assertHeld once the lock may belong to someone else. */
+export class LockLostError extends Error {
+  constructor(readonly lockName: string) {
+    super(`lock ${lockName} was lost`);
+    this.name = 'LockLostError';
+  }
+}
+
+/** What withLock hands its `run`: whether the lock it runs under is still held. */
+export interface LockHold {
+  /**
+   * True while the lock is known to be held: no extend answered false, and less than the ttl has
+   * passed since the start of the last call that answered held (the acquire or an extend; an
+   * extend that failed with a storage error proves nothing). Once false, false for good.
+   */
+  held(): boolean;
+  /** Throws LockLostError unless held(): call it right before each step the lock guards. */
+  assertHeld(): void;
+}
+
 /**
  * Runs `run` holding the lock `name`: retries acquire with short growing pauses (10 ms doubling
  * to 100 ms, jittered so waiters on several nodes do not move in step) for at most waitMs, then
- * rejects with LockBusyError without running it. Releases in finally; a failed or late release
- * changes nothing for the caller (the ttl frees the lock).
+ * rejects with LockBusyError without running it. While `run` runs, the lock is extended every
+ * ttl/3 (keepHeld) and `run` can ask whether it still holds it; it is never interrupted, so it
+ * decides what a lost lock means. Releases in finally; a failed or late release changes nothing
+ * for the caller (the ttl frees the lock).
  */
 export async function withLock<T>(
   locks: Locks,
   name: string,
   bounds: { ttlMs: number; waitMs: number },
-  run: () => Promise<T>,
+  run: (hold: LockHold) => Promise<T>,
 ): Promise<T> {
   const giveUpAtMs = Date.now() + bounds.waitMs;
   let pauseMs = 10;
+  let askedAtMs = Date.now();
   let token = await locks.acquire(name, bounds.ttlMs);
   while (token === null) {
     const leftMs = giveUpAtMs - Date.now();
     if (leftMs <= 0) throw new LockBusyError(name);
     await new Promise((r) => setTimeout(r, Math.min(leftMs, pauseMs * (0.5 + Math.random()))));
     pauseMs = Math.min(pauseMs * 2, 100);
+    askedAtMs = Date.now();
     token = await locks.acquire(name, bounds.ttlMs);
   }
+  const kept = keepHeld(locks, name, token, bounds.ttlMs, askedAtMs);
   try {
-    return await run();
+    return await run(kept.hold);
   } finally {
+    kept.stop();
     await locks.release(name, token).catch(() => false);
   }
+}
+
+/**
+ * Extends the lock `token` took at heldSinceMs every ttl/3 until stopped, on an unref'd timer that
+ * is armed only once the previous extend answered (never two in flight; the next one is due ttl/3
+ * after the previous was sent, at once if that already passed). The ttl counts from when a call
+ * was sent, so held() never outlives the key. A lock once lost is not extended again.
+ */
+function keepHeld(
+  locks: Locks,
+  name: string,
+  token: string,
+  ttlMs: number,
+  heldSinceMs: number,
+): { hold: LockHold; stop(): void } {
+  let lastSentAtMs = heldSinceMs;
+  let heldUntilMs = heldSinceMs + ttlMs;
+  let lost = false;
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const held = () => {
+    if (Date.now() >= heldUntilMs) lost = true;
+    return !lost;
+  };
+  const extend = async () => {
+    const sentAtMs = Date.now();
+    lastSentAtMs = sentAtMs;
+    try {
+      if (await locks.extend(name, token, ttlMs)) heldUntilMs = sentAtMs + ttlMs;
+      else lost = true;
+    } catch {
+      // A storage error: the lock counts as held until heldUntilMs, as if this extend never ran.
+    }
+    arm();
+  };
+  const arm = () => {
+    if (stopped || !held()) return;
+    timer = setTimeout(() => void extend(), Math.max(0, lastSentAtMs + ttlMs / 3 - Date.now())).unref();
+  };
+  arm();
+  return {
+    hold: {
+      held,
+      assertHeld: () => {
+        if (!held()) throw new LockLostError(name);
+      },
+    },
+    stop: () => {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
 }
 
 /** Broadcast to every node (cache invalidation, revocations). At most once, best effort, fast. */

@@ -1,7 +1,8 @@
 // Contract suite of the Locks port, run against Redis and the in-memory adapter. Time moves only
 // through the harness: a fake clock for memory, real waiting for Redis (its own clock expires keys).
 // Invariants checked: at most one live token per name (also among concurrent acquirers), release
-// only by the holding token, expiry after the ttl, and withLock's wait bound and release.
+// and extend only by the holding token, expiry after the ttl (or the last extend), and withLock's
+// wait bound and release.
 import t, { type Test } from 'tap';
 import { MemoryLocks } from '../../src/persistence/memory/locks.js';
 import { LockBusyError, type Locks, withLock } from '../../src/persistence/ports.js';
@@ -85,6 +86,42 @@ function locksContract(name: string, make: (t: Test) => Promise<Harness>): void 
       await advance(120);
       t.notOk(await locks.release('l', a));
       t.type(await locks.acquire('l', long), 'string');
+    });
+
+    t.test('extend keeps a held lock alive past its original ttl, for the new ttl only', async (t) => {
+      const { locks, advance } = await make(t);
+      const a = (await locks.acquire('l', 200))!;
+      await advance(130);
+      t.ok(await locks.extend('l', a, 200), 'the holder extends');
+      await advance(130);
+      t.equal(await locks.acquire('l', long), null, 'still held after the original ttl');
+      t.ok(await locks.extend('l', a, 200), 'and extends again');
+      await advance(260);
+      t.type(await locks.acquire('l', long), 'string', 'free once the extended ttl ran out');
+      t.notOk(await locks.release('l', a), 'the expired holder releases nothing');
+    });
+
+    t.test('extend with a token that does not hold the lock answers false and changes nothing', async (t) => {
+      const { locks, advance } = await make(t);
+      const a = (await locks.acquire('l', 200))!;
+      t.notOk(await locks.extend('l', 'not-the-token', long), 'a wrong token extends nothing');
+      t.notOk(await locks.extend('other', a, long), 'a token of another name extends nothing');
+      t.notOk(await locks.extend('never-taken', a, long), 'extending a free lock is false');
+      t.type(await locks.acquire('never-taken', long), 'string', 'and does not take it');
+      await advance(260);
+      t.type(await locks.acquire('l', long), 'string', "the holder's ttl was not extended");
+    });
+
+    t.test('extend after expiry answers false: it neither revives the lock nor extends the next holder', async (t) => {
+      const { locks, advance } = await make(t);
+      const a = (await locks.acquire('l', 50))!;
+      await advance(120);
+      t.notOk(await locks.extend('l', a, long), 'the expired token extends nothing');
+      const b = await locks.acquire('l', 50);
+      t.type(b, 'string', 'free: the late extend did not revive it');
+      t.notOk(await locks.extend('l', a, long), "the late extend does not touch the next holder's lock");
+      await advance(120);
+      t.type(await locks.acquire('l', long), 'string', "the next holder's lock expired on its own ttl");
     });
 
     t.test('concurrent acquirers: at most one token', async (t) => {

@@ -2,7 +2,8 @@
 // resolves its survivor only after the first merged. Interleaved (view, view, claim, claim), two
 // merges in opposite directions would each merge the other's customer: a cycle. Other
 // environments are not held up. Each merge holds the environment's cluster-wide lock across the
-// whole sequence, waits while another node holds it, and answers 429 when it stays taken.
+// whole sequence, waits while another node holds it, and answers 429 when it stays taken, or when
+// it lost the lock midway (then before its next step).
 import t from 'tap';
 import type { Engine } from '../../src/actors/engine.js';
 import type { Call, CallResult } from '../../src/actors/partition.js';
@@ -15,7 +16,10 @@ import type { Locks } from '../../src/persistence/ports.js';
 const A = 'cust_00001M84KXN2SAE60B7HZ04F81HQ7';
 const B = 'cust_00001M84KXN2SAE60B7HZ04F81HQ8';
 
-function harness(opts: { locks?: Locks; waitMs?: number } = {}) {
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** `step` runs inside every engine call; by default it takes a few turns, as a journal write would. */
+function harness(opts: { locks?: Locks; waitMs?: number; ttlMs?: number; step?: (kind: string) => Promise<void> } = {}) {
   const log: string[] = [];
   const shared = opts.locks ?? new MemoryLocks();
   // Logs lock moves into the same log as the engine calls.
@@ -30,13 +34,13 @@ function harness(opts: { locks?: Locks; waitMs?: number } = {}) {
       if (released) log.push(`unlock ${name}`);
       return released;
     },
+    extend: (name, token, ttlMs) => shared.extend(name, token, ttlMs),
   };
   const engine = {
     execute: async (call: Call): Promise<CallResult> => {
       const who = call.target.by === 'id' ? call.target.id.slice(-3) : call.target.key;
       log.push(`${call.env}:${call.command.kind}:${who}`);
-      // Every step takes a few turns, as a journal write would.
-      await new Promise((r) => setTimeout(r, 5));
+      await (opts.step?.(call.command.kind) ?? sleep(5));
       switch (call.command.kind) {
         case 'customer.view':
           return { ok: true, reply: { kind: 'customer', customer: { id: call.target.by === 'id' ? call.target.id : '', environmentId: call.env, aliases: [] } } } as unknown as CallResult;
@@ -55,7 +59,7 @@ function harness(opts: { locks?: Locks; waitMs?: number } = {}) {
     tiers: { all: async () => [] },
     drainProjector: async () => {},
     mintCustomerToken: async () => ({ token: '', expiresAtMs: 0 }),
-    mergeLock: { locks, ttlMs: 10_000, waitMs: opts.waitMs ?? 5000 },
+    mergeLock: { locks, ttlMs: opts.ttlMs ?? 10_000, waitMs: opts.waitMs ?? 5000 },
   });
   const route = routes.find((r) => r.method === 'POST' && r.path === '/v1/customers/:id/aliases')!;
   const add = (env: string, id: string, alias: string) =>
@@ -89,7 +93,7 @@ t.test("a merge waits while another node holds the environment's lock", async (t
   const { log, add } = harness({ locks });
   const other = (await locks.acquire('merge:env_1', 10_000))!;
   const merge = add('env_1', A, 'ext-b');
-  await new Promise((r) => setTimeout(r, 60));
+  await sleep(60);
   t.same(log, [], 'nothing ran while the other node held the lock');
   await locks.release('merge:env_1', other);
   await merge;
@@ -124,4 +128,35 @@ t.test('a failed merge does not block the next; other environments run alongside
   t.ok(log.includes('env_1:alias.add:HQ7'), 'the merge after the failed one ran');
   t.equal(log.filter((l) => l === 'lock merge:env_1').length, 2, 'both env_1 merges took the lock');
   t.equal(log.filter((l) => l === 'unlock merge:env_1').length, 2, 'the failed merge released it too');
+});
+
+t.test('a merge whose lock expired during a step stops before its next one: 429 to retry, and the repeat runs', async (t) => {
+  let now = 0;
+  const locks = new MemoryLocks(() => now);
+  const ttlMs = 300;
+  let stalled = false;
+  const { log, add } = harness({
+    locks,
+    ttlMs,
+    step: async (kind) => {
+      if (kind !== 'key.claim' || stalled) return sleep(5);
+      stalled = true;
+      // The claim stalls past the ttl: the lock expires, and the extend due meanwhile finds it gone.
+      now += ttlMs;
+      await sleep(ttlMs / 2);
+    },
+  });
+  const err = await add('env_1', A, 'ext-b').catch((e: unknown) => e);
+  t.ok(err instanceof ApiError);
+  t.equal((err as ApiError).code, 'rate_limited');
+  t.equal((err as ApiError).message, 'The merge lost its lock; retry.');
+  t.equal((err as ApiError).retryAfterSeconds, 1);
+  t.same(log, ['lock merge:env_1', 'env_1:customer.view:HQ7', 'env_1:key.claim:ext-b'], 'no alias.add after the lock was lost');
+  log.length = 0;
+  await add('env_1', A, 'ext-b');
+  t.same(
+    log,
+    ['lock merge:env_1', 'env_1:customer.view:HQ7', 'env_1:key.claim:ext-b', 'env_1:alias.add:HQ7', 'unlock merge:env_1'],
+    'the repeat takes the lock again and runs every step',
+  );
 });

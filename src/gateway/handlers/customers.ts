@@ -13,7 +13,7 @@ import { type SegmentDef, segmentNames } from '../../domain/segments.js';
 import { ApiError } from '../../errors/api-error.js';
 import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
-import { LockBusyError, type Locks, withLock } from '../../persistence/ports.js';
+import { LockBusyError, type LockHold, LockLostError, type Locks, withLock } from '../../persistence/ports.js';
 import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
@@ -195,11 +195,13 @@ async function unfinishedMerge(
   env: string,
   survivorId: string,
   alias: string,
+  hold: LockHold,
 ): Promise<{ mergedFrom: string | null } & MergeHandover> {
   await deps.drainProjector();
   const rows = await deps.readModel.listCustomers(env, { limit: 1, after: null, externalId: alias });
   for (const row of rows) {
     if (row.id === survivorId) continue;
+    hold.assertHeld();
     const r = await deps.engine.execute({ env, target: { by: 'id', id: row.id }, command: { kind: 'customer.handover', survivorId }, nowMs: await deps.now(env) });
     if (r.ok === true && r.reply.kind === 'handover') {
       const { kind: _, ...handover } = r.reply;
@@ -215,9 +217,14 @@ async function unfinishedMerge(
  * pass their claims and leave A merged into B and B into A, both unreachable; serialized, the
  * second resolves its survivor after the first merged it, and its claim is a no-op. Two layers:
  * this node's queue (so its own merges wait in memory, not by polling Redis), then the
- * environment's merge lock (deps.mergeLock), held across resolve + claim + alias.add and released
- * in finally. The lock is not fenced: a merge stalled past its ttl (a partition moving mid-merge)
- * could still overlap the next one (limits.mergeLockTtlMs).
+ * environment's merge lock (deps.mergeLock), held across resolve + claim + alias.add, extended
+ * every ttl/3 while the merge runs (withLock; a partition moving mid-merge no longer outlasts it)
+ * and released in finally. Before each step that changes state the merge checks that it still
+ * holds the lock (addAlias): one that lost it (an extend answered false, or none succeeded for a
+ * ttl: Redis unreachable, the node stalled) stops before that step with a 429, and its repeat
+ * finishes it. Still not excluded, the lock being unfenced: a node frozen for longer than the ttl
+ * exactly between a check and the step it then runs, or cut off from Redis for a ttl while that
+ * step is in flight, overlaps the next merge (limits.mergeLockTtlMs).
  */
 const mergeQueues = new Map<string, Promise<unknown>>();
 
@@ -232,22 +239,37 @@ function mergesOf<T>(environmentId: string, run: () => Promise<T>): Promise<T> {
   return mine;
 }
 
-/** Runs a merge under the environment's cluster-wide lock; 429 rate_limited when it stays taken. */
-async function underMergeLock<T>(deps: CustomerDeps, environmentId: string, run: () => Promise<T>): Promise<T> {
+/**
+ * Runs a merge under the environment's cluster-wide lock; 429 rate_limited with Retry-After when it
+ * stays taken, and when the merge lost it midway (LockLostError from its hold.assertHeld(): the
+ * error table has no 503 for this, and a 429 is not stored under an Idempotency-Key, so the repeat
+ * runs and finishes the merge).
+ */
+async function underMergeLock<T>(deps: CustomerDeps, environmentId: string, run: (hold: LockHold) => Promise<T>): Promise<T> {
   try {
     return await withLock(deps.mergeLock.locks, `merge:${environmentId}`, deps.mergeLock, run);
   } catch (err) {
-    if (!(err instanceof LockBusyError)) throw err;
-    throw new ApiError('rate_limited', { message: 'Another merge of this environment is running; retry.', retryAfterSeconds: 1 });
+    if (err instanceof LockBusyError) {
+      throw new ApiError('rate_limited', { message: 'Another merge of this environment is running; retry.', retryAfterSeconds: 1 });
+    }
+    if (err instanceof LockLostError) throw new ApiError('rate_limited', { message: 'The merge lost its lock; retry.', retryAfterSeconds: 1 });
+    throw err;
   }
 }
 
 export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
-  /** Adds an alias; an alias that is another customer's external id merges that customer in. */
-  const addAlias = async (ctx: RequestContext<z.infer<typeof aliasBody>>) => {
+  /**
+   * Adds an alias; an alias that is another customer's external id merges that customer in. Runs
+   * under the merge lock (`hold`), checked right before each step that changes state (the claim,
+   * the handover of an unfinished merge, alias.add): a merge that lost its lock stops before its
+   * next step. Stopping between steps is safe: the repeat of the request finishes the merge
+   * (unfinishedMerge), as after a node that died between them.
+   */
+  const addAlias = async (ctx: RequestContext<z.infer<typeof aliasBody>>, hold: LockHold) => {
     const env = environmentIdOf(ctx.principal);
     // Resolve the survivor first (the id may itself have been merged away).
     const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
+    hold.assertHeld();
     const claim = await call(deps, env, { by: 'key', key: ctx.body.alias }, { kind: 'key.claim', customerId: survivor.id });
     if (claim.kind !== 'claimed') throw new ApiError('internal_error');
     const { kind: _, ...claimed } = claim;
@@ -255,16 +277,18 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     // whose alias addition never ran (a crash after its claim): that merged customer hands over again.
     const { mergedFrom, ...handover } =
       claimed.mergedFrom === null && !survivor.aliases.some((a) => a.alias === ctx.body.alias)
-        ? await unfinishedMerge(deps, env, survivor.id, ctx.body.alias)
+        ? await unfinishedMerge(deps, env, survivor.id, ctx.body.alias, hold)
         : claimed;
+    // A ledger taken over re-places the survivor in its tier programs.
+    const tiers = handover.ledger !== undefined ? { tierPrograms: (await deps.tiers.all(env)).map(tierProgramOf) } : {};
+    hold.assertHeld();
     const added = await call(deps, env, { by: 'id', id: survivor.id }, {
       kind: 'alias.add',
       alias: ctx.body.alias,
       aliasKind: ctx.body.kind,
       mergedFrom,
       ...handover,
-      // A ledger taken over re-places the survivor in its tier programs.
-      ...(handover.ledger !== undefined ? { tierPrograms: (await deps.tiers.all(env)).map(tierProgramOf) } : {}),
+      ...tiers,
     });
     if (added.kind !== 'alias') throw new ApiError('internal_error');
     return {
@@ -491,7 +515,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       responses: { 201: { description: '{alias, merged_from}' } },
       handler: (ctx: RequestContext<z.infer<typeof aliasBody>>) => {
         const env = environmentIdOf(ctx.principal);
-        return mergesOf(env, () => underMergeLock(deps, env, () => addAlias(ctx)));
+        return mergesOf(env, () => underMergeLock(deps, env, (hold) => addAlias(ctx, hold)));
       },
     }),
     route({

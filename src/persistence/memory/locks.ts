@@ -1,12 +1,12 @@
 // In-memory Locks for unit tests and embedded single-process mode (one node: the lock only has to
 // exclude this process's own callers). Same guarantees as the Redis adapter: one live token per
-// name, a lock is live while clock() < expiry, release only by the token that holds it.
+// name, a lock is live while clock() < expiry, release and extend only by the token that holds it.
 // Time comes only from the injected clock.
 import { randomUUID } from 'node:crypto';
 import type { Locks } from '../ports.js';
 
 interface Held {
-  token: string;
+  readonly token: string;
   expiresAtMs: number;
 }
 
@@ -35,6 +35,13 @@ export class MemoryLocks implements Locks {
   async release(name: string, token: string): Promise<boolean> {
     if (this.live(name)?.token !== token) return false;
     this.held.delete(name);
+    return true;
+  }
+
+  async extend(name: string, token: string, ttlMs: number): Promise<boolean> {
+    const h = this.live(name);
+    if (h?.token !== token) return false;
+    h.expiresAtMs = this.clock() + ttlMs;
     return true;
   }
 }

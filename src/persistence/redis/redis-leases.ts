@@ -27,7 +27,7 @@ export class RedisLeases extends ScriptedRedisAdapter implements Leases {
   }
 
   async renew(partition: number, nodeId: string, epoch: number, ttlMs: number): Promise<boolean> {
-    return (await this.redis.loyaltyLeaseRenew(this.keys.partitionLease(partition), `${nodeId}:${epoch}`, ttlMs)) === 1;
+    return (await this.redis.loyaltyPexpireIfEqual(this.keys.partitionLease(partition), `${nodeId}:${epoch}`, ttlMs)) === 1;
   }
 
   async renewMany(nodeId: string, items: ReadonlyArray<{ partition: number; epoch: number }>, ttlMs: number): Promise<boolean[]> {

@@ -18,8 +18,8 @@ const files = {
   loyaltyJournalAppend: 'append-2.lua',
   loyaltyJournalAppendMany: 'append-many-n.lua',
   loyaltyLeaseAcquire: 'acquire-2.lua',
-  loyaltyLeaseRenew: 'renew-1.lua',
   loyaltyLeaseRenewMany: 'renew-many-n.lua',
+  loyaltyPexpireIfEqual: 'pexpire-if-equal-1.lua',
   loyaltyDeleteIfEqual: 'delete-if-equal-1.lua',
   loyaltyNodeHeartbeat: 'heartbeat-2.lua',
   loyaltyNodeAlive: 'alive-2.lua',
@@ -40,9 +40,10 @@ export interface ScriptCommands {
   /** numKeys, then stream/lease pairs, then epoch/payload pairs. */
   loyaltyJournalAppendMany(numKeys: number, ...keysThenArgs: Array<string | number | Buffer>): Promise<string[]>;
   loyaltyLeaseAcquire(lease: string, epochKey: string, nodeId: string, ttlMs: number): Promise<number | null>;
-  loyaltyLeaseRenew(lease: string, holder: string, ttlMs: number): Promise<number>;
   /** numKeys, then the lease keys, then the ttl, then the expected holders in key order. */
   loyaltyLeaseRenewMany(numKeys: number, ...keysThenArgs: Array<string | number>): Promise<number[]>;
+  /** Resets the key's ttl (a lease or a lock) only while it holds `value`; 1 when extended. */
+  loyaltyPexpireIfEqual(key: string, value: string, ttlMs: number): Promise<number>;
   /** Deletes the key (a lease or a lock) only while it holds `value`; 1 when deleted. */
   loyaltyDeleteIfEqual(key: string, value: string): Promise<number>;
   loyaltyNodeHeartbeat(nodes: string, infos: string, nodeId: string, ttlMs: number, info: string): Promise<number>;

@@ -1,7 +1,7 @@
 --[[
   Extends several partition leases in one call, each only if it is still held by exactly the
-  given node and epoch (renew-1.lua for many partitions: one command per renewal round instead
-  of one per partition).
+  given node and epoch (pexpire-if-equal-1.lua for many partitions: one command per renewal round
+  instead of one per partition).
 
   Input (numkeys = n):
     KEYS[i]   partition lease (keys.partitionLease)
