@@ -31,16 +31,17 @@ function withExtend(extend: Locks['extend']) {
 
 t.test('a run lasting several ttls keeps the lock: nobody else takes it meanwhile; no extend after the run', async (t) => {
   const { locks, seen } = withExtend(MemoryLocks.prototype.extend);
-  const ttlMs = 300;
+  // A longer ttl here: the check needs the lock kept alive through any stall of up to 2/3 of it.
+  const ttlMs = 900;
   await withLock(locks, 'l', { ttlMs, waitMs: 0 }, async (hold) => {
-    for (let i = 1; i <= 6; i++) {
+    for (let i = 1; i <= 4; i++) {
       await sleep(ttlMs / 2);
       t.equal(await locks.acquire('l', ttlMs), null, `after ${(i * ttlMs) / 2} ms another acquire gets null`);
       t.ok(hold.held(), 'and the run is told it holds the lock');
     }
     hold.assertHeld();
   });
-  t.ok(seen.calls >= 5, `extended along the run (${seen.calls})`);
+  t.ok(seen.calls >= 4, `extended along the run (${seen.calls})`);
   t.type(await locks.acquire('l', ttlMs), 'string', 'released after the run');
   const after = seen.calls;
   await sleep(ttlMs / 2);
