@@ -1,12 +1,13 @@
 // Environment-wide event id claims for the events handler: every claim made while the event loop
 // handles one round of requests goes to storage in ONE call per environment (setImmediate), so a
 // 100-event batch, or many single events arriving together, cost one round trip. A claim answers
-// the fingerprint the id is bound to: the caller's own, or the first content ever sent with it.
-import type { EventIds } from '../persistence/ports.js';
+// the fingerprint the id is bound to: the caller's own, or the first content ever sent with it; or,
+// for the caller's own content recorded for a customer since erased, that event (ErasedEvent).
+import type { ErasedEvent, EventIds } from '../persistence/ports.js';
 
 interface Queued {
   items: Array<{ id: string; fp: number }>;
-  waiters: Array<{ resolve: (fp: number) => void; reject: (err: unknown) => void }>;
+  waiters: Array<{ resolve: (bound: number | ErasedEvent) => void; reject: (err: unknown) => void }>;
 }
 
 export class EventIdClaims {
@@ -15,7 +16,7 @@ export class EventIdClaims {
 
   constructor(private readonly store: EventIds) {}
 
-  claim(environmentId: string, id: string, fp: number): Promise<number> {
+  claim(environmentId: string, id: string, fp: number): Promise<number | ErasedEvent> {
     let q = this.queued.get(environmentId);
     if (q === undefined) this.queued.set(environmentId, (q = { items: [], waiters: [] }));
     q.items.push({ id, fp });

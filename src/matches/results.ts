@@ -37,6 +37,7 @@ import { ApiError } from '../errors/api-error.js';
 import type { ErrorCode } from '../errors/codes.js';
 import type { EventIdClaims } from '../gateway/event-id-claims.js';
 import { newId } from '../ids.js';
+import type { ErasedEvent } from '../persistence/ports.js';
 import type { Sql } from '../persistence/sql/db.js';
 import { type AdmissionError, type MatchRow, MatchRecords, type PlayerRow } from '../persistence/sql/match-records.js';
 import type { MatchProfileStore } from './change-sets.js';
@@ -462,15 +463,19 @@ export class MatchResults {
   /**
    * Binds a player's event id to its content in the environment's register, as POST /v1/events
    * does: null once bound to this content (also by an earlier attempt of the same report), else
-   * the admission error (event_id_conflict, or internal_error when the store failed).
+   * the admission error (event_id_conflict, also for an id recorded for a customer since erased;
+   * or internal_error when the store failed).
    */
   private async claimEventId(env: string, id: string, fp: number): Promise<{ code: ErrorCode; message: string } | null> {
-    let bound: number;
+    let bound: number | ErasedEvent;
     try {
       bound = await this.deps.eventIds.claim(env, id, fp);
     } catch {
       return { code: 'internal_error', message: 'Storage is unavailable; retry.' };
     }
+    // Erased: the id was recorded for the player's customer, erased since; it stays taken, as
+    // an id bound to other content is (the erased customer's admission is not run again).
+    if (typeof bound !== 'number') return { code: 'event_id_conflict', message: `Event ${id} belongs to an erased customer.` };
     return bound === fp ? null : { code: 'event_id_conflict', message: `Event ${id} was already received with different content.` };
   }
 

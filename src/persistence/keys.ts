@@ -24,6 +24,11 @@ export interface Keys {
    * buckets of an environment share the hash tag `{e<env>}`.
    */
   eventIds(environmentId: string): string;
+  /**
+   * Prefix of an environment's erased event buckets (EventIds.erase): bucket b (the same two bytes
+   * as in eventIds) maps hash53(id) (8) | fingerprint (8) to the event's service id. Same hash tag.
+   */
+  erasedEventIds(environmentId: string): string;
 }
 
 export function createKeys(prefix: string): Keys {
@@ -36,5 +41,6 @@ export function createKeys(prefix: string): Keys {
     channel: (name) => `${prefix}:bus:${name}`,
     lock: (name) => `${prefix}:lock:${name}`,
     eventIds: (env) => `${prefix}:{e${env}}:eids:`,
+    erasedEventIds: (env) => `${prefix}:{e${env}}:eids-erased:`,
   };
 }

@@ -127,16 +127,40 @@ export interface Locks {
 
 /**
  * The environment-wide register of client event ids (permanent deduplication across customers):
- * each id is bound, forever, to the content fingerprint it was first claimed with.
+ * each id is bound, forever, to the content fingerprint it was first claimed with. It also keeps
+ * the events of erased customers (erase), so that a resend of such an event is answered as the
+ * duplicate it is instead of recording it again for a new customer of the same external id.
  */
 export interface EventIds {
   /**
    * Binds each item's id in `environmentId` to its fingerprint if the id is new, atomically per
    * item, and answers, per item in order, the fingerprint the id is bound to now (its own for a
    * new id; the first claimer's otherwise, also between items of one call and concurrent callers
-   * on any node). Ids are never released.
+   * on any node). Ids are never released. An item whose id was bound to its own fingerprint
+   * before this call and whose (hash53(id), fingerprint) was erased answers ErasedEvent instead:
+   * the event is recorded, as that id, for a customer since erased. The claim that binds an id
+   * never answers ErasedEvent (a new id costs no look-up of erased events).
    */
-  claim(environmentId: string, items: ReadonlyArray<{ id: string; fp: number }>): Promise<number[]>;
+  claim(environmentId: string, items: ReadonlyArray<{ id: string; fp: number }>): Promise<Array<number | ErasedEvent>>;
+  /**
+   * Remembers, for good, that the event with client id hash `idHash` (hash53 of the id, as
+   * SeenEvents keeps it) and fingerprint `fp` is recorded as `eventId` for a customer being or
+   * since erased. Idempotent: the first event id written for an (idHash, fp) stays.
+   */
+  erase(environmentId: string, records: ReadonlyArray<ErasedEventRecord>): Promise<void>;
+}
+
+/** EventIds.claim's answer for an id bound to the item's content whose customer was erased. */
+export interface ErasedEvent {
+  /** The service id (evt_...) the event was recorded as. */
+  erasedEventId: string;
+}
+
+/** One recorded event of an erased customer (EventIds.erase). */
+export interface ErasedEventRecord {
+  idHash: number;
+  fp: number;
+  eventId: string;
 }
 
 /** Thrown by withLock when the lock stayed taken for the whole wait. */

@@ -2,12 +2,16 @@
 // Redis, PostgreSQL, embedded PGlite and the in-memory twin. Invariants checked: the first claim
 // binds an id to its fingerprint forever; later claims (same call, later calls, concurrent callers
 // through separate adapter instances, i.e. nodes) answer that first fingerprint; environments are
-// separate; answers come in item order, also past one script call's chunk.
+// separate; answers come in item order, also past one script call's chunk. Erased events: a claim
+// of an id bound before the call to the item's own fingerprint answers the erased event's service
+// id once (hash53(id), fingerprint) is erased; other content stays a conflict; the binding claim of
+// an id never answers erased; erase is idempotent (the first service id stays).
 import t, { type Test } from 'tap';
 import { MemoryEventIds } from '../../src/persistence/memory/event-ids.js';
 import type { EventIds } from '../../src/persistence/ports.js';
 import { RedisEventIds } from '../../src/persistence/redis/redis-event-ids.js';
 import { PgEventIds } from '../../src/persistence/sql/event-ids.js';
+import { hash53 } from '../../src/util/canonical-json.js';
 import { redisForTest, testRedisUrl } from '../helpers/redis.js';
 import { sqlForTest, sqlKinds } from '../helpers/sql.js';
 
@@ -76,7 +80,7 @@ for (const [name, make] of adapters) {
       const answers = await Promise.all(
         Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? a : b).claim('env_race', [{ id: 'contested', fp: 100 + i }])),
       );
-      const winners = new Set(answers.map((r) => r[0]));
+      const winners = new Set(answers.map((r) => r[0] as number));
       t.equal(winners.size, 1, 'every claimer sees the same fingerprint');
       const [winner] = winners;
       t.ok(winner! >= 100 && winner! < 120, 'the winner is one of the claimers');
@@ -87,6 +91,49 @@ for (const [name, make] of adapters) {
       t.same(await a.claim('env_bulk', items), items.map((it) => it.fp), 'new ids');
       const again = items.map((it) => ({ id: it.id, fp: it.fp + 1 }));
       t.same(await b.claim('env_bulk', again), items.map((it) => it.fp), 'all bound to the first claim');
+    });
+
+    const erased = (id: string, fp: number, eventId: string) => ({ idHash: hash53(id), fp, eventId });
+
+    t.test("an erased customer's event answers its service id to a claim of the same content", async (t) => {
+      t.same(await a.claim('env_er', [{ id: 'gone-1', fp: 7 }, { id: 'kept-1', fp: 8 }]), [7, 8]);
+      await a.erase('env_er', [erased('gone-1', 7, 'evt_01JZERASED0000000000001')]);
+      t.same(await a.claim('env_er', [{ id: 'gone-1', fp: 7 }]), [{ erasedEventId: 'evt_01JZERASED0000000000001' }], 'the same content: erased');
+      t.same(await b.claim('env_er', [{ id: 'gone-1', fp: 7 }]), [{ erasedEventId: 'evt_01JZERASED0000000000001' }], 'also through another node');
+      t.same(await a.claim('env_er', [{ id: 'gone-1', fp: 9 }]), [7], 'other content stays a conflict');
+      t.same(await a.claim('env_er', [{ id: 'kept-1', fp: 8 }, { id: 'new-1', fp: 7 }]), [8, 7], 'other ids, bound or new, are unaffected');
+      t.same(
+        await a.claim('env_er', [{ id: 'gone-1', fp: 9 }, { id: 'gone-1', fp: 7 }, { id: 'new-2', fp: 1 }]),
+        [7, { erasedEventId: 'evt_01JZERASED0000000000001' }, 1],
+        'items of one call in order',
+      );
+      t.same(await a.claim('env_er_other', [{ id: 'gone-1', fp: 7 }, { id: 'gone-1', fp: 7 }]), [7, 7], 'another environment is its own');
+    });
+
+    t.test('erase is idempotent: the first service id stays', async (t) => {
+      t.same(await a.claim('env_er2', [{ id: 'twice', fp: 3 }]), [3]);
+      await a.erase('env_er2', [erased('twice', 3, 'evt_01JZERASED0000000000002')]);
+      await b.erase('env_er2', [erased('twice', 3, 'evt_01JZERASED0000000000002'), erased('twice', 3, 'evt_01JZOTHER00000000000003')]);
+      await a.erase('env_er2', []);
+      t.same(await a.claim('env_er2', [{ id: 'twice', fp: 3 }]), [{ erasedEventId: 'evt_01JZERASED0000000000002' }]);
+    });
+
+    t.test('an erased event whose id was never claimed: the binding claim records it, later claims answer erased', async (t) => {
+      await a.erase('env_er3', [erased('unclaimed', 5, 'evt_01JZERASED0000000000004')]);
+      t.same(await a.claim('env_er3', [{ id: 'unclaimed', fp: 5 }, { id: 'unclaimed', fp: 5 }]), [5, 5], 'the call that binds the id answers its fingerprint');
+      t.same(await a.claim('env_er3', [{ id: 'unclaimed', fp: 5 }]), [{ erasedEventId: 'evt_01JZERASED0000000000004' }], 'bound before: erased');
+    });
+
+    t.test('a large erase and claim answer every item in order', async (t) => {
+      const items = Array.from({ length: 1200 }, (_, i) => ({ id: `gone-bulk-${i}`, fp: i }));
+      await a.claim('env_er_bulk', items);
+      const eventIdOf = (i: number) => `evt_01JZBULK${String(i).padStart(13, '0')}`;
+      await a.erase('env_er_bulk', items.filter((_, i) => i % 2 === 0).map((it, k) => erased(it.id, it.fp, eventIdOf(2 * k))));
+      t.same(
+        await b.claim('env_er_bulk', items),
+        items.map((it, i) => (i % 2 === 0 ? { erasedEventId: eventIdOf(i) } : it.fp)),
+        'the erased half answers its event ids',
+      );
     });
   });
 }

@@ -23,6 +23,7 @@ function recording(fail = false): EventIds & { calls: Array<{ env: string; ids: 
       if (fail) throw new Error('redis is down');
       return inner.claim(env, items);
     },
+    erase: (env, records) => inner.erase(env, records),
   };
 }
 

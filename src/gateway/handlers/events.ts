@@ -13,6 +13,7 @@ import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { CountersContext } from '../../domain/counters.js';
 import { eventFingerprint } from '../../domain/event-fingerprint.js';
+import type { ErasedEvent } from '../../persistence/ports.js';
 import type { EventIdClaims } from '../event-id-claims.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
@@ -132,12 +133,17 @@ async function recordOne(
   }
   const fp = eventFingerprint(ev.name, ev.customer_id, occurredAtMs, ev.properties);
   // The id is the environment's: bound to the first content sent with it, whichever customer that
-  // named. The same content goes on to its customer's actor, which answers a repeat as the first.
-  let bound: number;
+  // named. The same content goes on to its customer's actor, which answers a repeat as the first;
+  // unless its customer was erased: then the register answers the repeat (accepted, as an old sync
+  // answer is, its effects gone with the customer), and no actor, so no customer, sees it.
+  let bound: number | ErasedEvent;
   try {
     bound = await deps.eventIds.claim(env, ev.id, fp);
   } catch {
     throw new ApiError('internal_error', { message: 'Storage is unavailable; retry.' });
+  }
+  if (typeof bound !== 'number') {
+    return { status: 202, body: { id: bound.erasedEventId, client_event_id: ev.id, status: 'accepted', duplicate: true } };
   }
   if (bound !== fp) {
     throw new ApiError('event_id_conflict', {

@@ -2,14 +2,19 @@
 // each stays in Redis's compact listpack encoding up to ~8M ids per environment. An id is stored as
 // two independent 53-bit hashes (16 bits of the first pick the bucket): two different ids of one
 // environment collide with probability ~n^2 / 2^107. One script call per claim
-// (event-ids-claim-1.lua) with the items packed in one Buffer, answering only the items whose id
-// is bound to other content; ids are never deleted.
+// (event-ids-claim-2.lua) with the items packed in one Buffer, answering only the items whose id
+// is bound to other content or whose event was erased; ids are never deleted. Erased events live
+// in a second hash per bucket (same bucket bytes and hash tag), field hash53(id) | fingerprint
+// (16 bytes), value the service event id (event-ids-erase-1.lua): the claim script reads it only
+// for an id it found bound to the item's own fingerprint.
 import { hash53 } from '../../util/canonical-json.js';
-import type { EventIds } from '../ports.js';
+import type { ErasedEvent, ErasedEventRecord, EventIds } from '../ports.js';
 import { ScriptedRedisAdapter } from './scripted-adapter.js';
 
-/** Bytes per packed item: bucket (2) | id hashes (16) | fingerprint (8). */
+/** Bytes per packed claim item: bucket (2) | id hashes (16) | fingerprint (8). */
 const itemBytes = 26;
+/** Bytes per packed erase item: bucket (2) | id hash (8) | fingerprint (8). */
+const erasedItemBytes = 18;
 /** Items per script call: bounds the time one call holds Redis. */
 const chunkMax = 1024;
 const secondSeed = 0x9e3779b9;
@@ -25,9 +30,10 @@ function readU53(buf: Buffer): number {
 }
 
 export class RedisEventIds extends ScriptedRedisAdapter implements EventIds {
-  async claim(environmentId: string, items: ReadonlyArray<{ id: string; fp: number }>): Promise<number[]> {
-    const out: number[] = new Array(items.length);
+  async claim(environmentId: string, items: ReadonlyArray<{ id: string; fp: number }>): Promise<Array<number | ErasedEvent>> {
+    const out: Array<number | ErasedEvent> = new Array(items.length);
     const prefix = this.keys.eventIds(environmentId);
+    const erasedPrefix = this.keys.erasedEventIds(environmentId);
     for (let from = 0; from < items.length; from += chunkMax) {
       const count = Math.min(chunkMax, items.length - from);
       const packed = Buffer.allocUnsafe(count * itemBytes);
@@ -41,9 +47,32 @@ export class RedisEventIds extends ScriptedRedisAdapter implements EventIds {
         writeU53(packed, fp, at + 18);
         out[from + i] = fp;
       }
-      const others = await this.redis.loyaltyEventIdsClaimBuffer(prefix, packed);
-      for (let k = 0; k < others.length; k += 2) out[from + (others[k] as number) - 1] = readU53(others[k + 1] as Buffer);
+      const reported = await this.redis.loyaltyEventIdsClaimBuffer(prefix, erasedPrefix, packed);
+      for (let k = 0; k < reported.length; k += 2) {
+        const item = reported[k] as number;
+        const value = reported[k + 1] as Buffer;
+        if (item > 0) out[from + item - 1] = readU53(value);
+        else out[from - item - 1] = { erasedEventId: value.toString('latin1') };
+      }
     }
     return out;
+  }
+
+  async erase(environmentId: string, records: ReadonlyArray<ErasedEventRecord>): Promise<void> {
+    const erasedPrefix = this.keys.erasedEventIds(environmentId);
+    for (let from = 0; from < records.length; from += chunkMax) {
+      const count = Math.min(chunkMax, records.length - from);
+      const packed = Buffer.allocUnsafe(count * erasedItemBytes);
+      const eventIds: string[] = new Array(count);
+      for (let i = 0; i < count; i++) {
+        const { idHash, fp, eventId } = records[from + i]!;
+        const at = i * erasedItemBytes;
+        packed.writeUInt16LE(idHash & 0xffff, at);
+        writeU53(packed, idHash, at + 2);
+        writeU53(packed, fp, at + 10);
+        eventIds[i] = eventId;
+      }
+      await this.redis.loyaltyEventIdsErase(erasedPrefix, packed, ...eventIds);
+    }
   }
 }

@@ -24,7 +24,8 @@ const files = {
   loyaltyNodeHeartbeat: 'heartbeat-2.lua',
   loyaltyNodeAlive: 'alive-2.lua',
   loyaltyNodeLeave: 'leave-2.lua',
-  loyaltyEventIdsClaim: 'event-ids-claim-1.lua',
+  loyaltyEventIdsClaim: 'event-ids-claim-2.lua',
+  loyaltyEventIdsErase: 'event-ids-erase-1.lua',
 } as const;
 
 const sources = Object.entries(files).map(([name, file]) => {
@@ -49,8 +50,13 @@ export interface ScriptCommands {
   loyaltyNodeHeartbeat(nodes: string, infos: string, nodeId: string, ttlMs: number, info: string): Promise<number>;
   loyaltyNodeAlive(nodes: string, infos: string): Promise<string[]>;
   loyaltyNodeLeave(nodes: string, infos: string, nodeId: string): Promise<number>;
-  /** The environment's bucket key prefix and the packed items; answers item number/fingerprint pairs. */
-  loyaltyEventIdsClaimBuffer(prefix: string, items: Buffer): Promise<Array<number | Buffer>>;
+  /**
+   * The environment's bucket and erased bucket key prefixes and the packed items; answers item
+   * number/fingerprint pairs, and minus item number/erased event id pairs.
+   */
+  loyaltyEventIdsClaimBuffer(prefix: string, erasedPrefix: string, items: Buffer): Promise<Array<number | Buffer>>;
+  /** The environment's erased bucket key prefix, the packed items, then their event ids. */
+  loyaltyEventIdsErase(erasedPrefix: string, items: Buffer, ...eventIds: string[]): Promise<number>;
 }
 
 export type ScriptedRedis = Redis & ScriptCommands;
