@@ -355,6 +355,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
         counterNames: (env) => counters.all(env),
         segments: (env) => segments.all(env),
         forgetIdempotentAnswers: (env, customerIds) => idempotency.forget(env, customerIds),
+        eraseEventIds: (env, records) => storage.eventIds.erase(env, records),
         mergeLock: { locks: storage.locks, ttlMs: limits.mergeLockTtlMs, waitMs: limits.mergeLockWaitMs },
         tiers,
       }),

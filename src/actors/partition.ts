@@ -54,6 +54,7 @@ export type ReplyView =
   | MatchPlayerReply
   | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean }
   | { kind: 'erased'; mergedFrom: string[] }
+  | { kind: 'events_to_erase'; records: number[] }
   | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'done' };
 
@@ -605,6 +606,7 @@ export class Partition {
       case 'match_player':
       case 'segment_membership':
       case 'erased':
+      case 'events_to_erase':
       case 'handover':
         return reply;
       case 'deleted':

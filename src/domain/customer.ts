@@ -128,7 +128,13 @@ export type Command =
   | { kind: 'customer.create'; externalId: string; attributes: Record<string, unknown> }
   | { kind: 'customer.get' }
   | { kind: 'customer.update'; attributes: Record<string, unknown>; expectedVersion: number | null }
-  | { kind: 'customer.delete' }
+  /**
+   * Erases the customer once the environment's register remembers the first `eventsErased` of its
+   * recorded events (SeenEvents records, in order) as erased (EventIds.erase); while it has
+   * recorded more, answers those (events_to_erase) and changes nothing: the caller erases them in
+   * the register and asks again. So no event of an erased customer is ever missing there.
+   */
+  | { kind: 'customer.delete'; eventsErased: number }
   /**
    * Erases a customer merged into `survivorId` when the survivor is deleted (its personal data
    * goes with the survivor's). The only command a merged customer runs itself, not redirected.
@@ -269,6 +275,8 @@ export type Reply =
   | EventReply
   | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
   | { kind: 'deleted' }
+  /** customer.delete: the recorded events past its eventsErased (SeenEvents records) to erase first. */
+  | { kind: 'events_to_erase'; records: number[] }
   /** A merged customer erased: the customers merged into it before, to erase in turn. */
   | { kind: 'erased'; mergedFrom: string[] }
   | ({ kind: 'handover' } & MergeHandover)
@@ -382,6 +390,9 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       return { ok: true, facts: [fact], reply: { kind: 'customer', customer: state } };
     }
     case 'customer.delete':
+      if (state.events.size > cmd.eventsErased) {
+        return { ok: true, facts: noFacts, reply: { kind: 'events_to_erase', records: state.events.records(cmd.eventsErased) } };
+      }
       return {
         ok: true,
         facts: [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],

@@ -37,6 +37,20 @@ export function parseEventId(id: string): { timeMs: number; rand53: number } | n
   return { timeMs: t, rand53: r };
 }
 
+/** How many events packed records (SeenEvents.records) hold. */
+export function recordCount(records: ArrayLike<number>): number {
+  return records.length / stride;
+}
+
+/** The events of packed records (SeenEvents.records), `from` to `to` (record numbers, `to` excluded). */
+export function recordedEvents(records: ArrayLike<number>, from: number, to: number): Array<{ idHash: number; fp: number; eventId: string }> {
+  const out: Array<{ idHash: number; fp: number; eventId: string }> = [];
+  for (let o = from * stride; o < to * stride; o += stride) {
+    out.push({ idHash: records[o]!, fp: records[o + 1]!, eventId: eventId(records[o + 2]!, records[o + 3]!) });
+  }
+  return out;
+}
+
 /** Shared by every empty set (never written: the first add replaces it). */
 const noRecords: number[] = Object.freeze([]) as unknown as number[];
 
@@ -94,9 +108,9 @@ export class SeenEvents {
     }
   }
 
-  /** The packed records (a copy) as plain numbers, for a merge fact. */
-  records(): number[] {
-    return this.data.slice();
+  /** The packed records (a copy) as plain numbers, for a merge fact; from the `from`th on. */
+  records(from = 0): number[] {
+    return this.data.slice(from * stride);
   }
 
   /** The packed records (a copy), for snapshots. */

@@ -59,6 +59,7 @@ function harness(opts: { locks?: Locks; waitMs?: number; ttlMs?: number; step?: 
     tiers: { all: async () => [] },
     drainProjector: async () => {},
     mintCustomerToken: async () => ({ token: '', expiresAtMs: 0 }),
+    eraseEventIds: async () => {},
     mergeLock: { locks, ttlMs: opts.ttlMs ?? 10_000, waitMs: opts.waitMs ?? 5000 },
   });
   const route = routes.find((r) => r.method === 'POST' && r.path === '/v1/customers/:id/aliases')!;

@@ -2,7 +2,8 @@
 import t from 'tap';
 import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, mergeFacts, mergeHandover } from '../../src/domain/customer.js';
 import { balanceOf } from '../../src/domain/ledger.js';
-import { eventId } from '../../src/domain/seen-events.js';
+import { eventId, recordCount, recordedEvents } from '../../src/domain/seen-events.js';
+import { hash53 } from '../../src/util/canonical-json.js';
 
 function ctxAt(nowMs: number): Ctx {
   let n = 0;
@@ -107,12 +108,33 @@ t.test('create on an existing customer is already_exists', async (t) => {
 
 t.test('delete erases personal data and then the customer answers not found', async (t) => {
   const s = given([{ ...created, attributes: { email: 'x@y.z' } } as Fact]);
-  const r = when(s, { kind: 'customer.delete' });
+  const r = when(s, { kind: 'customer.delete', eventsErased: 0 });
   t.equal(r.state?.externalId, null);
   t.same(r.state?.attributes, {});
   t.ok(r.state?.deletedAtMs);
   t.match(when(r.state, { kind: 'customer.get' }).d, { ok: false, code: 'resource_not_found' });
   t.match(when(r.state, ev('e9', 1)).d, { ok: false, code: 'resource_not_found' });
+});
+
+t.test('delete answers the recorded events not yet erased in the register, and deletes once they all are', async (t) => {
+  const e1 = when(given([created]), ev('e1', 7));
+  const e2 = when(e1.state, ev('e2', 8));
+  const ids = [e1, e2].map((r) => (r.d.ok && r.d.reply.kind === 'event' ? r.d.reply.id : ''));
+  const first = when(e2.state, { kind: 'customer.delete', eventsErased: 0 });
+  t.match(first.d, { ok: true, facts: [], reply: { kind: 'events_to_erase' } });
+  const records = first.d.ok && first.d.reply.kind === 'events_to_erase' ? first.d.reply.records : [];
+  t.same(recordedEvents(records, 0, recordCount(records)), [
+    { idHash: hash53('e1'), fp: 7, eventId: ids[0] },
+    { idHash: hash53('e2'), fp: 8, eventId: ids[1] },
+  ]);
+  t.equal(first.state?.deletedAtMs, null, 'not deleted yet');
+  const e3 = when(first.state, ev('e3', 9));
+  const second = when(e3.state, { kind: 'customer.delete', eventsErased: 2 });
+  const rest = second.d.ok && second.d.reply.kind === 'events_to_erase' ? second.d.reply.records : [];
+  t.same(recordedEvents(rest, 0, recordCount(rest)).map((r) => r.fp), [9], 'only the event recorded since');
+  const third = when(second.state, { kind: 'customer.delete', eventsErased: 3 });
+  t.match(third.d, { ok: true, facts: [{ kind: 'customer.deleted' }], reply: { kind: 'deleted' } });
+  t.ok(third.state?.deletedAtMs);
 });
 
 t.test('replaying the facts rebuilds the identical state', async (t) => {

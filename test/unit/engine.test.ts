@@ -225,7 +225,7 @@ t.test('a customer id from another environment does not exist here', async (t) =
   const view = (env: string) => n.engine.execute({ env, target: { by: 'id', id }, command: { kind: 'customer.view' }, nowMs: 5 });
   t.match(await view('env_1'), { ok: true });
   t.match(await view('env_other'), { ok: false, code: 'resource_not_found' });
-  const del = await n.engine.execute({ env: 'env_other', target: { by: 'id', id }, command: { kind: 'customer.delete' }, nowMs: 6 });
+  const del = await n.engine.execute({ env: 'env_other', target: { by: 'id', id }, command: { kind: 'customer.delete', eventsErased: 0 }, nowMs: 6 });
   t.match(del, { ok: false, code: 'resource_not_found' });
   t.match(await view('env_1'), { ok: true }, 'still there');
   await n.placement.stop();

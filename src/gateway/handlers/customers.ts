@@ -10,10 +10,11 @@ import { tierProgramOf } from '../../catalog/rules-context.js';
 import type { MergeHandover } from '../../domain/customer.js';
 import type { TierProgram } from '../../domain/tiers.js';
 import { type SegmentDef, segmentNames } from '../../domain/segments.js';
+import { recordCount, recordedEvents } from '../../domain/seen-events.js';
 import { ApiError } from '../../errors/api-error.js';
 import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
-import { LockBusyError, type LockHold, LockLostError, type Locks, withLock } from '../../persistence/ports.js';
+import { type ErasedEventRecord, LockBusyError, type LockHold, LockLostError, type Locks, withLock } from '../../persistence/ports.js';
 import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
@@ -106,6 +107,8 @@ export interface CustomerDeps {
    * replay after the deletion cannot hand back erased data; absent: nothing to erase.
    */
   forgetIdempotentAnswers?(environmentId: string, customerIds: readonly string[]): Promise<number>;
+  /** Remembers a deleted customer's recorded events in the environment's register (EventIds.erase). */
+  eraseEventIds(environmentId: string, records: ReadonlyArray<ErasedEventRecord>): Promise<void>;
   /**
    * The cluster-wide lock that merges of one environment hold (Redis in external mode; in memory
    * embedded, where there is one node), with its ttl and how long a merge waits for it
@@ -181,6 +184,35 @@ async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, 
     }),
   );
   return erased.flat();
+}
+
+/** Records per EventIds.erase call: bounds the time one call holds the register. */
+const erasedPerCall = 1000;
+/** customer.delete asks at most this many times while the customer keeps recording events. */
+const deleteRoundsMax = 5;
+
+/**
+ * Deletes a customer, every event it recorded (its own and, joined at their merges, those of the
+ * customers merged into it) remembered as erased in the register BEFORE the erasure unbinds its
+ * external id: a resend of such an event then answers as a duplicate instead of recording it for
+ * a new customer of that id. The actor deletes only once its records up to `eventsErased` are all
+ * erased, else answers the rest, so a crash anywhere leaves no erased event out of the register
+ * (at worst a live customer with some of its events erased there, answered as the duplicates they
+ * are; a sync repeat among its recent ones then answers 202 without effects). A customer that
+ * keeps recording events during the delete fails it with 429 after deleteRoundsMax rounds.
+ */
+async function deleteErasingEvents(deps: CustomerDeps, env: string, target: Target): Promise<void> {
+  let erased = 0;
+  for (let round = 0; round < deleteRoundsMax; round++) {
+    const reply = await call(deps, env, target, { kind: 'customer.delete', eventsErased: erased });
+    if (reply.kind !== 'events_to_erase') return;
+    const count = recordCount(reply.records);
+    for (let from = 0; from < count; from += erasedPerCall) {
+      await deps.eraseEventIds(env, recordedEvents(reply.records, from, Math.min(count, from + erasedPerCall)));
+    }
+    erased += count;
+  }
+  throw new ApiError('rate_limited', { message: 'The customer keeps recording events; retry the delete.', retryAfterSeconds: 1 });
 }
 
 /**
@@ -406,7 +438,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const target = idTarget(ctx.params.id ?? '');
         const before = await view(deps, env, target);
-        await call(deps, env, target, { kind: 'customer.delete' });
+        await deleteErasingEvents(deps, env, target);
         // Aliases live in their own partitions: release each binding so the alias is free again.
         await Promise.all(
           before.aliases.map((a) => call(deps, env, { by: 'key', key: a.alias }, { kind: 'key.release', customerId: before.id })),
