@@ -281,6 +281,36 @@ t.test('customers', async (t) => {
     t.not(again.body.id, c.id);
   });
 
+  await t.test("a resend of an erased customer's event answers as its duplicate and creates nobody", async (t) => {
+    const ev = { id: 'er-1', name: 'app.opened', customer_id: 'er-x', occurred_at: now(), properties: { ip: '9.9.9.9' } };
+    const first = await api.post('/v1/events', ev);
+    t.equal(first.status, 202);
+    const synced = { ...ev, id: 'er-2', mode: 'sync' };
+    const firstSync = await api.post('/v1/events', synced);
+    t.equal(firstSync.status, 200);
+    const c = (await api.get('/v1/customers?external_id=er-x')).body.data[0];
+    t.equal((await api.delete(`/v1/customers/${c.id}`)).status, 204);
+    const again = await api.post('/v1/events', ev);
+    t.equal(again.status, 202);
+    t.same(again.body, { id: first.body.id, client_event_id: 'er-1', status: 'accepted', duplicate: true }, 'the original id');
+    const againSync = await api.post('/v1/events', synced);
+    t.equal(againSync.status, 202, "a sync repeat: accepted, its effects gone with the customer");
+    t.same(againSync.body, { id: firstSync.body.id, client_event_id: 'er-2', status: 'accepted', duplicate: true });
+    const other = await api.post('/v1/events', { ...ev, properties: { ip: '1.1.1.1' } });
+    t.equal(other.status, 409);
+    t.equal(other.body.error.code, 'event_id_conflict', 'other content stays a conflict');
+    const batch = await api.post('/v1/events', { events: [ev, { ...ev, properties: { ip: '1.1.1.1' } }] });
+    t.equal(batch.status, 207);
+    t.same(batch.body.data[0], { id: first.body.id, client_event_id: 'er-1', status: 'accepted', duplicate: true }, 'a batch item too');
+    t.match(batch.body.data[1], { client_event_id: 'er-1', error: { code: 'event_id_conflict', param: 'events[1].id' } });
+    t.equal((await api.get('/v1/customers?external_id=er-x')).body.data.length, 0, 'no customer was created again');
+    const fresh = await api.post('/v1/events', { ...ev, id: 'er-3' });
+    t.equal(fresh.status, 202, 'a new event for the external id');
+    const created = (await api.get('/v1/customers?external_id=er-x')).body.data;
+    t.equal(created.length, 1, 'creates a new customer');
+    t.not(created[0].id, c.id);
+  });
+
   await t.test('a stored Idempotency-Key answer holding erased data is not replayed after the delete', async (t) => {
     const body = { external_id: 'idem-gone', attributes: { email: 'idem-gone@example.com' } };
     const key = idem();

@@ -11,6 +11,8 @@ import { eventRoutes } from '../../src/gateway/handlers/events.js';
 import type { RequestContext } from '../../src/gateway/route.js';
 import { MemoryEventIds } from '../../src/persistence/memory/event-ids.js';
 import type { EventIds } from '../../src/persistence/ports.js';
+import { eventFingerprint } from '../../src/domain/event-fingerprint.js';
+import { hash53 } from '../../src/util/canonical-json.js';
 
 /** A store that records each call and answers through the memory twin (or fails). */
 function recording(fail = false): EventIds & { calls: Array<{ env: string; ids: string[] }> } {
@@ -101,6 +103,17 @@ t.test('an id already bound to another customer is event_id_conflict, and no act
   t.match(items[1], { id: 'evt_1', status: 'accepted' });
   t.notOk('error' in items[1]!, 'and carries no error');
   t.equal(executed, 3);
+});
+
+t.test("an erased customer's event is answered by the register as a duplicate, and no actor sees it", async (t) => {
+  let executed = 0;
+  const store = new MemoryEventIds();
+  const post = eventsPost(store, () => executed++);
+  t.equal((await post(event('alice'))).status, 202);
+  await store.erase('env_1', [{ idHash: hash53('order-7'), fp: eventFingerprint('order.paid', 'alice', Date.parse('2026-01-01T00:00:00Z'), {}), eventId: 'evt_1' }]);
+  t.same(await post(event('alice')), { status: 202, body: { id: 'evt_1', client_event_id: 'order-7', status: 'accepted', duplicate: true } });
+  t.equal(executed, 1, 'only the first reached the actor');
+  await t.rejects(post(event('bob')), { code: 'event_id_conflict' }, 'other content stays a conflict');
 });
 
 t.test('when the register cannot be reached the event is refused, not recorded unchecked', async (t) => {
