@@ -139,7 +139,11 @@ export const closedResult: CallResult = {
 
 export class Partition {
   readonly actors = new Map<string, Actor>();
-  /** environment -> routing key -> customer id, for every binding loaded or created. */
+  /**
+   * environment -> routing key -> customer id, for every binding loaded or created; `unbound` for a
+   * binding released here whose stored row is not deleted yet (until the snapshot save that
+   * deletes it): the key is free, and the stale row must not be looked up and bound again.
+   */
   private readonly keys = new Map<string, Map<string, string>>();
   private readonly dirty = new Set<Actor>();
   private keysAdded: KeyRow[] = [];
@@ -248,9 +252,14 @@ export class Partition {
   private applyRecord(rec: JournalRecord, nowMs: number): void {
     const [env, customerId, facts] = rec;
     if (customerId === '') {
+      // Replayed after the checkpoint, so not in the stored keys yet: the next save writes them.
       for (const f of facts as KeyFact[]) {
-        if (f.kind === 'key.bound') this.bindKey(env, f.key, f.customerId);
-        else this.unbindKey(env, f.key, f.customerId);
+        if (f.kind === 'key.bound') {
+          this.bindKey(env, f.key, f.customerId);
+          this.keysAdded.push({ environmentId: env, key: f.key, customerId: f.customerId, partition: this.id });
+        } else if (this.unbindKey(env, f.key, f.customerId)) {
+          this.keysRemoved.push({ environmentId: env, key: f.key });
+        }
       }
       return;
     }
@@ -293,7 +302,7 @@ export class Partition {
       if (envKeys) {
         for (const [k, v] of envKeys) {
           if (v === s.id) {
-            envKeys.delete(k);
+            envKeys.set(k, unbound);
             this.keysRemoved.push({ environmentId: s.environmentId, key: k });
           }
         }
@@ -308,9 +317,12 @@ export class Partition {
     m.set(key, customerId);
   }
 
-  private unbindKey(env: string, key: string, customerId: string): void {
+  /** Releases a binding if it names customerId (true then); the caller queues its stored row's delete. */
+  private unbindKey(env: string, key: string, customerId: string): boolean {
     const m = this.keys.get(env);
-    if (m && m.get(key) === customerId) m.delete(key);
+    if (m?.get(key) !== customerId) return false;
+    m.set(key, unbound);
+    return true;
   }
 
   // ---- commands -----------------------------------------------------------------------------
@@ -330,7 +342,7 @@ export class Partition {
       return this.enqueueLoad(`i\u0000${call.env}\u0000${target.id}`, call, resolve);
     }
     const customerId = this.keys.get(call.env)?.get(target.key);
-    if (customerId !== undefined) {
+    if (customerId !== undefined && customerId !== unbound) {
       const cmd = call.command;
       // The key's binding lives here even when its customer (an alias's survivor) lives elsewhere.
       if ((cmd.kind === 'key.release' || cmd.kind === 'key.claim') && !this.owns(customerId)) {
@@ -341,8 +353,8 @@ export class Partition {
       if (!this.owns(customerId)) return this.reply({ ok: 'redirect', customerId }, null, resolve);
       return this.enqueueLoad(`i\u0000${call.env}\u0000${customerId}`, { ...call, target: { by: 'id', id: customerId } }, resolve, call);
     }
-    // Never seen here and nothing queued for it: a new customer, no lookup needed.
-    if (this.filterReady && !this.keyFilter.mayContain(call.env, target.key)) {
+    // Never seen here (or released here) and nothing queued for it: a new customer, no lookup.
+    if (customerId === unbound || (this.filterReady && !this.keyFilter.mayContain(call.env, target.key))) {
       if (this.loads.size === 0) return this.runAbsent(call, resolve);
       const loadKey = `k\u0000${call.env}\u0000${target.key}`;
       if (!this.loads.has(loadKey)) return this.runAbsent(call, resolve);
@@ -402,8 +414,10 @@ export class Partition {
       for (const [env, keys] of keysByEnv) {
         const rows = await this.deps.snapshots.lookupKeys(env, [...keys]);
         for (const row of rows) {
-          // A binding created in memory meanwhile wins over the stored one.
+          // A binding created in memory meanwhile wins over the stored one; one released here
+          // meanwhile makes the stored row stale (its delete is not saved yet).
           const bound = this.keys.get(env)?.get(row.key);
+          if (bound === unbound) continue;
           if (bound === undefined) this.bindKey(env, row.key, row.customerId);
           const customerId = bound ?? row.customerId;
           if (this.owns(customerId) && !this.actors.has(customerId)) {
@@ -443,7 +457,7 @@ export class Partition {
           continue;
         }
         const customerId = this.keys.get(call.env)?.get(call.target.key);
-        if (customerId === undefined) {
+        if (customerId === undefined || customerId === unbound) {
           this.runAbsent(call, w.resolve);
           continue;
         }
@@ -540,8 +554,7 @@ export class Partition {
     resolve: (r: CallResult) => void,
   ): undefined {
     if (cmd.kind === 'key.release') {
-      if (boundTo === cmd.customerId) {
-        this.unbindKey(env, key, cmd.customerId);
+      if (this.unbindKey(env, key, cmd.customerId)) {
         this.keysRemoved.push({ environmentId: env, key });
         this.batch.records.push([env, '', [{ kind: 'key.released', key, customerId: cmd.customerId }]]);
       }
@@ -561,8 +574,7 @@ export class Partition {
     const key = call.target.by === 'key' ? call.target.key : '';
     const owner = actor.state;
     if (cmd.kind === 'key.release') {
-      if (this.keys.get(call.env)?.get(key) === cmd.customerId) {
-        this.unbindKey(call.env, key, cmd.customerId);
+      if (this.unbindKey(call.env, key, cmd.customerId)) {
         this.keysRemoved.push({ environmentId: call.env, key });
         this.batch.records.push([call.env, '', [{ kind: 'key.released', key, customerId: cmd.customerId }]]);
       }
@@ -770,6 +782,11 @@ export class Partition {
         return;
       }
       for (const [actor, seq] of cap.actors) if (actor.savedSeq < seq) actor.savedSeq = seq;
+      // The released bindings' rows are deleted now: a later lookup may go to storage again.
+      for (const { environmentId, key } of cap.keysRemoved) {
+        const m = this.keys.get(environmentId);
+        if (m?.get(key) === unbound) m.delete(key);
+      }
       this.checkpoint = offset;
       this.deps.onCheckpoint(this, offset);
     } catch {
@@ -791,7 +808,10 @@ export class Partition {
       if (actor.touchedAtMs > idleBeforeMs) continue;
       this.actors.delete(id);
       const s = actor.state;
-      if (s.externalId !== null) this.keys.get(s.environmentId)?.delete(s.externalId);
+      // Its own binding only (a merged customer's external id now names the survivor).
+      const ext = s.externalId;
+      const m = ext === null ? undefined : this.keys.get(s.environmentId);
+      if (ext !== null && m?.get(ext) === s.id) m.delete(ext);
       n++;
     }
     return n;
@@ -816,6 +836,9 @@ export class Partition {
 
 /** Customer ids per snapshot query during recovery. */
 const snapshotLoadBatch = 2000;
+
+/** A binding released in memory whose stored row is not deleted yet (see Partition.keys). */
+const unbound = '';
 
 const notFound: CallResult = { ok: false, code: 'resource_not_found', message: 'No customer with this id.', param: 'id' };
 

@@ -408,3 +408,18 @@ t.test('a call that a closing partition did not apply is routed again, locally a
   t.same(forwarded, { ok: 'moved' }, 'a forwarded call goes back to its sender to be routed again');
   t.equal(applied.length, 1, 'and is not applied here');
 });
+
+t.test('a key released here is free at once: its stored row, not deleted yet, is never bound again', async (t) => {
+  const s = shared();
+  const saves = recordSaves(s);
+  const n = await memoryNode(s, 'n1', 1, undefined, { snapshotDirtyActorsMax: 1, snapshotTailRecordsMax: 1_000_000, snapshotSweepMs: 20 });
+  const first = ok(await n.engine.execute(ev('gone', 'g1')));
+  await waitFor(() => saves.length > 0); // the key row 'gone' -> its customer is stored
+  // From now on saves fail: the delete of that row stays pending.
+  s.snapshots.saveMany = () => Promise.reject(new Error('storage down'));
+  const id = first.kind === 'event' ? first.customerId : '';
+  ok(await n.engine.execute({ env: 'env_1', target: { by: 'id', id }, command: { kind: 'customer.delete', eventsErased: 1 }, nowMs: 1000 }));
+  const again = ok(await n.engine.execute(ev('gone', 'g2')));
+  t.ok(again.kind === 'event' && again.customerId !== id, 'a new customer for the external id, not the erased one');
+  await n.placement.stop();
+});
