@@ -14,6 +14,7 @@ import { limits } from '../limits.js';
 import { actorsActive, journalFlushRecords, journalFlushSeconds, snapshotSaveSeconds } from '../observability/metrics.js';
 import { compareOffsets, type Journal, type Leases, type Membership, type NodeInfo, type Offset, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { hash53 } from '../util/canonical-json.js';
+import { GroupBatcher } from '../util/group-batcher.js';
 
 export interface ProjectorHooks {
   projectedOffset(partition: number): Promise<Offset>;
@@ -63,6 +64,8 @@ export class ClusterPlacement implements Placement {
    */
   private readonly leased = new Map<number, number>();
   private stopped = false;
+  /** A sweep is still capturing its partitions (one per macrotask). */
+  private sweeping = false;
   private refreshing: Promise<void> | null = null;
   private readonly snapshotWriter: SnapshotWriter;
   /** When each partition's snapshot cycle next comes (ms), spread over the cycle by partition id. */
@@ -318,23 +321,43 @@ export class ClusterPlacement implements Placement {
 
   /**
    * Saves the partitions whose cycle came (every snapshotEveryMs, phases spread over the partition
-   * ids, so each sweep captures a slice rather than every dirty actor of the node in one tick) and
-   * those past their bounds. All of a sweep's saves share one transaction (SnapshotWriter).
+   * ids, so each sweep captures a slice rather than every dirty actor of the node) and those past
+   * their bounds. One partition's capture per macrotask (setImmediate): a sweep after a burst can
+   * have a thousand dirty actors to encode, and requests go on between the partitions instead of
+   * waiting for all of them. The saves of a sweep leave together (SnapshotWriter).
    */
   private snapshotSweep(): void {
+    if (this.sweeping) return;
     const now = Date.now();
     const every = this.opts.snapshotEveryMs;
+    const due: Array<{ p: Partition; cycle: boolean }> = [];
     for (const p of this.owned.values()) {
-      let due = this.cycleDueAt.get(p.id);
-      if (due === undefined) {
-        due = now + (every * (p.id + 1)) / this.opts.partitions;
-        this.cycleDueAt.set(p.id, due);
+      let dueAt = this.cycleDueAt.get(p.id);
+      if (dueAt === undefined) {
+        dueAt = now + (every * (p.id + 1)) / this.opts.partitions;
+        this.cycleDueAt.set(p.id, dueAt);
       }
-      if (now >= due) {
-        // A save still running keeps the turn: the next sweep asks again.
-        if (p.requestSnapshot()) this.cycleDueAt.set(p.id, now + every);
-      } else if (p.snapshotDue) p.requestSnapshot();
+      if (now >= dueAt) due.push({ p, cycle: true });
+      else if (p.snapshotDue) due.push({ p, cycle: false });
     }
+    if (due.length === 0) return;
+    this.sweeping = true;
+    this.snapshotWriter.cork();
+    let i = 0;
+    const next = () => {
+      const { p, cycle } = due[i++]!;
+      try {
+        // A save still running keeps the turn: the next sweep asks again.
+        if (!this.stopped && p.requestSnapshot() && cycle) this.cycleDueAt.set(p.id, Date.now() + every);
+      } finally {
+        if (i < due.length) setImmediate(next);
+        else {
+          this.sweeping = false;
+          this.snapshotWriter.uncork();
+        }
+      }
+    };
+    next();
   }
 
   private passivate(): void {
@@ -351,38 +374,45 @@ export class ClusterPlacement implements Placement {
   }
 }
 
+/** Partition saves in one write (a node owns at most a few hundred partitions). */
+const snapshotSavesPerWriteMax = 256;
+
 /**
- * Coalesces the snapshot saves partitions ask for within a tick into one transaction
- * (SnapshotStore.saveMany): a snapshot cycle of 256 partitions costs one commit, not 256.
+ * Coalesces snapshot saves into few transactions (SnapshotStore.saveMany): the saves a sweep asks
+ * for are held until its last partition is captured (cork/uncork), and saves asked for in one
+ * tick or while a write is out leave together as the next write (one at a time; GroupBatcher), so
+ * a sweep whose captures are spread over many ticks still costs one commit. A failed write is
+ * retried save by save, so only a bad one fails.
  */
 class SnapshotWriter {
-  private queue: Array<{ save: SnapshotSave; resolve: (outcome: 'saved' | 'fenced') => void; reject: (err: unknown) => void }> = [];
-  private scheduled = false;
+  private readonly batcher: GroupBatcher<SnapshotSave, 'saved' | 'fenced'>;
+  private held: Array<{ save: SnapshotSave; resolve: (outcome: 'saved' | 'fenced') => void; reject: (err: unknown) => void }> | null = null;
 
-  constructor(private readonly store: SnapshotStore) {}
-
-  save(save: SnapshotSave): Promise<'saved' | 'fenced'> {
-    return new Promise((resolve, reject) => {
-      this.queue.push({ save, resolve, reject });
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => void this.write());
-      }
-    });
+  constructor(store: SnapshotStore) {
+    this.batcher = new GroupBatcher(async (saves) => {
+      const started = performance.now();
+      const outcome = await store.saveMany(saves);
+      snapshotSaveSeconds.observe((performance.now() - started) / 1000);
+      return saves.map((_, i) => outcome[i] ?? 'fenced');
+    }, { itemsMax: snapshotSavesPerWriteMax });
   }
 
-  private async write(): Promise<void> {
-    this.scheduled = false;
-    const batch = this.queue;
-    this.queue = [];
-    const started = performance.now();
-    try {
-      const outcome = await this.store.saveMany(batch.map((b) => b.save));
-      snapshotSaveSeconds.observe((performance.now() - started) / 1000);
-      for (let i = 0; i < batch.length; i++) batch[i]!.resolve(outcome[i] ?? 'fenced');
-    } catch (err) {
-      for (const b of batch) b.reject(err);
-    }
+  save(save: SnapshotSave): Promise<'saved' | 'fenced'> {
+    const held = this.held;
+    if (held === null) return this.batcher.submit(save);
+    return new Promise((resolve, reject) => held.push({ save, resolve, reject }));
+  }
+
+  /** Holds saves until uncork (a sweep in progress). */
+  cork(): void {
+    this.held ??= [];
+  }
+
+  /** Sends the held saves, together. */
+  uncork(): void {
+    const held = this.held ?? [];
+    this.held = null;
+    for (const h of held) this.batcher.submit(h.save).then(h.resolve, h.reject);
   }
 }
 
