@@ -713,6 +713,11 @@ export class Partition {
 
   // ---- snapshots and passivation --------------------------------------------------------------
 
+  /** Actors changed since their last capture. */
+  get dirtyActors(): number {
+    return this.dirty.size;
+  }
+
   /** True when this partition should save before the snapshot cycle (dirty actors or records past the bounds). */
   get snapshotDue(): boolean {
     return this.dirty.size >= this.deps.snapshotDirtyActorsMax || this.tailRecords >= this.deps.snapshotTailRecordsMax;

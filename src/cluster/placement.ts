@@ -322,42 +322,52 @@ export class ClusterPlacement implements Placement {
   /**
    * Saves the partitions whose cycle came (every snapshotEveryMs, phases spread over the partition
    * ids, so each sweep captures a slice rather than every dirty actor of the node) and those past
-   * their bounds. One partition's capture per macrotask (setImmediate): a sweep after a burst can
-   * have a thousand dirty actors to encode, and requests go on between the partitions instead of
-   * waiting for all of them. The saves of a sweep leave together (SnapshotWriter).
+   * their bounds. The captures run in at most sweepSlicesMax macrotasks (setImmediate), of at least
+   * sliceActorsMin dirty actors each: after a burst a sweep can have a thousand actors to encode,
+   * and requests go on between the slices instead of waiting for all of them, while under load
+   * (thousands of dirty actors a sweep) a sweep still ends within a few turns of the loop, so
+   * captures, saves and passivation keep pace. The saves of a sweep leave together (SnapshotWriter).
    */
   private snapshotSweep(): void {
     if (this.sweeping) return;
     const now = Date.now();
     const every = this.opts.snapshotEveryMs;
     const due: Array<{ p: Partition; cycle: boolean }> = [];
+    let dirty = 0;
     for (const p of this.owned.values()) {
       let dueAt = this.cycleDueAt.get(p.id);
       if (dueAt === undefined) {
         dueAt = now + (every * (p.id + 1)) / this.opts.partitions;
         this.cycleDueAt.set(p.id, dueAt);
       }
-      if (now >= dueAt) due.push({ p, cycle: true });
-      else if (p.snapshotDue) due.push({ p, cycle: false });
+      const cycle = now >= dueAt;
+      if (!cycle && !p.snapshotDue) continue;
+      due.push({ p, cycle });
+      dirty += p.dirtyActors;
     }
     if (due.length === 0) return;
+    const sliceActors = Math.max(sliceActorsMin, Math.ceil(dirty / sweepSlicesMax));
     this.sweeping = true;
     this.snapshotWriter.cork();
     let i = 0;
-    const next = () => {
-      const { p, cycle } = due[i++]!;
+    const slice = () => {
       try {
-        // A save still running keeps the turn: the next sweep asks again.
-        if (!this.stopped && p.requestSnapshot() && cycle) this.cycleDueAt.set(p.id, Date.now() + every);
+        let captured = 0;
+        while (i < due.length && captured < sliceActors) {
+          const { p, cycle } = due[i++]!;
+          captured += p.dirtyActors;
+          // A save still running keeps the turn: the next sweep asks again.
+          if (!this.stopped && p.requestSnapshot() && cycle) this.cycleDueAt.set(p.id, Date.now() + every);
+        }
       } finally {
-        if (i < due.length) setImmediate(next);
+        if (i < due.length) setImmediate(slice);
         else {
           this.sweeping = false;
           this.snapshotWriter.uncork();
         }
       }
     };
-    next();
+    slice();
   }
 
   private passivate(): void {
@@ -373,6 +383,11 @@ export class ClusterPlacement implements Placement {
     actorsActive.set(this.activeActors);
   }
 }
+
+/** A sweep's captures take at most this many macrotasks... */
+const sweepSlicesMax = 16;
+/** ...of at least this many dirty actors each (a few milliseconds of encoding). */
+const sliceActorsMin = 64;
 
 /** Partition saves in one write (a node owns at most a few hundred partitions). */
 const snapshotSavesPerWriteMax = 256;

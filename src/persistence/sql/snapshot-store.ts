@@ -10,11 +10,19 @@ import type { Sql, Tx } from './db.js';
 import { offsetKeySql } from './offsets.js';
 
 /**
- * Rows per statement. Each statement's JSON document is built (and copied into the socket buffer)
- * in one go on the event loop: 500 rows keep that to a few milliseconds, so a save of a thousand
- * actors lets requests in between its statements instead of stalling them for tens.
+ * Rows per statement: each statement's JSON document is built (and copied into the socket buffer)
+ * in one go on the event loop, so a small save (a sweep after a burst: a thousand actors) goes in
+ * statements of rowsPerStatementMin rows, letting requests in between them instead of stalling
+ * them for tens of milliseconds; a large one (sustained load: tens of thousands of new customers)
+ * in at most statementsPerTableMax statements per table, since every statement is a round trip
+ * inside the transaction and a slower save keeps dirty actors (unpassivatable) in memory longer.
  */
-const rowsPerStatementMax = 500;
+const rowsPerStatementMin = 500;
+const statementsPerTableMax = 4;
+
+function rowsPerStatement(rows: number): number {
+  return Math.max(rowsPerStatementMin, Math.ceil(rows / statementsPerTableMax));
+}
 
 function chunks<T>(xs: T[], size: number): T[][] {
   const out: T[][] = [];
@@ -102,7 +110,7 @@ export class PgSnapshotStore implements SnapshotStore {
     }
     // Deletes first: when a merge moves a key from one customer to another in the same save,
     // the old owner lists it in keysRemoved and the new owner in keys; the new owner must win.
-    for (const part of chunks(keysRemoved, rowsPerStatementMax)) {
+    for (const part of chunks(keysRemoved, rowsPerStatement(keysRemoved.length))) {
       await tx`
         delete from customer_keys k
         using unnest(${part.map((r) => r.environmentId)}::text[], ${part.map((r) => r.key)}::text[]) as u(e, k)
@@ -110,7 +118,7 @@ export class PgSnapshotStore implements SnapshotStore {
     }
     // Rows travel as one JSON document per statement (native JSON.stringify; payloads base64),
     // not as escaped text arrays. A NUL in a key still fails the statement (jsonb refuses it).
-    for (const part of chunks(snaps, rowsPerStatementMax)) {
+    for (const part of chunks(snaps, rowsPerStatement(snaps.length))) {
       const doc = JSON.stringify(
         part.map((r) => ({
           e: r.environmentId,
@@ -126,7 +134,7 @@ export class PgSnapshotStore implements SnapshotStore {
         on conflict (environment_id, customer_id) do update
         set partition = excluded.partition, payload = excluded.payload, updated_at = excluded.updated_at`;
     }
-    for (const part of chunks(keyRows, rowsPerStatementMax)) {
+    for (const part of chunks(keyRows, rowsPerStatement(keyRows.length))) {
       const doc = JSON.stringify(part.map((k) => ({ e: k.environmentId, k: k.key, c: k.customerId, p: k.partition })));
       await tx`
         insert into customer_keys (environment_id, key, customer_id, partition)
