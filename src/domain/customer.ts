@@ -139,7 +139,7 @@ export type Command =
    * Erases a customer merged into `survivorId` when the survivor is deleted (its personal data
    * goes with the survivor's). The only command a merged customer runs itself, not redirected.
    */
-  | { kind: 'customer.erase_merged'; survivorId: string }
+  | { kind: 'customer.erase_merged'; survivorId: string; eventsErased: number }
   /**
    * What a customer merged into `survivorId` hands over to it (mergeHandover), again: for a merge
    * whose alias addition did not finish (a crash after the claim). Run by the merged customer
@@ -400,6 +400,11 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       };
     case 'customer.erase_merged':
       if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');
+      // As customer.delete: its recorded events (those of a merge whose alias step never ran are
+      // not in the survivor's) go to the register first.
+      if (state.events.size > cmd.eventsErased) {
+        return { ok: true, facts: noFacts, reply: { kind: 'events_to_erase', records: state.events.records(cmd.eventsErased) } };
+      }
       return {
         ok: true,
         // Erased once (a repeat of the survivor's delete erases nothing twice).

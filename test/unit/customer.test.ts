@@ -165,6 +165,20 @@ t.test('a merged customer hands over again only to its survivor, recording nothi
   t.match(notMerged.d, { ok: false, code: 'invalid_state' }, 'a customer merged into nobody hands over nothing');
 });
 
+t.test("erasing a merged customer answers its recorded events first (a merge whose alias step never ran left them out of the survivor's)", async (t) => {
+  const merged = when(given([created]), ev('e1', 7)).state;
+  const s = evolve(merged, { kind: 'customer.merged', into: 'cust_S', atMs: 2 });
+  const first = when(s, { kind: 'customer.erase_merged', survivorId: 'cust_S', eventsErased: 0 });
+  t.match(first.d, { ok: true, facts: [], reply: { kind: 'events_to_erase' } });
+  const records = first.d.ok && first.d.reply.kind === 'events_to_erase' ? first.d.reply.records : [];
+  t.same(recordedEvents(records, 0, recordCount(records)).map((r) => [r.idHash, r.fp]), [[hash53('e1'), 7]]);
+  t.equal(first.state?.deletedAtMs, null, 'not erased yet');
+  const done = when(first.state, { kind: 'customer.erase_merged', survivorId: 'cust_S', eventsErased: 1 });
+  t.match(done.d, { ok: true, facts: [{ kind: 'customer.deleted' }], reply: { kind: 'erased' } });
+  const other = evolve(when(given([created]), ev('e1', 7)).state, { kind: 'customer.merged', into: 'cust_S', atMs: 2 });
+  t.match(when(other, { kind: 'customer.erase_merged', survivorId: 'cust_X', eventsErased: 1 }).d, { ok: false, code: 'invalid_state' }, 'only for its survivor');
+});
+
 t.test('a merge hands the ledger over once: the merged customer keeps nothing, the survivor takes it, a snapshot keeps what was handed over', async (t) => {
   const { decodeSnapshot, encodeSnapshot } = await import('../../src/actors/codec.js');
   const coins = [{ key: 'coins', negativeBalance: 'forbid' as const, expiryDays: null }];

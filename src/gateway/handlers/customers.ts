@@ -4,7 +4,7 @@
 // every acknowledged write; lists read the projected tables.
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
-import type { EngineCommand, Target } from '../../actors/partition.js';
+import type { EngineCommand, ReplyView, Target } from '../../actors/partition.js';
 import type { CustomerView } from '../../actors/views.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
 import type { MergeHandover } from '../../domain/customer.js';
@@ -179,7 +179,7 @@ const readOrCustomer = ['secret', 'pat', 'session', 'customer'] as const;
 async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
   const erased = await Promise.all(
     mergedFrom.map(async (id) => {
-      const r = await call(deps, env, { by: 'id', id }, { kind: 'customer.erase_merged', survivorId });
+      const r = await eraseRecordedEvents(deps, env, { by: 'id', id }, (eventsErased) => ({ kind: 'customer.erase_merged', survivorId, eventsErased }));
       return r.kind === 'erased' && r.mergedFrom.length > 0 ? [id, ...(await eraseMerged(deps, env, id, r.mergedFrom))] : [id];
     }),
   );
@@ -188,24 +188,30 @@ async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, 
 
 /** Records per EventIds.erase call: bounds the time one call holds the register. */
 const erasedPerCall = 1000;
-/** customer.delete asks at most this many times while the customer keeps recording events. */
+/** An erasing command is asked at most this many times while the customer keeps recording events. */
 const deleteRoundsMax = 5;
 
 /**
- * Deletes a customer, every event it recorded (its own and, joined at their merges, those of the
- * customers merged into it) remembered as erased in the register BEFORE the erasure unbinds its
- * external id: a resend of such an event then answers as a duplicate instead of recording it for
- * a new customer of that id. The actor deletes only once its records up to `eventsErased` are all
- * erased, else answers the rest, so a crash anywhere leaves no erased event out of the register
- * (at worst a live customer with some of its events erased there, answered as the duplicates they
- * are; a sync repeat among its recent ones then answers 202 without effects). A customer that
- * keeps recording events during the delete fails it with 429 after deleteRoundsMax rounds.
+ * Runs an erasing command (customer.delete, customer.erase_merged) with every event the customer
+ * recorded (its own and, joined at their merges, those of the customers merged into it) remembered
+ * as erased in the register BEFORE the erasure unbinds its external id: a resend of such an event
+ * then answers as a duplicate instead of recording it for a new customer of that id. The actor
+ * erases only once its records up to `eventsErased` are all in the register, else answers the
+ * rest, so a crash anywhere leaves no erased event out of the register (at worst a live customer
+ * with some of its events erased there, answered as the duplicates they are; a sync repeat among
+ * its recent ones then answers 202 without effects). A customer that keeps recording events
+ * during the delete fails it with 429 after deleteRoundsMax rounds. Returns the command's reply.
  */
-async function deleteErasingEvents(deps: CustomerDeps, env: string, target: Target): Promise<void> {
+async function eraseRecordedEvents(
+  deps: CustomerDeps,
+  env: string,
+  target: Target,
+  command: (eventsErased: number) => EngineCommand,
+): Promise<ReplyView> {
   let erased = 0;
   for (let round = 0; round < deleteRoundsMax; round++) {
-    const reply = await call(deps, env, target, { kind: 'customer.delete', eventsErased: erased });
-    if (reply.kind !== 'events_to_erase') return;
+    const reply = await call(deps, env, target, command(erased));
+    if (reply.kind !== 'events_to_erase') return reply;
     const count = recordCount(reply.records);
     for (let from = 0; from < count; from += erasedPerCall) {
       await deps.eraseEventIds(env, recordedEvents(reply.records, from, Math.min(count, from + erasedPerCall)));
@@ -438,14 +444,15 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const target = idTarget(ctx.params.id ?? '');
         const before = await view(deps, env, target);
-        await deleteErasingEvents(deps, env, target);
+        // Customers merged into this one hold personal data too (their external id, attributes,
+        // event properties): erased with it, and those merged into them in turn. First, so that a
+        // delete interrupted by a crash, repeated, finds the survivor and finishes them.
+        const merged = await eraseMerged(deps, env, before.id, before.mergedFrom);
+        await eraseRecordedEvents(deps, env, target, (eventsErased) => ({ kind: 'customer.delete', eventsErased }));
         // Aliases live in their own partitions: release each binding so the alias is free again.
         await Promise.all(
           before.aliases.map((a) => call(deps, env, { by: 'key', key: a.alias }, { kind: 'key.release', customerId: before.id })),
         );
-        // Customers merged into this one hold personal data too (their external id, attributes,
-        // event properties): erased with it, and those merged into them in turn.
-        const merged = await eraseMerged(deps, env, before.id, before.mergedFrom);
         // Stored answers of creating POSTs (customer, aliases, tokens, ledger entries) can hold the
         // erased data; a repeat of such a request now runs again instead of replaying them.
         await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
