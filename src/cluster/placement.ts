@@ -64,7 +64,7 @@ export class ClusterPlacement implements Placement {
    */
   private readonly leased = new Map<number, number>();
   private stopped = false;
-  /** A sweep is still capturing its partitions (one per macrotask). */
+  /** A sweep is still capturing its partitions (in slices, one per macrotask). */
   private sweeping = false;
   private refreshing: Promise<void> | null = null;
   private readonly snapshotWriter: SnapshotWriter;

@@ -329,6 +329,11 @@ export type Decision =
 
 const noFacts: Fact[] = [];
 
+/** An erasing command's answer while the register lacks some recorded events: those, past `erased`. */
+function eventsToErase(state: CustomerState, erased: number): Decision {
+  return { ok: true, facts: noFacts, reply: { kind: 'events_to_erase', records: state.events.records(erased) } };
+}
+
 function fail(code: ErrorCode, message?: string, param?: string): Decision {
   return { ok: false, code, message, param };
 }
@@ -390,9 +395,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       return { ok: true, facts: [fact], reply: { kind: 'customer', customer: state } };
     }
     case 'customer.delete':
-      if (state.events.size > cmd.eventsErased) {
-        return { ok: true, facts: noFacts, reply: { kind: 'events_to_erase', records: state.events.records(cmd.eventsErased) } };
-      }
+      if (state.events.size > cmd.eventsErased) return eventsToErase(state, cmd.eventsErased);
       return {
         ok: true,
         facts: [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
@@ -402,9 +405,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');
       // As customer.delete: its recorded events (those of a merge whose alias step never ran are
       // not in the survivor's) go to the register first.
-      if (state.events.size > cmd.eventsErased) {
-        return { ok: true, facts: noFacts, reply: { kind: 'events_to_erase', records: state.events.records(cmd.eventsErased) } };
-      }
+      if (state.events.size > cmd.eventsErased) return eventsToErase(state, cmd.eventsErased);
       return {
         ok: true,
         // Erased once (a repeat of the survivor's delete erases nothing twice).

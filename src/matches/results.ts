@@ -345,8 +345,9 @@ export class MatchResults {
           return;
         }
         let spec: MatchEventSpec;
+        let properties: Record<string, unknown>;
         try {
-          spec = this.eventSpec(m, profile.event, p, rules, await this.eventCustomerId(env, p, nowMs));
+          ({ spec, properties } = this.eventSpec(m, profile.event, p, rules, await this.eventCustomerId(env, p, nowMs)));
         } catch (err) {
           const e = err instanceof ApiError ? err : new ApiError('internal_error');
           errors.push({ player_id: p.id, customer_id: p.customerId, code: e.code, message: e.message });
@@ -376,7 +377,7 @@ export class MatchResults {
           endedAtMs: report.endedAtMs,
           pending: pp.pending,
           outlierReasons: pp.outlierReasons,
-          event: await this.grantedEventSpec(env, spec, nowMs),
+          event: await this.grantedEventSpec(env, spec, properties, nowMs),
         };
         const target = p.customerId === null ? { by: 'key' as const, key: p.customerRef.value } : { by: 'id' as const, id: p.customerId };
         let r: CallResult;
@@ -480,8 +481,8 @@ export class MatchResults {
   }
 
   /** A player's event spec with the campaign budget grant its step may award from (as for POST /v1/events). */
-  private async grantedEventSpec(env: string, spec: MatchEventSpec, nowMs: number): Promise<MatchEventSpec> {
-    const g = grantFor(this.deps.budgets, env, spec.rules, { name: spec.name, properties: matchEventProperties(spec) }, nowMs);
+  private async grantedEventSpec(env: string, spec: MatchEventSpec, properties: Record<string, unknown>, nowMs: number): Promise<MatchEventSpec> {
+    const g = grantFor(this.deps.budgets, env, spec.rules, { name: spec.name, properties }, nowMs);
     spec.rules = (g instanceof Promise ? await g : g).rules;
     return spec;
   }
@@ -493,10 +494,19 @@ export class MatchResults {
     return pending;
   }
 
-  /** A player's rule-6 event; `customerId` is the identifier a client would send it with (eventCustomerId). */
-  private eventSpec(m: MatchRow, eventName: string, p: PlayerRow, context: EventContext | null, customerId: string): MatchEventSpec {
+  /**
+   * A player's rule-6 event and its properties (built once: the fingerprint and the budget grant
+   * read them); `customerId` is the identifier a client would send it with (eventCustomerId).
+   */
+  private eventSpec(
+    m: MatchRow,
+    eventName: string,
+    p: PlayerRow,
+    context: EventContext | null,
+    customerId: string,
+  ): { spec: MatchEventSpec; properties: Record<string, unknown> } {
     const properties = matchEventProperties({ metrics: p.metrics, matchId: m.matchId, profileKey: m.profileKey, won: p.won });
-    return {
+    const spec: MatchEventSpec = {
       name: eventName,
       matchId: m.matchId,
       profileKey: m.profileKey,
@@ -509,6 +519,7 @@ export class MatchResults {
       rules: context?.rules ?? null,
       counters: context?.counters ?? null,
     };
+    return { spec, properties };
   }
 
   // ---- reviews --------------------------------------------------------------------------------
@@ -551,14 +562,14 @@ export class MatchResults {
       if (!d.ok) throw new ApiError(d.code, { param: d.param, message: d.message });
       const matchRef = { id: m.id, match_id: m.matchId, status: m.status };
       if (d.reply.replayed) return { player: playerWire(p), match_result: matchRef, replayed: true };
-      const spec = this.eventSpec(m, m.event, p, rules, await this.eventCustomerId(env, p, nowMs));
+      const { spec, properties } = this.eventSpec(m, m.event, p, rules, await this.eventCustomerId(env, p, nowMs));
       if (decision === 'admit') {
         // As in a report, the id is bound before the actor records the event; bound to other
         // content, the admit is refused and the player stays held (it can still be rejected).
         const refused = await this.claimEventId(env, clientEventId(m.matchId, p.customerId ?? ''), spec.fp);
         if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
       }
-      const event = await this.grantedEventSpec(env, spec, nowMs);
+      const event = await this.grantedEventSpec(env, spec, properties, nowMs);
       const r = await this.execute(
         env,
         { by: 'id', id: p.customerId ?? '' },

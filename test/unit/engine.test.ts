@@ -122,6 +122,32 @@ t.test('partitions past their bounds in one sweep save in one transaction', asyn
   await n.placement.stop();
 });
 
+t.test("a sweep's captures are spread over macrotasks (requests go on between them), its saves still one write", async (t) => {
+  const s = shared();
+  const saves = recordSaves(s);
+  // Every partition past its bound (~100 dirty actors each) by the time the 500 ms sweep runs: at
+  // least 64 actors per slice, so each partition is a slice of its own.
+  const n = await memoryNode(s, 'n1', P, undefined, { snapshotDirtyActorsMax: 40, snapshotTailRecordsMax: 1_000_000, snapshotSweepMs: 500 });
+  await Promise.all(Array.from({ length: 400 }, (_, i) => n.engine.execute(ev(`m${i}`, `m${i}`))));
+  const log: string[] = [];
+  for (let p = 0; p < P; p++) {
+    const part = n.placement.local(p)!;
+    const capture = part.requestSnapshot.bind(part);
+    part.requestSnapshot = () => {
+      // Something the loop has to do meanwhile, as a request would be.
+      if (log.length === 0) setImmediate(() => log.push('other work'));
+      log.push('capture');
+      return capture();
+    };
+  }
+  await waitFor(() => saves.length > 0);
+  await sweeps();
+  t.same(log, ['capture', 'other work', 'capture', 'capture', 'capture'], 'other work ran after the first slice, not after all of them');
+  t.equal(saves.length, 1, 'one saveMany call');
+  t.equal(saves[0]!.reduce((a, b) => a + b, 0), 400, 'holding every customer');
+  await n.placement.stop();
+});
+
 t.test('the snapshot cycle comes to the partitions in turn, a slice per sweep, not all in one tick', async (t) => {
   const s = shared();
   const saves = recordSaves(s);
