@@ -50,6 +50,8 @@ export const configSchema = z.object({
   HEAP_GROWING_PERCENT: z.coerce.number().int().min(0).max(1000).default(100),
   /** Uncounted events up to which a counter backfill runs inline in the request (else as a job). */
   COUNTER_BACKFILL_INLINE_MAX: z.coerce.number().int().min(0).default(2000),
+  /** Events of the environment a backfill request reads to decide inline or job (no index on names). */
+  COUNTER_BACKFILL_INLINE_SCAN_MAX: z.coerce.number().int().min(0).default(20_000),
 });
 
 export type Config = z.infer<typeof configSchema>;

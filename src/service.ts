@@ -270,7 +270,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
     }
     await projector.drain();
   };
-  const backfill = new CounterBackfill({ sql, engine, counters, pool, drainProjector: () => projector.drain(), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX });
+  const backfill = new CounterBackfill({ sql, engine, counters, pool, drainProjector: () => projector.drain(), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX, inlineScanMax: config.COUNTER_BACKFILL_INLINE_SCAN_MAX });
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
   const rewards = new RewardCatalog(sql, currencies);
   const rewardDue = new RewardDueWork({ sql, engine, rewards, now, drainProjector: () => projector.drain(), logger });

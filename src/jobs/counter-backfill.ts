@@ -17,6 +17,12 @@ import type { BackfillCustomer, CounterDefSource } from '../workers/tasks.worker
 
 /** Uncounted events up to which a backfill runs inline in the request. */
 const inlineEventsMaxDefault = 2_000;
+/**
+ * Events of the environment the request reads to decide: there is no index on event names (see
+ * migration 020), so an environment with more events than this runs its backfill as a job even
+ * when few of them are the counter's event, and the request never scans a large history.
+ */
+const inlineScanMaxDefault = 20_000;
 const customersPerPage = 200;
 const concurrency = 16;
 /** A job claim older than this is considered dead (its node stopped) and may be taken over. */
@@ -31,6 +37,7 @@ export interface CounterBackfillDeps {
   now(environmentId: string): number | Promise<number>;
   logger: Logger;
   inlineEventsMax?: number;
+  inlineScanMax?: number;
 }
 
 export type BackfillOutcome = { done: true; record: CounterRecord } | { done: false; record: CounterRecord };
@@ -45,12 +52,14 @@ export class CounterBackfill {
     const record = await this.deps.counters.get(environmentId, id);
     if (record.status === 'ready') return { done: true, record };
     await this.deps.drainProjector();
-    const [{ n }] = (await this.deps.sql`
-      select count(*)::int as n from events
-      where environment_id = ${environmentId} and name = ${record.event} and not (${record.id} = any(coalesce(counted, '{}')))`) as unknown as [
-      { n: number },
+    const scanMax = this.deps.inlineScanMax ?? inlineScanMaxDefault;
+    const [{ n, scanned }] = (await this.deps.sql`
+      select count(*) filter (where name = ${record.event} and not (${record.id} = any(coalesce(counted, '{}'))))::int as n,
+             count(*)::int as scanned
+      from (select name, counted from events where environment_id = ${environmentId} limit ${scanMax + 1}) s`) as unknown as [
+      { n: number; scanned: number },
     ];
-    if (n <= (this.deps.inlineEventsMax ?? inlineEventsMaxDefault)) {
+    if (scanned <= scanMax && n <= (this.deps.inlineEventsMax ?? inlineEventsMaxDefault)) {
       await this.countAll(environmentId, record, timeZone, false);
       return { done: true, record: await this.deps.counters.markReady(environmentId, id) };
     }
@@ -77,7 +86,12 @@ export class CounterBackfill {
     while (this.jobs.size > 0) await Promise.all([...this.jobs]);
   }
 
-  /** Every customer with uncounted events, a page of customers at a time (each customer whole). */
+  /**
+   * Every customer with uncounted events, a page of customers at a time (each customer whole).
+   * Pages walk the environment's customers in events_customer_received order (every customer with
+   * events, whatever their names: no index on names), so each page reads the events of at most
+   * customersPerPage customers and the whole backfill reads the environment's events once.
+   */
   private async countAll(environmentId: string, record: CounterRecord, timeZone: string, inPool: boolean): Promise<void> {
     const source: CounterDefSource = { id: record.id, name: record.name, event: record.event, window: record.window, filter: record.filter };
     const nowMs = await this.deps.now(environmentId);
@@ -86,8 +100,7 @@ export class CounterBackfill {
       const ids = (
         await this.deps.sql`
           select distinct customer_id from events
-          where environment_id = ${environmentId} and name = ${record.event} and customer_id > ${after}
-            and not (${record.id} = any(coalesce(counted, '{}')))
+          where environment_id = ${environmentId} and customer_id > ${after}
           order by customer_id limit ${customersPerPage}`
       ).map((r) => r.customer_id as string);
       if (ids.length === 0) return;
@@ -103,6 +116,7 @@ export class CounterBackfill {
         if (entry === undefined) byCustomer.set(c, (entry = { customerId: c, events: [] }));
         entry.events.push({ occurredAtMs: r.o as number, properties: (r.properties as Record<string, unknown> | null) ?? {} });
       }
+      if (byCustomer.size === 0) continue;
       const customers = [...byCustomer.values()];
       let bases: Array<{ customerId: string; base: CounterState }>;
       if (inPool) {

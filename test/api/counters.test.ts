@@ -213,3 +213,27 @@ t.test('backfill as a job on the worker pool (202, later ready); replay rebuilds
   t.same(await counters(api, 'p0'), { wins_7d: 3 }, 'replay rebuilds identical counters');
   t.same(await counters(api, 'p1'), { wins_7d: 2 });
 });
+
+t.test('a history longer than the inline scan bound runs as a job, whatever share of it is the counter event', async (t) => {
+  // Names are not indexed: the request reads at most COUNTER_BACKFILL_INLINE_SCAN_MAX of the
+  // environment's events to decide, and the job pages through every customer with events.
+  const { anon } = await startForTest(t, { env: { COUNTER_BACKFILL_INLINE_SCAN_MAX: '4' } });
+  const api = (await signUp(anon)).server;
+  for (let i = 0; i < 4; i++) await send(api, `o-${i}`, `other-${i}`, {}, 'login', ago(3_600_000));
+  await send(api, 'w-0', 'winner', {}, 'match.won', ago(3_600_000));
+  await send(api, 'w-1', 'winner', {}, 'match.won', ago(3_600_000));
+  await send(api, 'w-2', 'other-0', {}, 'match.won', ago(3_600_000));
+  const ctr = await api.post('/v1/counter_definitions', { name: 'wins', event: 'match.won', window: { kind: 'lifetime' } }, idem());
+  t.equal(ctr.body.status, 'backfilling');
+  const bf = await api.post(`/v1/counter_definitions/${ctr.body.id}/backfill`, {});
+  t.equal(bf.status, 202, '3 uncounted events, under the inline maximum, but 7 events in the environment');
+  let status = 'backfilling';
+  for (let i = 0; i < 600 && status !== 'ready'; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    status = (await api.get(`/v1/counter_definitions/${ctr.body.id}`)).body.status;
+  }
+  t.equal(status, 'ready');
+  t.same(await counters(api, 'winner'), { wins: 2 });
+  t.same(await counters(api, 'other-0'), { wins: 1 }, 'only its match.won, not its login');
+  t.same(await counters(api, 'other-1'), { wins: 0 }, 'a customer with no match.won counts none');
+});
