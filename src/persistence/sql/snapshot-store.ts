@@ -14,15 +14,44 @@ import { offsetKeySql } from './offsets.js';
  * in one go on the event loop, so a small save (a sweep after a burst: a thousand actors) goes in
  * statements of rowsPerStatementMin rows, letting requests in between them instead of stalling
  * them for tens of milliseconds; a large one (sustained load: tens of thousands of new customers)
- * in at most statementsPerTableMax statements per table, since every statement is a round trip
- * inside the transaction and a slower save keeps dirty actors (unpassivatable) in memory longer.
+ * in fewer, larger statements (a quarter of the rows each, up to rowsPerStatementMax), since every
+ * statement is a round trip inside the transaction and a slower save keeps dirty actors
+ * (unpassivatable) in memory longer.
  */
 const rowsPerStatementMin = 500;
 const statementsPerTableMax = 4;
+/**
+ * And never more than this many rows or document bytes: PostgreSQL parses a document of a
+ * megabyte or more at nearly twice the cost per row of a few hundred kilobytes (see read-model.ts),
+ * and snapshot rows carry their payload in base64.
+ */
+const rowsPerStatementMax = 1000;
+const docBytesMax = 400_000;
 
 function rowsPerStatement(rows: number): number {
-  return Math.max(rowsPerStatementMin, Math.ceil(rows / statementsPerTableMax));
+  return Math.min(rowsPerStatementMax, Math.max(rowsPerStatementMin, Math.ceil(rows / statementsPerTableMax)));
 }
+
+/** Consecutive parts of at most `size` rows whose estimated document bytes stay within docBytesMax. */
+function chunksWithin<T>(xs: T[], size: number, bytesOf: (x: T) => number): T[][] {
+  const out: T[][] = [];
+  let start = 0;
+  let bytes = 0;
+  for (let i = 0; i < xs.length; i++) {
+    const b = bytesOf(xs[i]!);
+    if (i > start && (i - start >= size || bytes + b > docBytesMax)) {
+      out.push(xs.slice(start, i));
+      start = i;
+      bytes = 0;
+    }
+    bytes += b;
+  }
+  if (start < xs.length) out.push(xs.slice(start));
+  return out;
+}
+
+/** A snapshot row's share of its statement's document: base64 payload and the row's ids. */
+const snapshotDocBytes = (r: SnapshotRow) => Math.ceil(r.payload.byteLength / 3) * 4 + 120;
 
 function chunks<T>(xs: T[], size: number): T[][] {
   const out: T[][] = [];
@@ -118,7 +147,7 @@ export class PgSnapshotStore implements SnapshotStore {
     }
     // Rows travel as one JSON document per statement (native JSON.stringify; payloads base64),
     // not as escaped text arrays. A NUL in a key still fails the statement (jsonb refuses it).
-    for (const part of chunks(snaps, rowsPerStatement(snaps.length))) {
+    for (const part of chunksWithin(snaps, rowsPerStatement(snaps.length), snapshotDocBytes)) {
       const doc = JSON.stringify(
         part.map((r) => ({
           e: r.environmentId,
