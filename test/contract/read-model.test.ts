@@ -328,6 +328,32 @@ for (const kind of sqlKinds) {
       t.same(await rm.tierHoldersOf('env_a', 'tp_1', ['gold', 'silver'], 'tc1', 10), ['tc2']);
     });
 
+    t.test('pipelined statements: a failure in a later statement applies nothing of the cycle', async (t) => {
+      // Statements of 1,000 rows are sent without waiting for each other; the first ones succeed
+      // before the failing one runs, and the transaction still takes none of them.
+      const p = next();
+      const q = next();
+      const many: Projection[] = [];
+      for (let i = 0; i < 1500; i++) many.push(upsert(`pf-${i}`, 1, { environmentId: 'env_pipe' }));
+      const bad = { ...upsert('pf-bad', 1, { environmentId: 'env_pipe' }), version: 2 ** 40 } as Projection;
+      const events = [event('pfe-1', 'pf-1', T0), event('pfe-2', 'pf-2', T0)];
+      await t.rejects(
+        rm.applyMany([
+          { partition: p, offset: '1-0', projections: [...many, ...events] },
+          { partition: q, offset: '1-0', projections: [bad] },
+        ]),
+      );
+      const [n] = await sql`select count(*)::int as n from customers where environment_id = 'env_pipe'`;
+      t.equal(n?.n, 0, 'no customer of the cycle');
+      t.equal(await rm.getEvent('env_a', 'pfe-1'), null, 'no event of the cycle');
+      t.equal(await rm.projectedOffset(p), '0');
+      t.equal(await rm.projectedOffset(q), '0');
+      await rm.applyMany([{ partition: p, offset: '1-0', projections: [...many, ...events] }]);
+      const [m] = await sql`select count(*)::int as n from customers where environment_id = 'env_pipe'`;
+      t.equal(m?.n, 1500, 'the same cycle without the bad row applies whole');
+      t.equal(await rm.projectedOffset(p), '1-0');
+    });
+
     t.test('thousands of projections in one batch', async (t) => {
       const p = next();
       const batch: Projection[] = [];

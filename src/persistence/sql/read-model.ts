@@ -201,6 +201,26 @@ const pairKey = (env: string, k: string) => `${env.length}:${env}${k}`;
 type Of<K extends Projection['kind']> = Extract<Projection, { kind: K }>;
 type Tx = postgres.TransactionSql<Record<string, unknown>>;
 
+/**
+ * The projection statements of one transaction, pipelined: the returned Tx sends each tagged
+ * statement at once and resolves at once (postgres.js pipelines statements on the transaction's
+ * connection and PostgreSQL runs them in order, so order across kinds is kept); flush() awaits
+ * every answer and rejects with the first failure, which aborts the transaction. A cycle of many
+ * statements (1,000 rows each) costs one round trip instead of one per statement. Only the
+ * tagged-template call pipelines; anything else is the transaction's own member.
+ */
+function pipelined(tx: Tx): { tx: Tx; flush(): Promise<void> } {
+  const sent: Array<Promise<unknown>> = [];
+  const send = (strings: TemplateStringsArray, ...values: unknown[]): Promise<void> => {
+    const q = (tx as unknown as (s: TemplateStringsArray, ...v: unknown[]) => postgres.PendingQuery<postgres.Row[]>)(strings, ...values).execute();
+    q.catch(() => {}); // answered by flush(); never an unhandled rejection
+    sent.push(q);
+    return Promise.resolve();
+  };
+  const piped = new Proxy(send, { get: (_, prop) => Reflect.get(tx, prop) }) as unknown as Tx;
+  return { tx: piped, flush: async () => void (await Promise.all(sent)) };
+}
+
 /** Milliseconds since the epoch as a float8 expression from a timestamptz column. */
 const ms = (col: string) => `(extract(epoch from ${col}) * 1000)::float8`;
 const customerColumns = `environment_id, id, external_id, attributes, version,
@@ -275,14 +295,16 @@ export class PgReadModel {
       // The row lock serializes appliers of one partition (two nodes during a lease hand-over).
       const [row] = await tx`select "offset" from projection_offsets where partition = ${partition} for update`;
       if (compareOffsets(offset, row!.offset as string) <= 0) return;
+      const statements = pipelined(tx);
       let start = 0;
       while (start < projections.length) {
         const kind = projections[start]!.kind;
         let end = start + 1;
         while (end < projections.length && projections[end]!.kind === kind) end++;
-        await this.applyRun(tx, projections.slice(start, end));
+        await this.applyRun(statements.tx, projections.slice(start, end));
         start = end;
       }
+      await statements.flush();
       await tx`update projection_offsets set "offset" = ${offset} where partition = ${partition}`;
     });
   }
@@ -328,6 +350,7 @@ export class PgReadModel {
       }
       if (moved.length === 0) return;
       // Ledger updates after inserts: an entry and the debit that consumes it may share a batch.
+      const statements = pipelined(tx);
       for (const kind of [
         'customer.upsert',
         'customer.erase',
@@ -342,8 +365,9 @@ export class PgReadModel {
         'segment_member.set',
         'campaign.spent',
       ] as const) {
-        if (byKind[kind].length > 0) await this.applyRun(tx, byKind[kind]);
+        if (byKind[kind].length > 0) await this.applyRun(statements.tx, byKind[kind]);
       }
+      await statements.flush();
       await tx`
         update projection_offsets o set "offset" = u.o
         from unnest(${moved.map((m) => m.partition)}::int[], ${moved.map((m) => m.offset)}::text[]) as u(p, o)
