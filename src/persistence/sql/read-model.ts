@@ -8,6 +8,7 @@ import type postgres from 'postgres';
 import { compareOffsets, type Offset, offsetZero } from '../ports.js';
 import { type ChallengeProjection, writeChallengeEnrollments, writeChallengeProgress } from './challenge-read-model.js';
 import type { Sql } from './db.js';
+import { pipelined } from './pipelined.js';
 
 /** What the projector derives from journal facts. Plain data. */
 /** A ledger entry row as the projector writes it (from LedgerEntry facts). */
@@ -200,26 +201,6 @@ const pairKey = (env: string, k: string) => `${env.length}:${env}${k}`;
 
 type Of<K extends Projection['kind']> = Extract<Projection, { kind: K }>;
 type Tx = postgres.TransactionSql<Record<string, unknown>>;
-
-/**
- * The projection statements of one transaction, pipelined: the returned Tx sends each tagged
- * statement at once and resolves at once (postgres.js pipelines statements on the transaction's
- * connection and PostgreSQL runs them in order, so order across kinds is kept); flush() awaits
- * every answer and rejects with the first failure, which aborts the transaction. A cycle of many
- * statements (1,000 rows each) costs one round trip instead of one per statement. Only the
- * tagged-template call pipelines; anything else is the transaction's own member.
- */
-function pipelined(tx: Tx): { tx: Tx; flush(): Promise<void> } {
-  const sent: Array<Promise<unknown>> = [];
-  const send = (strings: TemplateStringsArray, ...values: unknown[]): Promise<void> => {
-    const q = (tx as unknown as (s: TemplateStringsArray, ...v: unknown[]) => postgres.PendingQuery<postgres.Row[]>)(strings, ...values).execute();
-    q.catch(() => {}); // answered by flush(); never an unhandled rejection
-    sent.push(q);
-    return Promise.resolve();
-  };
-  const piped = new Proxy(send, { get: (_, prop) => Reflect.get(tx, prop) }) as unknown as Tx;
-  return { tx: piped, flush: async () => void (await Promise.all(sent)) };
-}
 
 /** Milliseconds since the epoch as a float8 expression from a timestamptz column. */
 const ms = (col: string) => `(extract(epoch from ${col}) * 1000)::float8`;

@@ -8,6 +8,7 @@ import {
   type SnapshotStore } from '../ports.js';
 import type { Sql, Tx } from './db.js';
 import { offsetKeySql } from './offsets.js';
+import { pipelined } from './pipelined.js';
 
 /**
  * Rows per statement: each statement's JSON document is built (and copied into the socket buffer)
@@ -52,9 +53,6 @@ function chunksWithin<T>(xs: T[], size: number, bytesOf: (x: T) => number): T[][
 
 /** A snapshot row's share of its statement's document: base64 payload and the row's ids. */
 const snapshotDocBytes = (r: SnapshotRow) => Math.ceil(r.payload.byteLength / 3) * 4 + 120;
-
-/** Resolves after the event loop had a turn (I/O and timers included). */
-const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 function chunks<T>(xs: T[], size: number): T[][] {
   const out: T[][] = [];
@@ -150,17 +148,10 @@ export class PgSnapshotStore implements SnapshotStore {
     }
     // Rows travel as one JSON document per statement (native JSON.stringify; payloads base64),
     // not as escaped text arrays. A NUL in a key still fails the statement (jsonb refuses it).
-    // The row statements are sent as they are built, without waiting for each answer (postgres.js
-    // pipelines them on the transaction's connection, PostgreSQL runs them in order): a save of
-    // many statements costs one round trip, not one per statement. The loop gets a turn between
-    // two builds, so requests go on while a large save is written.
-    const sent: Array<Promise<unknown>> = [];
-    const send = (q: Promise<unknown>) => {
-      q.catch(() => {}); // answered by the Promise.all below; never an unhandled rejection
-      sent.push(q);
-    };
+    // The row statements are pipelined (pipelined.ts): a save of many statements costs one round
+    // trip, and requests get a turn between two statements' documents.
+    const st = pipelined(tx);
     for (const part of chunksWithin(snaps, rowsPerStatement(snaps.length), snapshotDocBytes)) {
-      if (sent.length > 0) await nextTurn();
       const doc = JSON.stringify(
         part.map((r) => ({
           e: r.environmentId,
@@ -169,34 +160,29 @@ export class PgSnapshotStore implements SnapshotStore {
           b: Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength).toString('base64'),
         })),
       );
-      send(tx`
+      await st.tx`
         insert into actor_snapshots (environment_id, customer_id, partition, payload, updated_at)
         select u.e, u.c, u.p, decode(u.b, 'base64'), now()
         from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p int, b text)
         on conflict (environment_id, customer_id) do update
-        set partition = excluded.partition, payload = excluded.payload, updated_at = excluded.updated_at`.execute());
+        set partition = excluded.partition, payload = excluded.payload, updated_at = excluded.updated_at`;
     }
     for (const part of chunks(keyRows, rowsPerStatement(keyRows.length))) {
-      if (sent.length > 0) await nextTurn();
       const doc = JSON.stringify(part.map((k) => ({ e: k.environmentId, k: k.key, c: k.customerId, p: k.partition })));
-      send(tx`
+      await st.tx`
         insert into customer_keys (environment_id, key, customer_id, partition)
         select u.e, u.k, u.c, u.p from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, k text, c text, p int)
         on conflict (environment_id, key) do update
-        set customer_id = excluded.customer_id, partition = excluded.partition`.execute());
+        set customer_id = excluded.customer_id, partition = excluded.partition`;
     }
-    send(
-      tx
-        .unsafe(
-          `insert into partition_checkpoints as c (partition, checkpoint, updated_at)
-           select u.p, u.o, now() from unnest($1::int[], $2::text[]) as u(p, o)
-           on conflict (partition) do update set checkpoint = excluded.checkpoint, updated_at = excluded.updated_at
-           where ${offsetKeySql('excluded.checkpoint')} > ${offsetKeySql('c.checkpoint')}`,
-          [[...checkpoints.keys()], [...checkpoints.values()]],
-        )
-        .execute(),
+    await st.flush();
+    await tx.unsafe(
+      `insert into partition_checkpoints as c (partition, checkpoint, updated_at)
+       select u.p, u.o, now() from unnest($1::int[], $2::text[]) as u(p, o)
+       on conflict (partition) do update set checkpoint = excluded.checkpoint, updated_at = excluded.updated_at
+       where ${offsetKeySql('excluded.checkpoint')} > ${offsetKeySql('c.checkpoint')}`,
+      [[...checkpoints.keys()], [...checkpoints.values()]],
     );
-    await Promise.all(sent);
   }
 
   async load(environmentId: string, customerIds: string[]): Promise<SnapshotRow[]> {
