@@ -21,8 +21,9 @@ export type JournalRecord = [environmentId: string, customerId: string, facts: A
 
 /**
  * Journal entries since format 2 are msgpack records: an entry's records repeat a few fact shapes,
- * and each shape's keys are written once per entry instead of once per object (a 24-record entry
- * of new customers' events: 11,163 -> 7,889 bytes, packed in ~20 % less time). The structures
+ * and each shape's keys are written once per entry instead of once per object (new customers'
+ * events: 2 records 927 -> 799 bytes, 4 records 1,851 -> 1,437, 24 records 11,163 -> 7,889; a
+ * single record is 15 bytes larger, 465 -> 480). The structures
  * travel inside each entry (none are shared between entries), so every entry decodes on its own.
  * Format 1 (plain maps) still decodes: the same unpacker reads both.
  */
