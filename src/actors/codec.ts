@@ -19,24 +19,15 @@ export type KeyFact =
 /** One journal record: facts of one customer (customerId set) or of the routing table (''). */
 export type JournalRecord = [environmentId: string, customerId: string, facts: Array<Fact | KeyFact>];
 
-/**
- * Journal entries since format 2 are msgpack records: an entry's records repeat a few fact shapes,
- * and each shape's keys are written once per entry instead of once per object (new customers'
- * events: 2 records 927 -> 799 bytes, 4 records 1,851 -> 1,437, 24 records 11,163 -> 7,889; a
- * single record is 15 bytes larger, 465 -> 480). The structures
- * travel inside each entry (none are shared between entries), so every entry decodes on its own.
- * Format 1 (plain maps) still decodes: the same unpacker reads both.
- */
-const entryPackr = new Packr({ useRecords: true, mapsAsObjects: true, variableMapSize: true });
-const journalFormat = 2;
+const journalFormat = 1;
 
 export function encodeEntry(records: JournalRecord[]): Uint8Array {
-  return entryPackr.pack([journalFormat, records]);
+  return packr.pack([journalFormat, records]);
 }
 
 export function decodeEntry(payload: Uint8Array): JournalRecord[] {
-  const [format, records] = entryPackr.unpack(payload) as [number, JournalRecord[]];
-  if (format !== 1 && format !== journalFormat) throw new Error(`journal entry format ${format} is not supported`);
+  const [format, records] = packr.unpack(payload) as [number, JournalRecord[]];
+  if (format !== journalFormat) throw new Error(`journal entry format ${format} is not supported`);
   return records;
 }
 

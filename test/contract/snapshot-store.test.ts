@@ -130,6 +130,28 @@ for (const kind of [...sqlKinds, 'memory'] as const) {
       t.equal(await store.checkpoint(8), '50-0');
     });
 
+    t.test('a save of many statements (rows, and payloads past the document bound) is whole, or nothing when its last fails', async (t) => {
+      // 1,200 small rows and 4 payloads of 150 KB: several pipelined statements per table, split
+      // by rows and by document bytes; every row must come back with its own bytes.
+      const large = (i: number) => new Uint8Array(150_000).map((_, j) => (i * 7 + j) % 251);
+      const rows = [
+        ...Array.from({ length: 1200 }, (_, i) => snap(`many-${i}`, 45, bytes(i % 256, i >> 8))),
+        ...Array.from({ length: 4 }, (_, i) => snap(`large-${i}`, 45, large(i))),
+      ];
+      const keys = Array.from({ length: 1200 }, (_, i) => key(`many-key-${i}`, `many-${i}`, 45));
+      breakNextSave();
+      await t.rejects(store.save(45, '70-0', rows, [...keys, key('bad\u0000key', 'many-0', 45)], []));
+      t.same(await store.load('env_a', ['many-0', 'many-1199', 'large-3']), [], 'a failure in the last statement: no row');
+      t.same(await store.lookupKeys('env_a', ['many-key-0']), [], 'and no key');
+      t.equal(await store.checkpoint(45), '0');
+
+      await store.save(45, '70-0', rows, keys, []);
+      const ids = rows.map((r) => r.customerId);
+      t.same(plain(await store.load('env_a', ids)), plain(rows.map((r) => ({ ...r }))), 'every row with its own bytes');
+      t.equal((await store.lookupKeys('env_a', keys.map((k) => k.key))).length, 1200);
+      t.equal(await store.checkpoint(45), '70-0');
+    });
+
     t.test('saveMany: several partitions in one transaction, forward-only checkpoints each, keys listed per partition', async (t) => {
       await store.saveMany([
         { partition: 20, epoch: 1, checkpoint: '300-0', rows: [snap('m1', 20, bytes(1))], keys: [key('km1', 'm1', 20)], keysRemoved: [] },

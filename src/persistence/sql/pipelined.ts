@@ -9,7 +9,7 @@ import type { Tx } from './db.js';
 type Tagged = (strings: TemplateStringsArray, ...values: unknown[]) => postgres.PendingQuery<postgres.Row[]>;
 
 /** Resolves after the event loop had a turn (I/O and timers included). */
-export const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
  * A view of `tx` whose tagged statements are sent at once, without waiting for their answers:

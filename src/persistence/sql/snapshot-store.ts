@@ -15,9 +15,10 @@ import { pipelined } from './pipelined.js';
  * in one go on the event loop, so a small save (a sweep after a burst: a thousand actors) goes in
  * statements of rowsPerStatementMin rows, letting requests in between them instead of stalling
  * them for tens of milliseconds; a large one (sustained load: tens of thousands of new customers)
- * in fewer, larger statements (a quarter of the rows each, up to rowsPerStatementMax), since every
- * statement is a round trip inside the transaction and a slower save keeps dirty actors
- * (unpassivatable) in memory longer.
+ * in fewer, larger statements (a quarter of the rows each, up to rowsPerStatementMax): the
+ * statements are pipelined (pipelined.ts), but each waits for a loop turn before the next document
+ * is built, and a slower save keeps dirty actors (unpassivatable) in memory longer. Measured:
+ * 1M new customers peaked at 758-845 MB with this rule, at 853-1,155 MB with 500 rows always.
  */
 const rowsPerStatementMin = 500;
 const statementsPerTableMax = 4;
