@@ -112,7 +112,7 @@ export function renderMarkdown(rows) {
     } else if (r.kind === 'memory') {
       throughput = `RSS ${fmtInt(m.rss_mb)} MB, peak ${fmtInt(m.rss_peak_mb)} MB (${fmtInt(m.events_per_s)} events/s load)`;
     } else if (r.kind === 'restart') {
-      throughput = `ready ${fmtInt(m.ready_ms)} ms${m.ready_cpu_s == null ? '' : ` (${m.ready_cpu_s.toFixed(1)} s server CPU, peak RSS ${fmtInt(m.ready_rss_peak_mb)} MB)`}, first event ${fmtInt(m.restart_ms)} ms (${fmtInt(m.events_loaded)} events journaled)`;
+      throughput = `ready ${fmtInt(m.ready_ms)} ms${m.ready_cpu_s == null ? '' : ` (${m.ready_cpu_s.toFixed(1)} s server CPU, peak RSS ${fmtInt(m.ready_rss_peak_mb)} MB)`}, first event ${fmtInt(m.restart_ms)} ms${m.recovered_ms == null ? '' : `, every partition replayed ${fmtInt(m.recovered_ms)} ms (${m.recovered_cpu_s == null ? "?" : m.recovered_cpu_s.toFixed(1)} s CPU, peak RSS ${fmtInt(m.recovered_rss_peak_mb)} MB)`} (${fmtInt(m.events_loaded)} events journaled)`;
     } else if (r.unit === 'events') {
       throughput = `${fmtInt(m.events_per_s)} events/s (${fmtInt(m.rps)} req/s)`;
     } else if (m.rps !== undefined) {

@@ -376,8 +376,18 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
           () => false,
         ),
       ]);
-      const partitions = placement.ownedCount > 0;
-      return { ok: db && workers && journal && partitions, checks: { database: db, journal, workers, partitions_owned: String(placement.ownedCount) } };
+      // Partitions still replaying count: a call for one starts its replay at once and waits for it.
+      const partitions = placement.ownedCount + placement.recoveringCount > 0;
+      return {
+        ok: db && workers && journal && partitions,
+        checks: {
+          database: db,
+          journal,
+          workers,
+          partitions_owned: String(placement.ownedCount),
+          partitions_recovering: String(placement.recoveringCount),
+        },
+      };
     },
   });
   const httpPort = await gateway.listen(config.HOST, config.PORT);

@@ -6,6 +6,10 @@
 // late write from here impossible anyway. The heartbeat and the lease renewals run on their own
 // timer, never behind a placement tick: a tick that recovers partitions for longer than the lease
 // ttl must not let the leases it already took (recovering, serving or handing over) expire.
+// Recoveries run in the background, a few at a time (recoveriesRunningMax), in lease order; a call
+// for a partition still waiting its turn starts that partition's recovery at once, so after a
+// restart or a failover the node answers within about one partition's replay instead of every
+// partition's (the calls wait for their own partition only).
 import type { Logger } from 'pino';
 import type { Engine, Placement } from '../actors/engine.js';
 import type { JournalRecord } from '../actors/codec.js';
@@ -46,9 +50,21 @@ export interface PlacementOptions {
   leaseRenewEveryMs?: number;
 }
 
+/** A recovery waiting its turn: start it (its turn came, or a call needs it), or drop it (stop). */
+interface QueuedRecovery {
+  start(): void;
+  abandon(): Promise<void>;
+}
+
 export class ClusterPlacement implements Placement {
   private readonly owned = new Map<number, Partition>();
+  /** Partitions leased here and not served yet: waiting their turn or replaying. */
   private readonly recoveringNow = new Map<number, Promise<void>>();
+  /** Recoveries waiting their turn, in lease order. */
+  private readonly recoveryQueue = new Map<number, QueuedRecovery>();
+  private recoveriesRunning = 0;
+  /** Resolved whenever the queue and the running recoveries are both empty (recovered()). */
+  private recoveryIdle: Array<() => void> = [];
   private owners: Array<string | null>;
   private addresses = new Map<string, string>();
   private engine: Engine | null = null;
@@ -84,8 +100,21 @@ export class ClusterPlacement implements Placement {
     return this.owned.get(p);
   }
 
+  /** The recovery of a partition leased here and not served yet; one still waiting its turn starts now. */
   recovering(p: number): Promise<void> | undefined {
+    this.recoveryQueue.get(p)?.start();
     return this.recoveringNow.get(p);
+  }
+
+  /** Partitions leased here and not served yet (waiting their turn or replaying). */
+  get recoveringCount(): number {
+    return this.recoveringNow.size;
+  }
+
+  /** Resolves once no recovery is waiting or running (every partition leased so far is served or given up). */
+  recovered(): Promise<void> {
+    if (this.recoveryQueue.size === 0 && this.recoveriesRunning === 0) return Promise.resolve();
+    return new Promise((resolve) => this.recoveryIdle.push(resolve));
   }
 
   remote(p: number): string | null {
@@ -111,7 +140,10 @@ export class ClusterPlacement implements Placement {
     return n;
   }
 
-  /** Joins the cluster and takes this node's share of partitions before resolving. */
+  /**
+   * Joins the cluster and takes this node's share of partitions (their leases) before resolving;
+   * their recoveries go on in the background (recovered() waits for them).
+   */
   async start(): Promise<void> {
     await this.renew();
     // Renewals run from here on, also while the first tick recovers partitions.
@@ -130,6 +162,9 @@ export class ClusterPlacement implements Placement {
     this.stopped = true;
     for (const t of this.timers) clearInterval(t);
     await this.ticking;
+    // Recoveries not begun are dropped (their leases released); those running finish first.
+    await Promise.all([...this.recoveryQueue.values()].map((q) => q.abandon()));
+    await this.recovered();
     // Renewals go on while the partitions drain and snapshot, until their leases are released.
     const held = [...this.owned.values()];
     for (const p of held) p.requestSnapshot();
@@ -211,6 +246,9 @@ export class ClusterPlacement implements Placement {
         if (!this.owned.has(p) && !this.recoveringNow.has(p) && (owner === null || owner === node.nodeId)) toAcquire.push(p);
       } else if (this.owned.has(p)) {
         await this.handOver(this.owned.get(p)!);
+      } else {
+        // Leased here but not replayed yet: nothing to hand over, the lease goes back at once.
+        await this.recoveryQueue.get(p)?.abandon();
       }
     }
     await runLimited(toAcquire, 16, (p) => this.acquire(p));
@@ -232,10 +270,62 @@ export class ClusterPlacement implements Placement {
     if (epoch === null) return;
     this.leased.set(p, epoch);
     this.owners[p] = node.nodeId;
-    await this.recover(p, epoch);
+    this.recover(p, epoch, false);
   }
 
-  private recover(p: number, epoch: number): Promise<void> {
+  /**
+   * Registers the recovery of a partition leased here: started at once (`now`, or when a call
+   * needs the partition: recovering()) or when its turn comes (at most recoveriesRunningMax run).
+   */
+  private recover(p: number, epoch: number, now: boolean): void {
+    let resolve: () => void = () => {};
+    const done = new Promise<void>((r) => {
+      resolve = r;
+    });
+    const finish = () => {
+      if (this.recoveringNow.get(p) === done) this.recoveringNow.delete(p);
+      resolve();
+    };
+    const queued: QueuedRecovery = {
+      start: () => {
+        if (this.recoveryQueue.get(p) !== queued) return;
+        this.recoveryQueue.delete(p);
+        this.recoveriesRunning++;
+        void this.runRecovery(p, epoch).finally(() => {
+          this.recoveriesRunning--;
+          finish();
+          this.nextRecoveries();
+        });
+      },
+      abandon: async () => {
+        if (this.recoveryQueue.get(p) !== queued) return;
+        this.recoveryQueue.delete(p);
+        finish();
+        await this.release(p, epoch);
+      },
+    };
+    this.recoveryQueue.set(p, queued);
+    this.recoveringNow.set(p, done);
+    if (now) queued.start();
+    else this.nextRecoveries();
+  }
+
+  /** Starts waiting recoveries, oldest lease first, while fewer than recoveriesRunningMax run. */
+  private nextRecoveries(): void {
+    if (!this.stopped) {
+      for (const q of this.recoveryQueue.values()) {
+        if (this.recoveriesRunning >= recoveriesRunningMax) break;
+        q.start();
+      }
+    }
+    if (this.recoveryQueue.size === 0 && this.recoveriesRunning === 0) {
+      const idle = this.recoveryIdle;
+      this.recoveryIdle = [];
+      for (const r of idle) r();
+    }
+  }
+
+  private runRecovery(p: number, epoch: number): Promise<void> {
     const run = (async () => {
       const partition = new Partition(
         p,
@@ -253,7 +343,7 @@ export class ClusterPlacement implements Placement {
         onPoisoned: (part, err) => {
           this.opts.logger.error({ err, partition: part.id }, 'partition poisoned; rebuilding from the journal');
           this.drop(part, 'poisoned');
-          if (!this.stopped) void this.recover(part.id, part.epoch);
+          if (!this.stopped) this.recover(part.id, part.epoch, true);
         },
         onFenced: (part) => {
           if (this.leased.get(part.id) === part.epoch) this.leased.delete(part.id);
@@ -292,13 +382,10 @@ export class ClusterPlacement implements Placement {
         this.opts.logger.warn({ err, partition: p }, 'key filter not loaded; unknown keys are looked up');
       });
     })();
-    this.recoveringNow.set(p, run.catch(() => {}));
-    return run
-      .catch((err: unknown) => {
-        this.opts.logger.error({ err, partition: p }, 'partition recovery gave up; releasing the lease');
-        void this.release(p, epoch);
-      })
-      .finally(() => this.recoveringNow.delete(p));
+    return run.catch((err: unknown) => {
+      this.opts.logger.error({ err, partition: p }, 'partition recovery gave up; releasing the lease');
+      void this.release(p, epoch);
+    });
   }
 
   private drop(p: Partition, why: string): void {
@@ -383,6 +470,13 @@ export class ClusterPlacement implements Placement {
     actorsActive.set(this.activeActors);
   }
 }
+
+/**
+ * Recoveries replaying at once in the background. Replay is CPU-bound: more at once only slows
+ * each one, and a partition a call needs waits behind fewer slices (a few keep the journal and
+ * snapshot reads of one overlapping another's replay).
+ */
+const recoveriesRunningMax = 4;
 
 /** A sweep's captures take at most this many macrotasks... */
 const sweepSlicesMax = 16;

@@ -53,6 +53,8 @@ export async function memoryNode(
   const engine = new Engine(partitions, placement, null, storage.journal);
   placement.attach(engine);
   await placement.start();
+  // Started = recovered here: tests read `acked` and the actors right after.
+  await placement.recovered();
   return { engine, placement, acked };
 }
 

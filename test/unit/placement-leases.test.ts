@@ -1,6 +1,8 @@
 // Lease renewal runs on its own timer: a recovery that lasts longer than the lease ttl keeps the
 // leases it holds (recovering and serving ones), so no partition is recovered twice. The leases'
-// time is a manual clock moved past the ttl while the recovery is held open.
+// time is a manual clock moved past the ttl while the recovery is held open. Recoveries run in the
+// background a few at a time; a call for a partition still waiting its turn starts it at once, and
+// a stop drops the waiting ones (their leases released) after the running ones finish.
 import { pino } from 'pino';
 import t from 'tap';
 import { Engine } from '../../src/actors/engine.js';
@@ -36,22 +38,27 @@ function placementOver(storage: ReturnType<typeof memoryStorage>, journal: Journ
   return placement;
 }
 
-/** A journal whose reads of the gated partitions wait until `open()`; `blockedReads()` counts them. */
+/**
+ * A journal whose reads of the gated partitions wait until `open()`; `blockedReads()` counts them,
+ * `readFrom` holds every partition whose journal was read.
+ */
 function gatedJournal(storage: ReturnType<typeof memoryStorage>, gated: (p: number) => boolean) {
   let open!: () => void;
   const gate = new Promise<void>((r) => {
     open = r;
   });
   let blocked = 0;
+  const readFrom = new Set<number>();
   const journal: Journal = Object.create(storage.journal);
   journal.read = async (p, after, count) => {
+    readFrom.add(p);
     if (gated(p)) {
       blocked++;
       await gate;
     }
     return storage.journal.read(p, after, count);
   };
-  return { journal, open, blockedReads: () => blocked };
+  return { journal, open, blockedReads: () => blocked, readFrom };
 }
 
 t.test('leases and the heartbeat are renewed while a slow recovery runs', async (t) => {
@@ -98,6 +105,7 @@ t.test('leases and the heartbeat are renewed while a slow recovery runs', async 
 
   open();
   await started;
+  await placement.recovered();
   t.equal(placement.ownedCount, P, 'both partitions served');
   t.same(
     acquired.filter(([, e]) => e !== null).map(([p]) => p).sort(),
@@ -131,7 +139,60 @@ t.test('a lease lost during recovery is not served', async (t) => {
   await until('the loss is noticed by a renewal', () => refused > 0);
   open();
   await started;
+  await placement.recovered();
   t.equal(placement.ownedCount, 0, 'the recovered partition is discarded, not served');
   t.equal((await storage.leases.list(1))[0]?.nodeId, 'n2', 'n2 keeps its lease');
   await placement.stop();
+});
+
+t.test('recoveries run a few at a time, and a call starts its waiting partition at once', async (t) => {
+  const storage = memoryStorage(() => 1_000_000);
+  const membership = new MemoryMembership(() => 1_000_000);
+  const P = 8;
+  const wanted = 6;
+  // Every partition but the one the call needs replays only once the test opens the journal.
+  const { journal, open, blockedReads, readFrom } = gatedJournal(storage, (p) => p !== wanted);
+  const placement = placementOver(storage, journal, P, membership);
+  await placement.start();
+  t.same((await storage.leases.list(P)).map((l) => l?.nodeId), new Array(P).fill('n1'), 'start resolves with every lease taken');
+  await until('the first recoveries replaying', () => blockedReads() === 4);
+  t.equal(placement.ownedCount, 0, 'nothing served while the running recoveries replay');
+  t.equal(placement.recoveringCount, P, 'every leased partition is recovering (running or waiting its turn)');
+  t.same([...readFrom].sort(), [0, 1, 2, 3], 'four run at once, in lease order; the others wait their turn');
+
+  await placement.recovering(wanted);
+  t.ok(placement.local(wanted), 'the partition a call needs is served as soon as its own replay ends');
+  t.equal(placement.ownedCount, 1, 'while the recoveries ahead of it still replay');
+  t.notOk(readFrom.has(4) || readFrom.has(5) || readFrom.has(7), 'and the ones still waiting were not started by it');
+
+  open();
+  await placement.recovered();
+  t.equal(placement.ownedCount, P, 'every partition served once the queue drains');
+  t.equal(placement.recoveringCount, 0);
+  await placement.stop();
+});
+
+t.test('a stop drops the recoveries still waiting and releases their leases', async (t) => {
+  const storage = memoryStorage(() => 1_000_000);
+  const membership = new MemoryMembership(() => 1_000_000);
+  const P = 8;
+  const { journal, open, blockedReads, readFrom } = gatedJournal(storage, () => true);
+  const placement = placementOver(storage, journal, P, membership);
+  await placement.start();
+  await until('the first recoveries replaying', () => blockedReads() === 4);
+  const waiting = placement.recovering(7);
+  await until('a call started partition 7 out of turn', () => blockedReads() === 5);
+  const stopped = placement.stop();
+  await until('the waiting leases released', () => placement.recoveringCount === 5);
+  t.same(
+    (await storage.leases.list(P)).map((l) => l?.nodeId ?? null),
+    ['n1', 'n1', 'n1', 'n1', null, null, null, 'n1'],
+    'leases of the recoveries never started go back at once; the running ones are kept',
+  );
+  open();
+  await stopped;
+  await waiting;
+  t.same([...readFrom].sort(), [0, 1, 2, 3, 7], 'the dropped partitions were never read');
+  t.same(await storage.leases.list(P), new Array(P).fill(null), 'stop releases every lease once the running recoveries end');
+  t.equal(placement.ownedCount, 0);
 });
