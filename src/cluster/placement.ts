@@ -7,9 +7,10 @@
 // timer, never behind a placement tick: a tick that recovers partitions for longer than the lease
 // ttl must not let the leases it already took (recovering, serving or handing over) expire.
 // Recoveries run in the background, a few at a time (recoveriesRunningMax), in lease order; a call
-// for a partition still waiting its turn starts that partition's recovery at once, so after a
-// restart or a failover the node answers within about one partition's replay instead of every
-// partition's (the calls wait for their own partition only).
+// for a partition still waiting its turn starts that partition's recovery at once (up to
+// neededRecoveriesRunningMax at a time, ahead of the others), so after a restart or a failover
+// the node answers within about one partition's replay instead of every partition's (the calls
+// wait for their own partition only).
 import type { Logger } from 'pino';
 import type { Engine, Placement } from '../actors/engine.js';
 import type { JournalRecord } from '../actors/codec.js';
@@ -62,6 +63,8 @@ export class ClusterPlacement implements Placement {
   private readonly recoveringNow = new Map<number, Promise<void>>();
   /** Recoveries waiting their turn, in lease order. */
   private readonly recoveryQueue = new Map<number, QueuedRecovery>();
+  /** Of those, the ones a call waits for, in the order the calls came: they go first. */
+  private readonly neededQueue = new Map<number, QueuedRecovery>();
   private recoveriesRunning = 0;
   /** Resolved whenever the queue and the running recoveries are both empty (recovered()). */
   private recoveryIdle: Array<() => void> = [];
@@ -102,7 +105,11 @@ export class ClusterPlacement implements Placement {
 
   /** The recovery of a partition leased here and not served yet; one still waiting its turn starts now. */
   recovering(p: number): Promise<void> | undefined {
-    this.recoveryQueue.get(p)?.start();
+    const queued = this.recoveryQueue.get(p);
+    if (queued !== undefined && !this.neededQueue.has(p)) {
+      this.neededQueue.set(p, queued);
+      this.nextRecoveries();
+    }
     return this.recoveringNow.get(p);
   }
 
@@ -290,6 +297,7 @@ export class ClusterPlacement implements Placement {
       start: () => {
         if (this.recoveryQueue.get(p) !== queued) return;
         this.recoveryQueue.delete(p);
+        this.neededQueue.delete(p);
         this.recoveriesRunning++;
         void this.runRecovery(p, epoch).finally(() => {
           this.recoveriesRunning--;
@@ -300,6 +308,7 @@ export class ClusterPlacement implements Placement {
       abandon: async () => {
         if (this.recoveryQueue.get(p) !== queued) return;
         this.recoveryQueue.delete(p);
+        this.neededQueue.delete(p);
         finish();
         await this.release(p, epoch);
       },
@@ -310,9 +319,17 @@ export class ClusterPlacement implements Placement {
     else this.nextRecoveries();
   }
 
-  /** Starts waiting recoveries, oldest lease first, while fewer than recoveriesRunningMax run. */
+  /**
+   * Starts waiting recoveries: those a call waits for first (while fewer than
+   * neededRecoveriesRunningMax run), then the others, oldest lease first (while fewer than
+   * recoveriesRunningMax run).
+   */
   private nextRecoveries(): void {
     if (!this.stopped) {
+      for (const q of this.neededQueue.values()) {
+        if (this.recoveriesRunning >= neededRecoveriesRunningMax) break;
+        q.start();
+      }
       for (const q of this.recoveryQueue.values()) {
         if (this.recoveriesRunning >= recoveriesRunningMax) break;
         q.start();
@@ -477,6 +494,12 @@ export class ClusterPlacement implements Placement {
  * snapshot reads of one overlapping another's replay).
  */
 const recoveriesRunningMax = 4;
+/**
+ * Recoveries replaying at once while calls wait for them (a flood of calls right after a restart
+ * needs every partition): bounded, as the first tick's recoveries were, so the journal pages read
+ * at once stay bounded too.
+ */
+const neededRecoveriesRunningMax = 16;
 
 /** A sweep's captures take at most this many macrotasks... */
 const sweepSlicesMax = 16;

@@ -196,3 +196,30 @@ t.test('a stop drops the recoveries still waiting and releases their leases', as
   t.same(await storage.leases.list(P), new Array(P).fill(null), 'stop releases every lease once the running recoveries end');
   t.equal(placement.ownedCount, 0);
 });
+
+t.test('calls start at most sixteen recoveries at once, ahead of the others', async (t) => {
+  const storage = memoryStorage(() => 1_000_000);
+  const membership = new MemoryMembership(() => 1_000_000);
+  const P = 32;
+  const { journal, open, blockedReads, readFrom } = gatedJournal(storage, () => true);
+  const placement = placementOver(storage, journal, P, membership);
+  await placement.start();
+  await until('the first recoveries replaying', () => blockedReads() === 4);
+  // Calls for the last 20 partitions, newest lease first.
+  const needed = Array.from({ length: 20 }, (_, i) => P - 1 - i);
+  const waits = needed.map((p) => placement.recovering(p));
+  await until('sixteen replaying', () => blockedReads() === 16);
+  await new Promise((r) => setTimeout(r, 50));
+  t.equal(blockedReads(), 16, 'no more than sixteen replay at once');
+  t.same(
+    [...readFrom].sort((a, b) => a - b),
+    [0, 1, 2, 3, ...needed.slice(0, 12).sort((a, b) => a - b)],
+    'the four running kept on; the partitions calls wait for took the other twelve slots, in the order of the calls',
+  );
+  open();
+  await Promise.all(waits);
+  for (const p of needed) t.ok(placement.local(p), `partition ${p} served`);
+  await placement.recovered();
+  t.equal(placement.ownedCount, P);
+  await placement.stop();
+});
