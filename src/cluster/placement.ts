@@ -225,10 +225,13 @@ export class ClusterPlacement implements Placement {
 
   /**
    * Another node may be writing the partition now: a serving partition stops at once; a
-   * recovering one is discarded when its recovery ends; a hand-over just has nothing to release.
+   * recovering one is discarded when its recovery ends, and one waiting its turn is dropped; a
+   * hand-over just has nothing to release.
    */
   private leaseLost(p: number, epoch: number): void {
     if (this.leased.get(p) !== epoch) return;
+    // A recovery still waiting its turn is dropped (its callers route again, to the new owner).
+    void this.recoveryQueue.get(p)?.abandon();
     this.leased.delete(p);
     const part = this.owned.get(p);
     if (part !== undefined && part.epoch === epoch) this.drop(part, 'lease lost');

@@ -223,3 +223,25 @@ t.test('calls start at most sixteen recoveries at once, ahead of the others', as
   t.equal(placement.ownedCount, P);
   await placement.stop();
 });
+
+t.test('a lease lost while its recovery waits its turn drops that recovery', async (t) => {
+  const storage = memoryStorage(() => 1_000_000);
+  const membership = new MemoryMembership(() => 1_000_000);
+  const P = 8;
+  const { journal, open, blockedReads, readFrom } = gatedJournal(storage, () => true);
+  const placement = placementOver(storage, journal, P, membership);
+  await placement.start();
+  await until('the first recoveries replaying', () => blockedReads() === 4);
+  // Another node takes partition 6's lease over (e.g. this node was paused past the ttl).
+  const lease = (await storage.leases.list(P))[6]!;
+  await storage.leases.release(6, 'n1', lease.epoch);
+  t.ok((await storage.leases.acquire(6, 'n2', limits.leaseTtlMs)) !== null, 'n2 took the lease');
+  await until('the waiting recovery dropped', () => placement.recoveringCount === P - 1);
+  t.equal(placement.recovering(6), undefined, 'a call for it no longer waits here');
+  open();
+  await placement.recovered();
+  t.notOk(readFrom.has(6), 'its journal was never read here');
+  t.equal(placement.ownedCount, P - 1, 'the others are served');
+  t.equal((await storage.leases.list(P))[6]?.nodeId, 'n2', 'n2 keeps its lease');
+  await placement.stop();
+});
