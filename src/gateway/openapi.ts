@@ -250,7 +250,7 @@ function addOperationalPaths(paths: OpenApiDocument['paths']): void {
   paths['/healthz'] = op('Process is up', 'get_healthz', {
     200: { description: 'Up.', content: json({ type: 'object', properties: { status: { const: 'ok' } } }) },
   });
-  paths['/readyz'] = op('Storage reachable and partitions owned', 'get_readyz', {
+  paths['/readyz'] = op('Storage reachable and partitions held (serving or replaying)', 'get_readyz', {
     200: { description: 'Ready.', content: json(readiness) },
     503: { description: 'Not ready; checks say why.', content: json(readiness) },
   });
