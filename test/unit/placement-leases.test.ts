@@ -61,6 +61,20 @@ function gatedJournal(storage: ReturnType<typeof memoryStorage>, gated: (p: numb
   return { journal, open, blockedReads: () => blocked, readFrom };
 }
 
+/**
+ * A node over P partitions whose journal reads wait until `open()` (all but `ungated`), started,
+ * with its first four recoveries replaying (blocked on the journal) and the others waiting.
+ */
+async function startedWithRecoveriesWaiting(P: number, ungated?: number) {
+  const storage = memoryStorage(() => 1_000_000);
+  const membership = new MemoryMembership(() => 1_000_000);
+  const gated = gatedJournal(storage, (p) => p !== ungated);
+  const placement = placementOver(storage, gated.journal, P, membership);
+  await placement.start();
+  await until('the first recoveries replaying', () => gated.blockedReads() === 4);
+  return { storage, placement, ...gated };
+}
+
 t.test('leases and the heartbeat are renewed while a slow recovery runs', async (t) => {
   let now = 1_000_000;
   const clock = () => now;
@@ -146,16 +160,11 @@ t.test('a lease lost during recovery is not served', async (t) => {
 });
 
 t.test('recoveries run a few at a time, and a call starts its waiting partition at once', async (t) => {
-  const storage = memoryStorage(() => 1_000_000);
-  const membership = new MemoryMembership(() => 1_000_000);
   const P = 8;
   const wanted = 6;
   // Every partition but the one the call needs replays only once the test opens the journal.
-  const { journal, open, blockedReads, readFrom } = gatedJournal(storage, (p) => p !== wanted);
-  const placement = placementOver(storage, journal, P, membership);
-  await placement.start();
-  t.same((await storage.leases.list(P)).map((l) => l?.nodeId), new Array(P).fill('n1'), 'start resolves with every lease taken');
-  await until('the first recoveries replaying', () => blockedReads() === 4);
+  const { storage, placement, open, readFrom } = await startedWithRecoveriesWaiting(P, wanted);
+  t.same((await storage.leases.list(P)).map((l) => l?.nodeId), new Array(P).fill('n1'), 'every lease taken at start');
   t.equal(placement.ownedCount, 0, 'nothing served while the running recoveries replay');
   t.equal(placement.recoveringCount, P, 'every leased partition is recovering (running or waiting its turn)');
   t.same([...readFrom].sort(), [0, 1, 2, 3], 'four run at once, in lease order; the others wait their turn');
@@ -173,13 +182,8 @@ t.test('recoveries run a few at a time, and a call starts its waiting partition 
 });
 
 t.test('a stop drops the recoveries still waiting and releases their leases', async (t) => {
-  const storage = memoryStorage(() => 1_000_000);
-  const membership = new MemoryMembership(() => 1_000_000);
   const P = 8;
-  const { journal, open, blockedReads, readFrom } = gatedJournal(storage, () => true);
-  const placement = placementOver(storage, journal, P, membership);
-  await placement.start();
-  await until('the first recoveries replaying', () => blockedReads() === 4);
+  const { storage, placement, open, blockedReads, readFrom } = await startedWithRecoveriesWaiting(P);
   const waiting = placement.recovering(7);
   await until('a call started partition 7 out of turn', () => blockedReads() === 5);
   const stopped = placement.stop();
@@ -198,13 +202,8 @@ t.test('a stop drops the recoveries still waiting and releases their leases', as
 });
 
 t.test('calls start at most sixteen recoveries at once, ahead of the others', async (t) => {
-  const storage = memoryStorage(() => 1_000_000);
-  const membership = new MemoryMembership(() => 1_000_000);
   const P = 32;
-  const { journal, open, blockedReads, readFrom } = gatedJournal(storage, () => true);
-  const placement = placementOver(storage, journal, P, membership);
-  await placement.start();
-  await until('the first recoveries replaying', () => blockedReads() === 4);
+  const { placement, open, blockedReads, readFrom } = await startedWithRecoveriesWaiting(P);
   // Calls for the last 20 partitions, newest lease first.
   const needed = Array.from({ length: 20 }, (_, i) => P - 1 - i);
   const waits = needed.map((p) => placement.recovering(p));
@@ -225,13 +224,8 @@ t.test('calls start at most sixteen recoveries at once, ahead of the others', as
 });
 
 t.test('a lease lost while its recovery waits its turn drops that recovery', async (t) => {
-  const storage = memoryStorage(() => 1_000_000);
-  const membership = new MemoryMembership(() => 1_000_000);
   const P = 8;
-  const { journal, open, blockedReads, readFrom } = gatedJournal(storage, () => true);
-  const placement = placementOver(storage, journal, P, membership);
-  await placement.start();
-  await until('the first recoveries replaying', () => blockedReads() === 4);
+  const { storage, placement, open, readFrom } = await startedWithRecoveriesWaiting(P);
   // Another node takes partition 6's lease over (e.g. this node was paused past the ttl).
   const lease = (await storage.leases.list(P))[6]!;
   await storage.leases.release(6, 'n1', lease.epoch);
