@@ -16,24 +16,27 @@ export function uniquePrefix(label = 't'): string {
   return `test:${label}:${Date.now().toString(36)}${randomBytes(4).toString('hex')}`;
 }
 
-/** Every key under the prefix (SCAN, never KEYS). */
-export async function keysUnder(redis: Redis, prefix: string): Promise<string[]> {
-  const found: string[] = [];
+/**
+ * Deletes every key under the prefix (SCAN, never KEYS). Keys are handled as bytes: the event-id
+ * register's keys end in raw bytes, which a string round trip would turn into other names (they
+ * were left behind by every test run before).
+ */
+export async function deleteKeysUnder(redis: Redis, prefix: string): Promise<number> {
+  let deleted = 0;
   let cursor = '0';
   do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    found.push(...keys);
-    cursor = next;
+    const [next, keys] = await redis.scanBuffer(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+    cursor = String(next);
+    if (keys.length > 0) deleted += await redis.unlink(...keys);
   } while (cursor !== '0');
-  return found;
+  return deleted;
 }
 
 export function redisForTest(t: Teardown, label?: string): { redis: Redis; prefix: string } {
   const redis = createRedis(testRedisUrl);
   const prefix = uniquePrefix(label);
   t.teardown(async () => {
-    const keys = await keysUnder(redis, prefix);
-    for (let i = 0; i < keys.length; i += 500) await redis.unlink(...keys.slice(i, i + 500));
+    await deleteKeysUnder(redis, prefix);
     await redis.quit();
   });
   return { redis, prefix };

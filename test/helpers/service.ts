@@ -9,6 +9,7 @@ import type { Test } from 'tap';
 import { type Config, loadConfig } from '../../src/config.js';
 import { dropSchema, openSql } from '../../src/persistence/sql/db.js';
 import { type Service, startService } from '../../src/service.js';
+import { deleteKeysUnder } from './redis.js';
 
 export const redisUrl = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 export const databaseUrl = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -42,12 +43,7 @@ export function storageFor(t: Test): Storage {
     await dropSchema(sql, name).catch(() => {});
     await sql.end();
     const redis = new Redis(redisUrl);
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${name}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length) await redis.del(...keys);
-    } while (cursor !== '0');
+    await deleteKeysUnder(redis, name);
     await redis.quit();
   });
   return { schema: name, prefix: name };
