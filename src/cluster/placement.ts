@@ -16,7 +16,14 @@ import type { Engine, Placement } from '../actors/engine.js';
 import type { JournalRecord } from '../actors/codec.js';
 import { Partition } from '../actors/partition.js';
 import { limits } from '../limits.js';
-import { actorsActive, journalFlushRecords, journalFlushSeconds, snapshotSaveSeconds } from '../observability/metrics.js';
+import {
+  actorsActive,
+  journalFlushRecords,
+  journalFlushSeconds,
+  partitionsOwned,
+  partitionsRecovering,
+  snapshotSaveSeconds,
+} from '../observability/metrics.js';
 import { compareOffsets, type Journal, type Leases, type Membership, type NodeInfo, type Offset, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { hash53 } from '../util/canonical-json.js';
 import { GroupBatcher } from '../util/group-batcher.js';
@@ -338,6 +345,8 @@ export class ClusterPlacement implements Placement {
         q.start();
       }
     }
+    partitionsOwned.set(this.owned.size);
+    partitionsRecovering.set(this.recoveringNow.size);
     if (this.recoveryQueue.size === 0 && this.recoveriesRunning === 0) {
       const idle = this.recoveryIdle;
       this.recoveryIdle = [];
@@ -488,6 +497,8 @@ export class ClusterPlacement implements Placement {
       for (const p of this.owned.values()) p.passivate(now - 1000, perPartition);
     }
     actorsActive.set(this.activeActors);
+    partitionsOwned.set(this.owned.size);
+    partitionsRecovering.set(this.recoveringNow.size);
   }
 }
 

@@ -37,6 +37,18 @@ export const actorsActive = new Gauge({
   registers: [registry],
 });
 
+export const partitionsOwned = new Gauge({
+  name: 'partitions_owned',
+  help: 'Partitions this node serves.',
+  registers: [registry],
+});
+
+export const partitionsRecovering = new Gauge({
+  name: 'partitions_recovering',
+  help: 'Partitions leased by this node and still replaying or waiting their turn to (calls for them wait).',
+  registers: [registry],
+});
+
 export const mailboxDepth = new BucketHistogram({
   name: 'mailbox_depth',
   help: 'Commands waiting in an actor mailbox, observed when a command is enqueued.',

@@ -603,6 +603,8 @@ t.test('/metrics: the request histogram is labelled by route pattern', async (t)
     'mailbox_depth',
     'projector_lag_records',
     'snapshot_save_seconds',
+    'partitions_owned',
+    'partitions_recovering',
     'process_cpu_user_seconds_total',
   ]) {
     t.match(r.text, new RegExp(`# TYPE ${name} `), name);
