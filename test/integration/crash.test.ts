@@ -65,6 +65,9 @@ t.test('kill -9 under load loses no acknowledged event and applies none twice', 
     { owned: '8', recovering: '0' },
     'readyz: every partition replayed and served',
   );
+  const metrics = await (await fetch(`http://127.0.0.1:${server.port}/metrics`)).text();
+  t.match(metrics, /^partitions_owned 8$/m, 'the partitions_owned gauge says the same');
+  t.match(metrics, /^partitions_recovering 0$/m, 'and partitions_recovering');
   const api = new Client(`http://127.0.0.1:${server.port}`, { authorization: `Bearer ${secret}` });
   // Exactly once: every acknowledged event is a duplicate of itself with the same service id.
   let mismatched = 0;
