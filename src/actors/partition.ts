@@ -805,21 +805,37 @@ export class Partition {
   }
 
   /** Drops clean actors idle since `idleBeforeMs` (snapshotted: reloaded on demand). Returns how many. */
-  passivate(idleBeforeMs: number, max: number): number {
-    let n = 0;
-    for (const [id, actor] of this.actors) {
-      if (n >= max) break;
+  /** A passivation pass over this partition (see passivateSlice). */
+  passivation(idleBeforeMs: number, max: number): PassivationPass {
+    return { idleBeforeMs, max, evicted: 0, cursor: this.actors.entries() };
+  }
+
+  /**
+   * One slice of a passivation pass, oldest actors first: drops clean actors last touched before
+   * the pass's idleBeforeMs (at most its max in the whole pass), examining at most examineMax
+   * actors now; a later call resumes where this one stopped. Returns how many it examined, and
+   * whether the pass is over (every actor seen, or max dropped).
+   */
+  passivateSlice(pass: PassivationPass, examineMax: number): { examined: number; done: boolean } {
+    const cursor = pass.cursor as IterableIterator<[string, Actor]>;
+    let examined = 0;
+    while (examined < examineMax) {
+      if (pass.evicted >= pass.max) return { examined, done: true };
+      const next = cursor.next();
+      if (next.done === true) return { examined, done: true };
+      examined++;
+      const [id, actor] = next.value;
       if (actor.pending > 0 || actor.savedSeq !== actor.seq || this.dirty.has(actor)) continue;
-      if (actor.touchedAtMs > idleBeforeMs) continue;
+      if (actor.touchedAtMs > pass.idleBeforeMs) continue;
       this.actors.delete(id);
       const s = actor.state;
       // Its own binding only (a merged customer's external id now names the survivor).
       const ext = s.externalId;
       const m = ext === null ? undefined : this.keys.get(s.environmentId);
       if (ext !== null && m?.get(ext) === s.id) m.delete(ext);
-      n++;
+      pass.evicted++;
     }
-    return n;
+    return { examined, done: false };
   }
 
   /** Stops taking commands; pending loads and the open batch are answered with a retryable error. */
@@ -837,6 +853,15 @@ export class Partition {
   get idle(): boolean {
     return !this.inFlight && this.batch.records.length === 0;
   }
+}
+
+/** A passivation pass in progress over one partition (Partition.passivation, passivateSlice). */
+export interface PassivationPass {
+  idleBeforeMs: number;
+  max: number;
+  evicted: number;
+  /** Where the pass stopped (an iterator over the partition's actors, oldest first). */
+  cursor: unknown;
 }
 
 /** Customer ids per snapshot query during recovery. */

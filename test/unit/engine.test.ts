@@ -449,3 +449,37 @@ t.test('a key released here is free at once: its stored row, not deleted yet, is
   t.ok(again.kind === 'event' && again.customerId !== id, 'a new customer for the external id, not the erased one');
   await n.placement.stop();
 });
+
+t.test('passivation runs in slices: each examines at most its budget, and only clean idle actors go', async (t) => {
+  const s = shared();
+  const n = await memoryNode(s, 'n1', 1);
+  for (let i = 0; i < 50; i++) ok(await n.engine.execute(ev(`pv${i}`, `pv-e${i}`)));
+  const part = n.placement.local(0)!;
+  part.requestSnapshot();
+  await part.saved();
+  // One customer changes after the save: dirty, so it must stay in memory.
+  ok(await n.engine.execute({ ...ev('pv7', 'pv-e7-again'), nowMs: 2000 }));
+  t.equal(part.activeActors, 50);
+
+  const pass = part.passivation(1500, 30);
+  const slices: number[] = [];
+  for (let guard = 0; guard < 100; guard++) {
+    const r = part.passivateSlice(pass, 8);
+    slices.push(r.examined);
+    if (r.done) break;
+  }
+  t.ok(slices.every((x) => x <= 8), `no slice examines more than its budget (${slices.join(',')})`);
+  t.ok(slices.length >= 4, 'the pass took several slices');
+  t.equal(pass.evicted, 30, 'the pass stops at its max');
+  t.equal(part.activeActors, 20);
+
+  // A second pass takes the rest of the idle, clean actors; the dirty one stays.
+  const rest = part.passivation(1500, Number.POSITIVE_INFINITY);
+  while (!part.passivateSlice(rest, 8).done) {
+    // next slice
+  }
+  t.equal(part.activeActors, 1, 'only the dirty actor is left');
+  const view = ok(await n.engine.execute({ env: 'env_1', target: { by: 'key', key: 'pv3' }, command: { kind: 'customer.view' }, nowMs: 3000 }));
+  t.equal(view.kind === 'customer' && view.customer.eventCount, 1, 'a passivated customer is loaded again from its snapshot');
+  await n.placement.stop();
+});
