@@ -804,8 +804,10 @@ export class Partition {
     }
   }
 
-  /** Drops clean actors idle since `idleBeforeMs` (snapshotted: reloaded on demand). Returns how many. */
-  /** A passivation pass over this partition (see passivateSlice). */
+  /**
+   * A passivation pass over this partition (see passivateSlice): clean actors idle since
+   * `idleBeforeMs` are dropped (snapshotted: reloaded on demand).
+   */
   passivation(idleBeforeMs: number, max: number): PassivationPass {
     return { idleBeforeMs, max, evicted: 0, cursor: this.actors.entries() };
   }
