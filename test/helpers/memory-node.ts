@@ -29,7 +29,9 @@ export async function memoryNode(
   nodeId: string,
   partitions: number,
   membership = new MemoryMembership(),
-  options: Partial<Pick<PlacementOptions, 'snapshotEveryMs' | 'snapshotDirtyActorsMax' | 'snapshotTailRecordsMax' | 'snapshotSweepMs'>> = {},
+  options: Partial<
+    Pick<PlacementOptions, 'snapshotEveryMs' | 'snapshotDirtyActorsMax' | 'snapshotTailRecordsMax' | 'snapshotSweepMs' | 'activeActorsMax'>
+  > = {},
 ) {
   const acked: number[] = [];
   const placement = new ClusterPlacement({

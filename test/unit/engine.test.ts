@@ -483,3 +483,26 @@ t.test('passivation runs in slices: each examines at most its budget, and only c
   t.equal(view.kind === 'customer' && view.customer.eventCount, 1, 'a passivated customer is loaded again from its snapshot');
   await n.placement.stop();
 });
+
+t.test('the timer-driven passivation keeps the node at its cap, dropping clean actors idle for a second', async (t) => {
+  const s = shared();
+  const n = await memoryNode(s, 'n1', 1, undefined, { activeActorsMax: 100 });
+  // Touched 5 s ago: not idle long enough for the 60 s pass, idle enough for the over-cap pass. (A
+  // customer's creating command leaves it untouched, idle since ever: the second event touches it.)
+  const fiveSecondsAgo = Date.now() - 5000;
+  for (let i = 0; i < 300; i++) {
+    ok(await n.engine.execute({ ...ev(`cap${i}`, `cap-e${i}`), nowMs: fiveSecondsAgo }));
+    ok(await n.engine.execute({ ...ev(`cap${i}`, `cap-f${i}`), nowMs: fiveSecondsAgo }));
+  }
+  const part = n.placement.local(0)!;
+  part.requestSnapshot();
+  await part.saved();
+  // One more, after the save: dirty, so it stays whatever the cap says.
+  ok(await n.engine.execute({ ...ev('cap-dirty', 'cap-e-dirty'), nowMs: fiveSecondsAgo }));
+  t.equal(part.activeActors, 301);
+  for (let i = 0; i < 60 && part.activeActors > 100; i++) await new Promise((r) => setTimeout(r, 50));
+  t.equal(part.activeActors, 100, 'the over-cap pass dropped exactly the excess');
+  const view = ok(await n.engine.execute({ env: 'env_1', target: { by: 'key', key: 'cap-dirty' }, command: { kind: 'customer.view' }, nowMs: Date.now() }));
+  t.equal(view.kind === 'customer' && view.customer.eventCount, 1, 'the dirty customer is still there');
+  await n.placement.stop();
+});
