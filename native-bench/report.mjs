@@ -96,6 +96,17 @@ export function describeTarget(t) {
   return t.label ?? `${t.op} ${v}${unit ?? ` ${t.metric}`}`;
 }
 
+/** What else ran per event (PostgreSQL, Redis, the load generator) and how busy each core was. */
+function cpuSplit(m) {
+  const parts = [];
+  if (typeof m.postgres_cpu_us_per_event === 'number') parts.push(`PostgreSQL ${m.postgres_cpu_us_per_event.toFixed(0)}`);
+  if (typeof m.redis_cpu_us_per_event === 'number') parts.push(`Redis ${m.redis_cpu_us_per_event.toFixed(0)}`);
+  if (typeof m.loadgen_cpu_us_per_event === 'number') parts.push(`loadgen ${m.loadgen_cpu_us_per_event.toFixed(0)}`);
+  const cores = Array.isArray(m.cores_busy) ? `cores ${m.cores_busy.map((b) => `${Math.round(b * 100)} %`).join(' / ')} busy` : '';
+  if (parts.length === 0 && cores === '') return '';
+  return ` (${[parts.length ? `${parts.join(', ')} µs` : '', cores].filter(Boolean).join('; ')})`;
+}
+
 /**
  * One markdown table for every row.
  * @param {Array<any>} rows  {scenario, server, kind, metrics, ratio, ratioOf, checks, pass, note}
@@ -120,6 +131,7 @@ export function renderMarkdown(rows) {
     }
     if (r.rate) throughput += ` @ ${fmtInt(r.rate)}/s offered`;
     if (typeof m.cpu_us_per_event === 'number') throughput += `; ${m.cpu_us_per_event.toFixed(1)} µs server CPU/event`;
+    throughput += cpuSplit(m);
     const ratio =
       r.ratio === null || r.ratio === undefined
         ? '-'

@@ -5,7 +5,7 @@
 // uses its own Redis, DB_SCHEMA, KEY_PREFIX and tmp dirs. Never run in CI; never touch other data.
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -334,6 +334,7 @@ async function startBackend(tmp) {
   const unregister = addAsyncCleanup(() => dropSchemas(opt['database-url'], schemas));
   return {
     embedded: false,
+    redisPid: redis.pid,
     redisUrl: `redis://127.0.0.1:${redisPort}`,
     databaseUrl: opt['database-url'],
     schemas,
@@ -410,7 +411,7 @@ async function startService(backend, tmp, extraEnv = {}) {
   if (opt['node-args']) profArgs.push(...opt['node-args'].split(' ').filter(Boolean));
   const spawnIt = () =>
     startChild('service', process.execPath, [...profArgs, main], { cpu: SERVER_CPU, env, cwd: root, logFile: opt['service-log'] });
-  const inst = { name: 'service', port, env, tag, child: spawnIt(), api: apiClient(port) };
+  const inst = { name: 'service', port, env, tag, child: spawnIt(), api: apiClient(port), redisPid: backend.redisPid ?? null };
   inst.respawn = () => {
     inst.child = spawnIt();
     return inst.child;
@@ -443,9 +444,9 @@ async function runLoadScenario(sc, server, tmp, ctx) {
   }
   const conns = scenarioConnections(sc);
   log(`${sc.name} on ${server.name}: ${sc.loop} loop${rate ? ` at ${rate}/s` : ''}, ${conns} connections, ${durationS}s (+${warmupS}s warm-up)`);
-  // The server's CPU time over the measured window: CPU per event holds even when other work
-  // shares the core, where throughput does not.
-  const cpu = sampleCpuWindow(server.child.pid, warmupS, durationS);
+  // CPU time over the measured window of the server, its Redis, PostgreSQL and the load
+  // generator: CPU per event holds even when other work shares the core, where throughput does not.
+  const cpu = sampleCpuWindow({ server: server.child.pid, redis: server.redisPid ?? null }, warmupS, durationS);
   const flushes = server.name === 'service' ? sampleFlushWindow(server.port, warmupS, durationS) : null;
   const raw = await runLoadgen({
     port: server.port,
@@ -461,9 +462,18 @@ async function runLoadScenario(sc, server, tmp, ctx) {
     tmp,
   });
   const row = finishLoadRow(sc, server.name, raw, rate);
-  const cpuSeconds = cpu.seconds();
+  const window = cpu.window();
   const events = row.metrics.events_per_s * durationS;
-  if (cpuSeconds !== null && events > 0) row.metrics.cpu_us_per_event = (cpuSeconds * 1e6) / events;
+  if (window !== null && events > 0) {
+    const perEvent = (seconds) => (seconds === null ? undefined : (seconds * 1e6) / events);
+    row.metrics.cpu_us_per_event = perEvent(window.server);
+    if (server.name === 'service' && window.redis !== null) {
+      row.metrics.redis_cpu_us_per_event = perEvent(window.redis);
+      row.metrics.postgres_cpu_us_per_event = perEvent(window.postgres);
+    }
+    row.metrics.loadgen_cpu_us_per_event = perEvent(window.loadgen);
+    row.metrics.cores_busy = window.coresBusy;
+  }
   const flushWindow = await flushes?.delta();
   if (flushWindow) Object.assign(row.metrics, flushWindow);
   return row;
@@ -555,21 +565,75 @@ function processCpuSeconds(pid) {
 
 const clockTicks = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
 
-/** Samples a process's CPU time at the end of the warm-up and at the end of the measured window. */
-function sampleCpuWindow(pid, warmup, duration) {
+/** Busy seconds of each core since boot (/proc/stat: everything but idle and iowait). */
+function coresBusySeconds() {
+  const out = [];
+  for (const line of readFileSync('/proc/stat', 'utf8').split('\n')) {
+    const m = /^cpu(\d+) (.*)$/.exec(line);
+    if (!m) continue;
+    const [user, nice, system, , , irq, softirq, steal] = m[2].trim().split(/\s+/).map(Number);
+    out[Number(m[1])] = (user + nice + system + irq + softirq + steal) / clockTicks;
+  }
+  return out;
+}
+
+/**
+ * CPU seconds of the server and Redis (by PID), of every `postgres` process and of the load
+ * generator (by name: PostgreSQL's backends and the loadgen start on their own), and each core's
+ * busy seconds. Processes that exit before the window ends are not counted.
+ */
+function cpuSnapshot(pids) {
+  const byPid = new Map();
+  for (const d of readdirSync('/proc')) {
+    const c = d.charCodeAt(0);
+    if (c < 48 || c > 57) continue;
+    let comm;
+    try {
+      comm = readFileSync(`/proc/${d}/comm`, 'utf8').trim();
+    } catch {
+      continue;
+    }
+    if (comm !== 'postgres' && comm !== 'loadgen') continue;
+    const t = processCpuSeconds(d);
+    if (t !== null) byPid.set(d, { group: comm, t });
+  }
+  return {
+    server: processCpuSeconds(pids.server),
+    redis: pids.redis === null ? null : processCpuSeconds(pids.redis),
+    byPid,
+    cores: coresBusySeconds(),
+    at: performance.now(),
+  };
+}
+
+/** Samples CPU time at the end of the warm-up and at the end of the measured window. */
+function sampleCpuWindow(pids, warmup, duration) {
   let start = null;
   let end = null;
   const t1 = setTimeout(() => {
-    start = processCpuSeconds(pid);
+    start = cpuSnapshot(pids);
   }, warmup * 1000);
   const t2 = setTimeout(() => {
-    end = processCpuSeconds(pid);
+    end = cpuSnapshot(pids);
   }, (warmup + duration) * 1000);
+  const delta = (a, b) => (a === null || b === null ? null : b - a);
   return {
-    seconds() {
+    /** @returns {{server: number|null, redis: number|null, postgres: number, loadgen: number, coresBusy: number[]} | null} */
+    window() {
       clearTimeout(t1);
       clearTimeout(t2);
-      return start !== null && end !== null ? end - start : null;
+      if (start === null || end === null) return null;
+      const groups = { postgres: 0, loadgen: 0 };
+      // A process that started inside the window counts from zero.
+      for (const [pid, e] of end.byPid) groups[e.group] += e.t - (start.byPid.get(pid)?.t ?? 0);
+      const wall = (end.at - start.at) / 1000;
+      return {
+        server: delta(start.server, end.server),
+        redis: delta(start.redis, end.redis),
+        postgres: groups.postgres,
+        loadgen: groups.loadgen,
+        coresBusy: end.cores.map((b, i) => Math.min(1, (b - (start.cores[i] ?? b)) / wall)),
+      };
     },
   };
 }

@@ -85,7 +85,14 @@ t.test('markdown has one row per result with ratio, target and verdict', async (
       server: 'service',
       kind: 'load',
       unit: 'requests',
-      metrics: { ...metrics, cpu_us_per_event: 41.25 },
+      metrics: {
+        ...metrics,
+        cpu_us_per_event: 41.25,
+        postgres_cpu_us_per_event: 30.4,
+        redis_cpu_us_per_event: 9.6,
+        loadgen_cpu_us_per_event: 5,
+        cores_busy: [0.974, 0.5],
+      },
       ratio: 0.62,
       ratioOf: 'rps',
       ...checkTargets({ ...metrics, ratio: 0.62 }, [{ metric: 'rps', op: '>=', value: 40000 }]),
@@ -104,7 +111,12 @@ t.test('markdown has one row per result with ratio, target and verdict', async (
   t.equal(lines.length, 6, 'header, rule and four rows');
   t.match(lines[2], /\| single-closed \| bare \| 50,000 req\/s \| 0\.90 ms \| 3\.00 ms \| 9\.00 ms \| 0 \| - \| - \| info \|/);
   t.match(lines[3], /\| 0\.62 \| >= 40,000 req\/s \| pass \|$/);
-  t.match(lines[3], /50,000 req\/s; 41\.3 µs server CPU\/event \|/, 'the server CPU per event when measured');
+  t.match(
+    lines[3],
+    /50,000 req\/s; 41\.3 µs server CPU\/event \(PostgreSQL 30, Redis 10, loadgen 5 µs; cores 97 % \/ 50 % busy\) \|/,
+    'the server CPU per event when measured, and what else ran per event',
+  );
+  t.match(lines[2], /\| 50,000 req\/s \|/, 'nothing added when the split was not measured');
   t.match(lines[4], /RSS 600 MB, peak 700 MB/);
   t.match(lines[4], /pass \|$/);
   t.match(lines[5], /ERROR: service failed to start/);
