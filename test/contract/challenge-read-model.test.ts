@@ -65,5 +65,22 @@ for (const kind of sqlKinds) {
     t.same((await reader.listEnrollments(env, 'chl_1', { after: null, limit: 10 })).map((r) => [r.customerId, r.enrolledAtMs]), [['cust_a', T0]]);
     t.same((await reader.listProgress('env_other', 'chl_1', { customerId: null, status: null, after: null, limit: 10 })), [], 'another environment sees nothing');
     t.same((await reader.customerProgress(env, 'cust_a')).map((r) => r.periodKey), ['2030-06-01', '2030-06-02']);
+
+    // More rows than one statement carries (1,000): every one lands, enrollments too.
+    const many: Projection[] = [];
+    for (let i = 0; i < 2500; i++) {
+      const c = `cust_m${String(i).padStart(4, '0')}`;
+      many.push(progressed(c, '2030-06-03', 1), fact(c, { kind: 'challenge.enrolled', challengeId: 'chl_1', atMs: T0 }));
+    }
+    await writer.apply(0, '3-0', many);
+    const [counts] = await sql`
+      select (select count(*)::int from challenge_progress where period_key = '2030-06-03') as progress,
+             (select count(*)::int from challenge_enrollments where customer_id like 'cust_m%') as enrolled`;
+    t.same([counts?.progress, counts?.enrolled], [2500, 2500]);
+    const unenroll: Projection[] = [];
+    for (let i = 0; i < 1200; i++) unenroll.push(fact(`cust_m${String(i).padStart(4, '0')}`, { kind: 'challenge.unenrolled', challengeId: 'chl_1', atMs: T0 + 9 }));
+    await writer.apply(0, '4-0', unenroll);
+    const [left] = await sql`select count(*)::int as n from challenge_enrollments where customer_id like 'cust_m%'`;
+    t.equal(left?.n, 1300, 'a batch of unenrollments alone, across statements');
   });
 }

@@ -326,6 +326,35 @@ for (const kind of sqlKinds) {
       t.same(await rm.tierHolders('env_a', 'tp_1'), { silver: 1, gold: 1 }, 'a check date alone never creates a holder');
       t.same(await rm.tierHoldersOf('env_a', 'tp_1', ['gold', 'silver'], '', 10), ['tc1', 'tc2']);
       t.same(await rm.tierHoldersOf('env_a', 'tp_1', ['gold', 'silver'], 'tc1', 10), ['tc2']);
+      await rm.applyMany([{ partition: p, offset: '3-0', projections: [tier('tc1', null, T0 + 30)] }]);
+      const [moved] = await sql`select level, (extract(epoch from next_check_at) * 1000)::float8 as n from customer_tiers where customer_id = 'tc1'`;
+      t.same([moved?.level, moved?.n], ['silver', T0 + 30], 'a batch of check dates alone moves the held level\'s check');
+    });
+
+    t.test('segment members: added and removed in one batch, the last change per member wins', async (t) => {
+      const p = next();
+      const member = (customerId: string, segmentId: string, isMember: boolean, atMs = T0): Projection => ({
+        kind: 'segment_member.set',
+        environmentId: 'env_seg',
+        segmentId,
+        customerId,
+        member: isMember,
+        atMs,
+      });
+      const members = async (segmentId: string) => (await rm.listSegmentMembers('env_seg', segmentId, { limit: 10, after: null })).map((m) => m.customerId);
+      await rm.applyMany([{ partition: p, offset: '1-0', projections: [member('sm1', 'seg_a', true), member('sm2', 'seg_a', true), member('sm3', 'seg_b', true)] }]);
+      t.same(await members('seg_a'), ['sm1', 'sm2']);
+      await rm.applyMany([
+        {
+          partition: p,
+          offset: '2-0',
+          projections: [member('sm1', 'seg_a', false), member('sm4', 'seg_a', true), member('sm3', 'seg_b', false), member('sm3', 'seg_b', true, T0 + 1)],
+        },
+      ]);
+      t.same(await members('seg_a'), ['sm2', 'sm4']);
+      t.same(await members('seg_b'), ['sm3'], 'removed then added again in one batch: a member');
+      await rm.applyMany([{ partition: p, offset: '3-0', projections: [member('sm2', 'seg_a', false), member('sm4', 'seg_a', false)] }]);
+      t.same(await members('seg_a'), [], 'a batch of removals alone');
     });
 
     t.test('pipelined statements: a failure in a later statement applies nothing of the cycle', async (t) => {

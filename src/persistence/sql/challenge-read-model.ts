@@ -72,10 +72,19 @@ export function challengeMergeProjections(environmentId: string, customerId: str
 type Progress = Extract<ChallengeProjection, { kind: 'challenge.progress' }>;
 type Enrollment = Extract<ChallengeProjection, { kind: 'challenge.enrollment' }>;
 
+/**
+ * Rows per statement, as in read-model.ts: PostgreSQL parses a document of a megabyte or more at
+ * nearly twice the cost per row (docs/bench/2026-11-26-statement-size.md).
+ */
+const rowsPerStatementMax = 1000;
+
+/** Folds one row's key; the parts are service ids, a period key and a number (no NUL in any). */
+const rowKey = (...parts: Array<string | number>) => parts.join('\u0000');
+
 export async function writeChallengeProgress(tx: Tx, run: Progress[]): Promise<void> {
   const rows = new Map<string, Progress>();
   for (const p of run) {
-    const k = JSON.stringify([p.environmentId, p.challengeId, p.customerId, p.periodKey, p.cycle]);
+    const k = rowKey(p.environmentId, p.challengeId, p.customerId, p.periodKey, p.cycle);
     const seen = rows.get(k);
     rows.set(
       k,
@@ -84,8 +93,13 @@ export async function writeChallengeProgress(tx: Tx, run: Progress[]): Promise<v
         : { ...p, target: p.target ?? seen.target, completedAtMs: seen.completedAtMs ?? p.completedAtMs, atMs: Math.max(seen.atMs, p.atMs) },
     );
   }
+  const all = [...rows.values()];
+  for (let i = 0; i < all.length; i += rowsPerStatementMax) await upsertProgress(tx, all.slice(i, i + rowsPerStatementMax));
+}
+
+async function upsertProgress(tx: Tx, part: Progress[]): Promise<void> {
   const doc = JSON.stringify(
-    [...rows.values()].map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, k: p.periodKey, y: p.cycle, n: p.count, t: p.target, d: p.completedAtMs, a: p.atMs })),
+    part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, k: p.periodKey, y: p.cycle, n: p.count, t: p.target, d: p.completedAtMs, a: p.atMs })),
   );
   await tx`
     insert into challenge_progress as p (environment_id, challenge_id, customer_id, period_key, cycle, count, target, status, completed_at, updated_at)
@@ -102,19 +116,27 @@ export async function writeChallengeProgress(tx: Tx, run: Progress[]): Promise<v
 
 export async function writeChallengeEnrollments(tx: Tx, run: Enrollment[]): Promise<void> {
   const rows = new Map<string, Enrollment>();
-  for (const p of run) rows.set(JSON.stringify([p.environmentId, p.challengeId, p.customerId]), p);
+  for (const p of run) rows.set(rowKey(p.environmentId, p.challengeId, p.customerId), p);
   const all = [...rows.values()];
-  const added = JSON.stringify(all.filter((p) => p.enrolledAtMs !== null).map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, a: p.enrolledAtMs })));
-  const removed = JSON.stringify(all.filter((p) => p.enrolledAtMs === null).map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId })));
-  await tx`
-    insert into challenge_enrollments (environment_id, challenge_id, customer_id, enrolled_at)
-    select u.e, u.h, u.c, to_timestamp(u.a / 1000)
-    from jsonb_to_recordset((${added}::text)::jsonb) as u(e text, h text, c text, a float8)
-    on conflict (environment_id, challenge_id, customer_id) do update set enrolled_at = excluded.enrolled_at`;
-  await tx`
-    delete from challenge_enrollments x
-    using jsonb_to_recordset((${removed}::text)::jsonb) as u(e text, h text, c text)
-    where x.environment_id = u.e and x.challenge_id = u.h and x.customer_id = u.c`;
+  const added = all.filter((p) => p.enrolledAtMs !== null);
+  const removed = all.filter((p) => p.enrolledAtMs === null);
+  for (let i = 0; i < added.length; i += rowsPerStatementMax) {
+    const doc = JSON.stringify(
+      added.slice(i, i + rowsPerStatementMax).map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, a: p.enrolledAtMs })),
+    );
+    await tx`
+      insert into challenge_enrollments (environment_id, challenge_id, customer_id, enrolled_at)
+      select u.e, u.h, u.c, to_timestamp(u.a / 1000)
+      from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, h text, c text, a float8)
+      on conflict (environment_id, challenge_id, customer_id) do update set enrolled_at = excluded.enrolled_at`;
+  }
+  for (let i = 0; i < removed.length; i += rowsPerStatementMax) {
+    const doc = JSON.stringify(removed.slice(i, i + rowsPerStatementMax).map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId })));
+    await tx`
+      delete from challenge_enrollments x
+      using jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, h text, c text)
+      where x.environment_id = u.e and x.challenge_id = u.h and x.customer_id = u.c`;
+  }
 }
 
 export interface ProgressRow {

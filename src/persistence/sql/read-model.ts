@@ -199,6 +199,32 @@ function chunks<T>(xs: T[], size: number): T[][] {
 
 const pairKey = (env: string, k: string) => `${env.length}:${env}${k}`;
 
+/**
+ * Locks the partitions' projection_offsets rows (in partition order, so two appliers never
+ * deadlock) and returns their offsets. A partition's row is created once, by its first batch: the
+ * insert runs only for partitions without one (an insert that finds every row in place still
+ * probes the index for each, on every cycle).
+ */
+async function lockOffsets(tx: Tx, partitions: readonly number[]): Promise<Map<number, Offset>> {
+  const sorted = [...new Set(partitions)].sort((a, b) => a - b);
+  const read = async () =>
+    new Map(
+      (
+        await tx`
+          select partition, "offset" from projection_offsets
+          where partition = any(${sorted}::int[]) order by partition for update`
+      ).map((r) => [r.partition as number, r.offset as Offset]),
+    );
+  const current = await read();
+  if (current.size === sorted.length) return current;
+  const missing = sorted.filter((p) => !current.has(p));
+  await tx`
+    insert into projection_offsets (partition, "offset")
+    select p, ${offsetZero} from unnest(${missing}::int[]) as p
+    on conflict do nothing`;
+  return read();
+}
+
 type Of<K extends Projection['kind']> = Extract<Projection, { kind: K }>;
 type Tx = postgres.TransactionSql<Record<string, unknown>>;
 
@@ -272,10 +298,9 @@ export class PgReadModel {
    */
   async apply(partition: number, offset: Offset, projections: Projection[]): Promise<void> {
     await this.sql.begin(async (tx) => {
-      await tx`insert into projection_offsets (partition, "offset") values (${partition}, ${offsetZero}) on conflict do nothing`;
       // The row lock serializes appliers of one partition (two nodes during a lease hand-over).
-      const [row] = await tx`select "offset" from projection_offsets where partition = ${partition} for update`;
-      if (compareOffsets(offset, row!.offset as string) <= 0) return;
+      const current = await lockOffsets(tx, [partition]);
+      if (compareOffsets(offset, current.get(partition) ?? offsetZero) <= 0) return;
       const statements = pipelined(tx);
       let start = 0;
       while (start < projections.length) {
@@ -301,14 +326,7 @@ export class PgReadModel {
     if (batches.length === 0) return;
     const partitions = batches.map((b) => b.partition);
     await this.sql.begin(async (tx) => {
-      await tx`
-        insert into projection_offsets (partition, "offset")
-        select p, ${offsetZero} from unnest(${partitions}::int[]) as p
-        on conflict do nothing`;
-      const rows = await tx`
-        select partition, "offset" from projection_offsets
-        where partition = any(${partitions}::int[]) order by partition for update`;
-      const current = new Map(rows.map((r) => [r.partition as number, r.offset as string]));
+      const current = await lockOffsets(tx, partitions);
       const byKind: Record<Projection['kind'], Projection[]> = {
         'customer.upsert': [],
         'customer.erase': [],
@@ -542,19 +560,25 @@ export class PgReadModel {
       if (seen === undefined || p.level !== null) folded.set(key, { ...p });
       else seen.nextCheckMs = p.nextCheckMs;
     }
-    for (const part of chunks([...folded.values()], rowsPerStatementMax)) {
+    // A level (with its check date) is an upsert; a check date alone updates the held level's row.
+    const levelled: Array<Of<'tier.set'>> = [];
+    const checksOnly: Array<Of<'tier.set'>> = [];
+    for (const p of folded.values()) (p.level === null ? checksOnly : levelled).push(p);
+    for (const part of chunks(levelled, rowsPerStatementMax)) {
       const doc = json(part.map((p) => ({ e: p.environmentId, c: p.customerId, p: p.programId, l: p.level, s: p.sinceMs, n: p.nextCheckMs })));
       await tx`
         insert into customer_tiers as t (environment_id, customer_id, program_id, level, since, next_check_at)
         select u.e, u.c, u.p, u.l, to_timestamp(u.s / 1000), to_timestamp(u.n / 1000)
         from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p text, l text, s float8, n float8)
-        where u.l is not null
         on conflict (environment_id, customer_id, program_id) do update
         set level = excluded.level, since = excluded.since, next_check_at = excluded.next_check_at`;
+    }
+    for (const part of chunks(checksOnly, rowsPerStatementMax)) {
+      const doc = json(part.map((p) => ({ e: p.environmentId, c: p.customerId, p: p.programId, n: p.nextCheckMs })));
       await tx`
         update customer_tiers t set next_check_at = to_timestamp(u.n / 1000)
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p text, l text, s float8, n float8)
-        where u.l is null and t.environment_id = u.e and t.customer_id = u.c and t.program_id = u.p`;
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p text, n float8)
+        where t.environment_id = u.e and t.customer_id = u.c and t.program_id = u.p`;
     }
   }
 
@@ -577,21 +601,26 @@ export class PgReadModel {
   /** In fact order: the last change of an entry in the batch wins. */
   private async setSegmentMembers(tx: Tx, run: Array<Of<'segment_member.set'>>): Promise<void> {
     const rows = lastPerKey(run, (p) => `${pairKey(p.environmentId, p.segmentId)}|${p.customerId}`);
-    for (const part of chunks(rows, rowsPerStatementMax)) {
-      const doc = json(part.map((p) => ({ e: p.environmentId, s: p.segmentId, c: p.customerId, m: p.member, t: p.atMs })));
+    const added = rows.filter((p) => p.member);
+    const removed = rows.filter((p) => !p.member);
+    for (const part of chunks(added, rowsPerStatementMax)) {
+      const doc = json(part.map((p) => ({ e: p.environmentId, s: p.segmentId, c: p.customerId, t: p.atMs })));
       // Members of an erased customer are never (re)inserted.
       await tx`
         insert into segment_members (environment_id, segment_id, customer_id, added_at)
         select u.e, u.s, u.c, to_timestamp(u.t / 1000)
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, s text, c text, m boolean, t float8)
-        where u.m and not exists (
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, s text, c text, t float8)
+        where not exists (
           select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
         )
         on conflict do nothing`;
+    }
+    for (const part of chunks(removed, rowsPerStatementMax)) {
+      const doc = json(part.map((p) => ({ e: p.environmentId, s: p.segmentId, c: p.customerId })));
       await tx`
         delete from segment_members sm
-        using jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, s text, c text, m boolean, t float8)
-        where not u.m and sm.environment_id = u.e and sm.segment_id = u.s and sm.customer_id = u.c`;
+        using jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, s text, c text)
+        where sm.environment_id = u.e and sm.segment_id = u.s and sm.customer_id = u.c`;
     }
   }
 

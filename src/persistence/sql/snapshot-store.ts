@@ -105,17 +105,23 @@ export class PgSnapshotStore implements SnapshotStore {
     if (all.length === 0) return [];
     return this.sql.begin(async (tx) => {
       // Fencing first: lock the partitions' rows and drop items written under an older epoch.
-      const partitions = [...new Set(all.map((it) => it.partition))];
-      await tx`
-        insert into partition_checkpoints (partition, checkpoint)
-        select p, ${offsetZero} from unnest(${partitions}::int[]) as p
-        on conflict do nothing`;
-      const claimed = new Map(
-        (
-          await tx`select partition, epoch::float8 as epoch from partition_checkpoints
-                   where partition = any(${partitions}::int[]) order by partition for update`
-        ).map((r) => [r.partition as number, r.epoch as number]),
-      );
+      // Every owner's claim() created its partition's row; the insert is for a save without one.
+      const partitions = [...new Set(all.map((it) => it.partition))].sort((a, b) => a - b);
+      const read = async () =>
+        new Map(
+          (
+            await tx`select partition, epoch::float8 as epoch from partition_checkpoints
+                     where partition = any(${partitions}::int[]) order by partition for update`
+          ).map((r) => [r.partition as number, r.epoch as number]),
+        );
+      let claimed = await read();
+      if (claimed.size < partitions.length) {
+        await tx`
+          insert into partition_checkpoints (partition, checkpoint)
+          select p, ${offsetZero} from unnest(${partitions.filter((p) => !claimed.has(p))}::int[]) as p
+          on conflict do nothing`;
+        claimed = await read();
+      }
       const outcome = all.map((it) => (it.epoch < (claimed.get(it.partition) ?? 0) ? 'fenced' : 'saved'));
       const items = all.filter((_, i) => outcome[i] === 'saved');
       if (items.length > 0) await this.write(tx, items);
