@@ -22,7 +22,7 @@ import {
   type RuleV2,
   validateRule,
 } from './rules/index.js';
-import { evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+import { cloneTiers, evolveTiers, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 
 /** A challenge as the actor evaluates it: its config and its compiled qualifying plan. */
 export interface ChallengeRuntime {
@@ -160,7 +160,7 @@ class Book {
 
   ledger(): ledger.LedgerState {
     if (this.book === null) {
-      let b = structuredClone(this.subject.ledger);
+      let b = ledger.cloneLedger(this.subject.ledger);
       for (const f of this.earlier) if (ledger.isLedgerFact(f)) b = ledger.evolve(b, f);
       this.book = b;
     }
@@ -173,7 +173,7 @@ class Book {
 
   tiers(): TiersState {
     if (this.tiersNow === null) {
-      let t = structuredClone(this.subject.tiers);
+      let t = cloneTiers(this.subject.tiers);
       for (const f of this.earlier) if (isTierFact(f)) t = evolveTiers(t, f);
       this.tiersNow = t;
     }

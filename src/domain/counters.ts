@@ -143,6 +143,13 @@ export function counterBumps(ctx: CountersContext, event: CountedEvent, counters
 const noBumps: CounterBump[] = [];
 
 /** Applies one bump. Mutates and returns the counter's state. */
+/** A private copy to bump (applyBump changes its state in place). */
+export function cloneCounterState(s: CounterState): CounterState {
+  const c: CounterState = { ...s };
+  if (s.b !== undefined) c.b = s.b.map((e): [number, number] => [e[0], e[1]]);
+  return c;
+}
+
 export function applyBump(state: CounterState | undefined, bump: CounterBump): CounterState {
   const s: CounterState = state ?? { n: 0 };
   switch (bump.w) {

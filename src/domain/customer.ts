@@ -7,7 +7,7 @@ import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
 import { applyChallenges, type ChallengeContext, type ChallengeRuntime, runChallengeCommand } from './challenge-effects.js';
 import * as challenges from './challenges.js';
-import { applyBump, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters } from './counters.js';
+import { applyBump, cloneCounterState, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters } from './counters.js';
 import { emptyInventory, evolveInventory, type InventoryFact, type InventoryState, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
 import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
@@ -484,7 +484,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         return { ok: true, facts: d.facts, reply: { kind: 'ledger', reply: d.reply } };
       }
       // Tiers follow the ledger as it will be after this step (due work may touch every currency).
-      let book = structuredClone(state.ledger);
+      let book = ledger.cloneLedger(state.ledger);
       for (const f of d.facts) book = ledger.evolve(book, f);
       const touched = 'currency' in cmd.command ? [cmd.command.currency] : cmd.tierPrograms.map((p) => p.currency);
       const t = tierFacts(cmd.tierPrograms, new Set(touched), null, book, state.tiers, ctx);
@@ -498,7 +498,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       for (const f of d.facts) if (f.kind === 'ledger.entry_recorded') spent.add(f.entry.currency);
       if (cmd.tierPrograms.length === 0 || spent.size === 0) return { ok: true, facts, reply: { kind: 'reward', reply: d.reply } };
       // A redeem's spend moves the balance: balance-based tiers follow it in the same record.
-      let book = structuredClone(state.ledger);
+      let book = ledger.cloneLedger(state.ledger);
       for (const f of d.facts) if (ledger.isLedgerFact(f)) book = ledger.evolve(book, f);
       const t = tierFacts(cmd.tierPrograms, spent, null, book, state.tiers, ctx);
       return { ok: true, facts: [...facts, ...t.facts], reply: { kind: 'reward', reply: d.reply } };
@@ -593,7 +593,7 @@ function rulesFor(cmd: Command & { kind: 'event.record' }, subject: CustomerStat
       const values: Record<string, number> = {};
       for (const def of cc.defs) {
         let s = subject.counters[def.id];
-        for (const b of bumps) if (b.id === def.id) s = applyBump(s === undefined ? undefined : structuredClone(s), b);
+        for (const b of bumps) if (b.id === def.id) s = applyBump(s === undefined ? undefined : cloneCounterState(s), b);
         values[def.name] = counterValue(s, ctx.nowMs);
       }
       counters = { values, ready: (name) => cc.defs.some((d) => d.name === name && d.status === 'ready') };
@@ -728,7 +728,7 @@ function takenOver(state: CustomerState, cmd: Extract<Command, { kind: 'alias.ad
 function absorbedLedger(state: CustomerState, handover: ledger.BookHandover[], fromId: string, programs: TierProgram[], ctx: Ctx): Fact[] {
   const facts: Fact[] = ledger.absorbBooks(state.ledger, handover, fromId, ctx);
   if (programs.length === 0) return facts;
-  let book = structuredClone(state.ledger);
+  let book = ledger.cloneLedger(state.ledger);
   for (const f of facts) book = ledger.evolve(book, f as ledger.LedgerFact);
   const t = tierFacts(programs, new Set(handover.map((h) => h.currency)), null, book, state.tiers, ctx);
   return [...facts, ...t.facts];

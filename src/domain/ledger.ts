@@ -234,6 +234,16 @@ export function emptyLedger(): LedgerState {
 }
 
 /**
+ * A private copy to evolve: decide() never modifies its state, evolve() does (lots and pending
+ * credits in place). cloneBook copies every field of a book; a new field of CurrencyBook, Lot or
+ * PendingCredit must be copied there too (test/unit/ledger.test.ts checks that the copy is equal
+ * and shares no object). Several times cheaper than structuredClone on the hot path.
+ */
+export function cloneLedger(state: LedgerState): LedgerState {
+  return { books: state.books.map(cloneBook) };
+}
+
+/**
  * Decides one command against the state (not modified). Every command on a currency first runs the
  * due work of that currency at ctx.nowMs (confirmations, then expiries), so a spend never uses a lot
  * that has expired by now even when the scheduler is late; those facts come first. Checks, in order:

@@ -284,7 +284,7 @@ export function applyRules(
       }
       // Later awards in this event must see this one: decide on a private copy of the ledger.
       if (!bookIsCopy) {
-        book = structuredClone(book);
+        book = ledger.cloneLedger(book);
         bookIsCopy = true;
       }
       for (const f of d.facts) {

@@ -5,6 +5,8 @@
 import t from 'tap';
 import {
   applyBase,
+  applyBump,
+  cloneCounterState,
   type CounterDef,
   type CounterState,
   type CountersContext,
@@ -182,4 +184,16 @@ t.test("joinCounter: a merged customer's counts join the survivor's like a histo
   t.same(joinCounter({ n: 2, key: '2026-11-25', endMs: 10 }, { n: 3, key: '2026-11-24', endMs: 5 }), { n: 2, key: '2026-11-25', endMs: 10 }, 'an earlier one is over');
   const rolled = joinCounter({ n: 0, days: 7, b: [[100, 1], [102, 2]] }, { n: 0, days: 7, b: [[101, 4], [102, 1]] });
   t.same(rolled.b, [[100, 1], [101, 4], [102, 3]], 'rolling day buckets add by day');
+});
+
+t.test('cloneCounterState: bumping the copy leaves the original (day buckets included) as it was', async (t) => {
+  const rolling: CounterState = { n: 0, days: 7, b: [[100, 2], [101, 1]] };
+  const period: CounterState = { n: 3, key: '2030-06-01', endMs: 5 };
+  const r = applyBump(cloneCounterState(rolling), { id: 'c', w: 'r', d: 101, days: 7 });
+  const p = applyBump(cloneCounterState(period), { id: 'c', w: 'p', key: '2030-06-01', endMs: 5 });
+  t.same(rolling, { n: 0, days: 7, b: [[100, 2], [101, 1]] });
+  t.same(period, { n: 3, key: '2030-06-01', endMs: 5 });
+  t.same(r.b, [[100, 2], [101, 2]]);
+  t.equal(p.n, 4);
+  t.notOk('b' in cloneCounterState(period), 'no field the original lacks');
 });

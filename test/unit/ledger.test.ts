@@ -4,6 +4,7 @@ import t from 'tap';
 import {
   balanceOf,
   balances,
+  cloneLedger,
   type CurrencyConfig,
   decide,
   emptyLedger,
@@ -345,4 +346,33 @@ t.test('replaying the facts through evolve alone rebuilds the identical state', 
     { currency: 'coins', available: 35, pending: 0, lifetimeEarned: 80 },
     { currency: 'pts', available: 20, pending: 0, lifetimeEarned: 120 },
   ]);
+});
+
+/** Every object reachable from v (arrays included). */
+function objectsOf(v: unknown, into = new Set<object>()): Set<object> {
+  if (v !== null && typeof v === 'object' && !into.has(v)) {
+    into.add(v);
+    for (const x of Object.values(v)) objectsOf(x, into);
+  }
+  return into;
+}
+
+t.test('cloneLedger: an equal copy that shares no object; evolving it leaves the original as it was', async (t) => {
+  const { state } = history([
+    [award(40, { confirmAfterMs: 5000 }), 1000],
+    [award(25), 2000],
+    [{ ...award(10), currency: 'stars' }, 3 * day],
+  ]);
+  const before = JSON.stringify(state);
+  const copy = cloneLedger(state);
+  t.same(copy, state);
+  t.ok(state.books.some((b) => b.pending.length > 0 && b.lots.length > 0 && (b.earned?.length ?? 0) > 0), 'lots, pending credits and earned days');
+  const shared = [...objectsOf(copy)].filter((o) => objectsOf(state).has(o));
+  t.same(shared, [], 'no object in common');
+  const d = decide(copy, { kind: 'ledger.spend', currency: 'pts', amount: 20, reason: 'shop', sourceType: 'reward', sourceId: 'rw_1' } as Spend, currencies, ctxAt(6000));
+  t.ok(d.ok);
+  let evolved = copy;
+  if (d.ok) for (const f of d.facts) evolved = evolve(evolved, f);
+  t.not(JSON.stringify(evolved), before, 'the copy moved');
+  t.equal(JSON.stringify(state), before, 'the original did not');
 });

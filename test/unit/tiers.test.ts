@@ -7,6 +7,7 @@ import {
   canChangeBasis,
   canRemoveLevel,
   checkTierProgramEdit,
+  cloneTiers,
   dayMs,
   evaluateTier,
   evolveTier,
@@ -296,4 +297,11 @@ t.test('given a whole program edit, the guards run basis first, then each remove
   t.match(checkTierProgramEdit(before, after, { silver: 2 }, { reevaluate: true }), { ok: false, code: 'resource_in_use', param: 'levels' });
   t.same(checkTierProgramEdit(before, after, { silver: 2 }, { reevaluate: true, reassignTo: 'gold' }), { ok: true });
   t.same(checkTierProgramEdit(before, program({ levels: [levels[0]!, levels[2]!] }), {}), { ok: true }, 'nobody holds silver');
+});
+
+t.test('cloneTiers: a check date moved on the copy leaves the original as it was', async (t) => {
+  const held: Record<string, TierState> = { tp_1: { programId: 'tp_1', level: 'gold', sinceMs: 1, nextDowngradeCheckMs: 10 } };
+  const copy = evolveTiers(cloneTiers(held), { kind: 'tier.downgrade_check_scheduled', programId: 'tp_1', nextDowngradeCheckMs: 20, atMs: 2 });
+  t.equal(copy.tp_1?.nextDowngradeCheckMs, 20);
+  t.equal(held.tp_1?.nextDowngradeCheckMs, 10);
 });
