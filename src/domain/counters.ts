@@ -142,7 +142,6 @@ export function counterBumps(ctx: CountersContext, event: CountedEvent, counters
 }
 const noBumps: CounterBump[] = [];
 
-/** Applies one bump. Mutates and returns the counter's state. */
 /** A private copy to bump (applyBump changes its state in place). */
 export function cloneCounterState(s: CounterState): CounterState {
   const c: CounterState = { ...s };
@@ -150,6 +149,7 @@ export function cloneCounterState(s: CounterState): CounterState {
   return c;
 }
 
+/** Applies one bump. Mutates and returns the counter's state. */
 export function applyBump(state: CounterState | undefined, bump: CounterBump): CounterState {
   const s: CounterState = state ?? { n: 0 };
   switch (bump.w) {

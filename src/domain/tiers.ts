@@ -397,7 +397,6 @@ export function evolveTier(state: TierState | null, fact: TierFact): TierState |
   }
 }
 
-/** Applies one fact to a customer's tiers (all programs). Mutates and returns `tiers`. */
 /** A private copy to evolve (evolveTier changes a held level's check date in place). */
 export function cloneTiers(tiers: Readonly<TiersState>): TiersState {
   const out: TiersState = {};
@@ -405,6 +404,7 @@ export function cloneTiers(tiers: Readonly<TiersState>): TiersState {
   return out;
 }
 
+/** Applies one fact to a customer's tiers (all programs). Mutates and returns `tiers`. */
 export function evolveTiers(tiers: TiersState, fact: TierFact): TiersState {
   const next = evolveTier(tiers[fact.programId] ?? null, fact);
   if (next !== null) tiers[fact.programId] = next;
