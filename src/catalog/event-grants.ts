@@ -36,7 +36,13 @@ export function grantFor(
   const wants = budgetWants(rules.cappedPlans, rules.campaigns, event, nowMs);
   if (Object.keys(wants).length === 0) return { rules, grant: null };
   const g = allowance.grant(environmentId, wants);
-  const withGrant = (grant: BudgetGrant): Granted => ({ rules: { ...rules, budget: grant }, grant });
+  // Object.assign, not { ...rules, budget }: `budget` is usually a new key, and a key added to a
+  // spread copy costs ~1 µs on Node 20 (docs/architecture.md, Hot-path JavaScript).
+  const withGrant = (grant: BudgetGrant): Granted => {
+    const granted: RulesContext = Object.assign({}, rules);
+    granted.budget = grant;
+    return { rules: granted, grant };
+  };
   return g instanceof Promise ? g.then(withGrant) : withGrant(g);
 }
 

@@ -90,7 +90,11 @@ type Decision = { ok: true; facts: Fact[]; reply: MatchPlayerReply } | { ok: fal
 
 /** Rule 6: metrics plus match_id, match_profile and, when given, won. */
 export function matchEventProperties(e: Pick<MatchEventSpec, 'metrics' | 'matchId' | 'profileKey' | 'won'>): Record<string, unknown> {
-  const properties: Record<string, unknown> = { ...e.metrics, match_id: e.matchId, match_profile: e.profileKey };
+  // Copied with Object.assign, not a spread: on Node 20 every key added to an object made by a
+  // spread costs ~1 µs (docs/architecture.md, Hot-path JavaScript). Metric keys start with a letter.
+  const properties: Record<string, unknown> = Object.assign({}, e.metrics);
+  properties.match_id = e.matchId;
+  properties.match_profile = e.profileKey;
   if (e.won !== null) properties.won = e.won;
   return properties;
 }

@@ -164,7 +164,10 @@ export function clientEventId(matchId: string, customerId: string): string {
 
 /** The event an admitted player becomes, as if sent through POST /events. */
 export function buildPlayerEvent(i: PlayerEventInput): PlayerEvent {
-  const properties: Record<string, unknown> = { ...i.metrics, match_id: i.matchId, match_profile: i.profile.key };
+  // Object.assign, not a spread (a key added to a spread copy costs ~1 µs: see matchEventProperties).
+  const properties: Record<string, unknown> = Object.assign({}, i.metrics);
+  properties.match_id = i.matchId;
+  properties.match_profile = i.profile.key;
   if (i.won !== null) properties.won = i.won;
   return {
     id: clientEventId(i.matchId, i.customerId),
