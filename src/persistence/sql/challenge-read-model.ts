@@ -6,6 +6,7 @@
 import type postgres from 'postgres';
 import type { ChallengeFact } from '../../domain/challenges.js';
 import type { Sql } from './db.js';
+import { chunks, rowsPerStatementMax } from './pipelined.js';
 
 type Tx = postgres.TransactionSql<Record<string, unknown>>;
 
@@ -72,12 +73,6 @@ export function challengeMergeProjections(environmentId: string, customerId: str
 type Progress = Extract<ChallengeProjection, { kind: 'challenge.progress' }>;
 type Enrollment = Extract<ChallengeProjection, { kind: 'challenge.enrollment' }>;
 
-/**
- * Rows per statement, as in read-model.ts: PostgreSQL parses a document of a megabyte or more at
- * nearly twice the cost per row (docs/bench/2026-11-26-statement-size.md).
- */
-const rowsPerStatementMax = 1000;
-
 /** Folds one row's key; the parts are service ids, a period key and a number (no NUL in any). */
 const rowKey = (...parts: Array<string | number>) => parts.join('\u0000');
 
@@ -93,8 +88,7 @@ export async function writeChallengeProgress(tx: Tx, run: Progress[]): Promise<v
         : { ...p, target: p.target ?? seen.target, completedAtMs: seen.completedAtMs ?? p.completedAtMs, atMs: Math.max(seen.atMs, p.atMs) },
     );
   }
-  const all = [...rows.values()];
-  for (let i = 0; i < all.length; i += rowsPerStatementMax) await upsertProgress(tx, all.slice(i, i + rowsPerStatementMax));
+  for (const part of chunks([...rows.values()], rowsPerStatementMax)) await upsertProgress(tx, part);
 }
 
 async function upsertProgress(tx: Tx, part: Progress[]): Promise<void> {
@@ -120,18 +114,16 @@ export async function writeChallengeEnrollments(tx: Tx, run: Enrollment[]): Prom
   const all = [...rows.values()];
   const added = all.filter((p) => p.enrolledAtMs !== null);
   const removed = all.filter((p) => p.enrolledAtMs === null);
-  for (let i = 0; i < added.length; i += rowsPerStatementMax) {
-    const doc = JSON.stringify(
-      added.slice(i, i + rowsPerStatementMax).map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, a: p.enrolledAtMs })),
-    );
+  for (const part of chunks(added, rowsPerStatementMax)) {
+    const doc = JSON.stringify(part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, a: p.enrolledAtMs })));
     await tx`
       insert into challenge_enrollments (environment_id, challenge_id, customer_id, enrolled_at)
       select u.e, u.h, u.c, to_timestamp(u.a / 1000)
       from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, h text, c text, a float8)
       on conflict (environment_id, challenge_id, customer_id) do update set enrolled_at = excluded.enrolled_at`;
   }
-  for (let i = 0; i < removed.length; i += rowsPerStatementMax) {
-    const doc = JSON.stringify(removed.slice(i, i + rowsPerStatementMax).map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId })));
+  for (const part of chunks(removed, rowsPerStatementMax)) {
+    const doc = JSON.stringify(part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId })));
     await tx`
       delete from challenge_enrollments x
       using jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, h text, c text)

@@ -8,6 +8,22 @@ import type { Tx } from './db.js';
 
 type Tagged = (strings: TemplateStringsArray, ...values: unknown[]) => postgres.PendingQuery<postgres.Row[]>;
 
+/**
+ * Rows per statement, for every bulk statement of the read model and the snapshot store: PostgreSQL
+ * parses a document of a megabyte or more at nearly twice the cost per row of a few hundred
+ * kilobytes (idle database, events: ~14 us per row at 1,000-2,000 rows of ~330 bytes, ~26 us at
+ * 3,000-4,000: the large allocations fault in fresh pages every statement;
+ * docs/bench/2026-11-26-statement-size.md).
+ */
+export const rowsPerStatementMax = 1000;
+
+/** Consecutive parts of at most `size` items. */
+export function chunks<T>(xs: readonly T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
+  return out;
+}
+
 /** Resolves after the event loop had a turn (I/O and timers included). */
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 

@@ -8,7 +8,7 @@ import type postgres from 'postgres';
 import { compareOffsets, type Offset, offsetZero } from '../ports.js';
 import { type ChallengeProjection, writeChallengeEnrollments, writeChallengeProgress } from './challenge-read-model.js';
 import type { Sql } from './db.js';
-import { pipelined } from './pipelined.js';
+import { chunks, pipelined, rowsPerStatementMax } from './pipelined.js';
 
 /** What the projector derives from journal facts. Plain data. */
 /** A ledger entry row as the projector writes it (from LedgerEntry facts). */
@@ -154,14 +154,6 @@ export interface EventRow {
 }
 
 /**
- * Rows per statement: bounds one statement's document. PostgreSQL parses a document of a megabyte
- * or more at nearly twice the cost per row of a few hundred kilobytes (idle database, events: ~14
- * us per row at 1,000-2,000 rows of ~330 bytes, ~26 us at 3,000-4,000: the large allocations fault
- * in fresh pages every statement), and a projector cycle under load carried ~4,000 rows per kind.
- */
-const rowsPerStatementMax = 1000;
-
-/**
  * PostgreSQL text and jsonb cannot hold U+0000. A fact carrying one must not block the
  * partition's projection forever, so read models store U+FFFD in its place (the journal keeps
  * the original).
@@ -189,12 +181,6 @@ function lastPerKey<T>(xs: T[], key: (x: T) => string): T[] {
   const m = new Map<string, T>();
   for (const x of xs) m.set(key(x), x);
   return [...m.values()];
-}
-
-function chunks<T>(xs: T[], size: number): T[][] {
-  const out: T[][] = [];
-  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
-  return out;
 }
 
 const pairKey = (env: string, k: string) => `${env.length}:${env}${k}`;

@@ -8,7 +8,7 @@ import {
   type SnapshotStore } from '../ports.js';
 import type { Sql, Tx } from './db.js';
 import { offsetKeySql } from './offsets.js';
-import { pipelined } from './pipelined.js';
+import { chunks, pipelined, rowsPerStatementMax } from './pipelined.js';
 
 /**
  * Rows per statement: each statement's JSON document is built (and copied into the socket buffer)
@@ -23,11 +23,9 @@ import { pipelined } from './pipelined.js';
 const rowsPerStatementMin = 500;
 const statementsPerTableMax = 4;
 /**
- * And never more than this many rows or document bytes: PostgreSQL parses a document of a
- * megabyte or more at nearly twice the cost per row of a few hundred kilobytes (see read-model.ts),
- * and snapshot rows carry their payload in base64.
+ * And never more than rowsPerStatementMax rows (pipelined.ts) or this many document bytes:
+ * snapshot rows carry their payload in base64.
  */
-const rowsPerStatementMax = 1000;
 const docBytesMax = 400_000;
 
 function rowsPerStatement(rows: number): number {
@@ -54,12 +52,6 @@ function chunksWithin<T>(xs: T[], size: number, bytesOf: (x: T) => number): T[][
 
 /** A snapshot row's share of its statement's document: base64 payload and the row's ids. */
 const snapshotDocBytes = (r: SnapshotRow) => Math.ceil(r.payload.byteLength / 3) * 4 + 120;
-
-function chunks<T>(xs: T[], size: number): T[][] {
-  const out: T[][] = [];
-  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
-  return out;
-}
 
 /** Last row per key wins: ON CONFLICT DO UPDATE refuses to touch one row twice in a statement. */
 function lastPerKey<T>(xs: T[], key: (x: T) => string): T[] {
