@@ -7,9 +7,10 @@ import type { ChallengeEffect } from '../domain/challenge-effects.js';
 import { ApiError } from '../errors/api-error.js';
 import { customerIdPartition } from '../ids.js';
 import type { LedgerRow } from '../persistence/sql/read-model.js';
+import { isoTime } from '../util/iso-time.js';
 
 export function iso(ms: number | null): string | null {
-  return ms === null ? null : new Date(ms).toISOString();
+  return ms === null ? null : isoTime(ms);
 }
 
 export function customerWire(

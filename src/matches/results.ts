@@ -41,6 +41,7 @@ import type { ErasedEvent } from '../persistence/ports.js';
 import type { Sql } from '../persistence/sql/db.js';
 import { type AdmissionError, type MatchRow, MatchRecords, type PlayerRow } from '../persistence/sql/match-records.js';
 import type { MatchProfileStore } from './change-sets.js';
+import { isoTime } from '../util/iso-time.js';
 
 export type { AdmissionError, MatchRow, PlayerRow } from '../persistence/sql/match-records.js';
 
@@ -65,7 +66,7 @@ export interface MatchResultsDeps {
   afterEvent?(environmentId: string, customerId: string, effects: readonly Effect[]): void;
 }
 
-const iso = (t: number) => new Date(t).toISOString();
+const iso = isoTime;
 
 export function playerWire(p: PlayerRow) {
   return {

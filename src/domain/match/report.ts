@@ -4,7 +4,7 @@
 // The fingerprint decides rule 4 (identical repeat = replay, any other body = idempotency_key_reused).
 // Pure: now comes from the caller; never throws.
 import { z } from 'zod';
-import { canonicalJson, hash53 } from '../../util/canonical-json.js';
+import { canonicalJson, hash53Pair } from '../../util/canonical-json.js';
 import { failed, formatParam, type IssueDetail, issuesFromZod, matchLimits, type ProfileSections, type ProfileValidation } from './profile.js';
 
 /** How a report names a player: the caller's external id (created when unknown) or a `cust_` id. */
@@ -168,7 +168,8 @@ export function reportFingerprint(report: MatchReport): string {
     .map((p) => [refKey(p.customer), p.metrics, p.won] as const)
     .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
   const text = canonicalJson([report.profileKey, report.matchId, report.startedAtMs, report.endedAtMs, players]);
-  return hash53(text, 1).toString(16).padStart(14, '0') + hash53(text, 2).toString(16).padStart(14, '0');
+  const [a, b] = hash53Pair(text, 1, 2);
+  return a.toString(16).padStart(14, '0') + b.toString(16).padStart(14, '0');
 }
 
 export type RepeatVerdict = { ok: true; replay: true } | { ok: false; code: 'idempotency_key_reused'; param: 'match_id'; message: string };

@@ -11,6 +11,7 @@ import type { Reason } from '../../domain/match/reasons.js';
 import type { PlayerStatus, Review } from '../../domain/match/verdict.js';
 import { GroupBatcher } from '../../util/group-batcher.js';
 import type { Sql } from './db.js';
+import { isoTime } from '../../util/iso-time.js';
 
 export type StoredStatus = PlayerStatus | 'pending';
 
@@ -114,7 +115,7 @@ function json<T>(v: unknown): T {
   return (typeof v === 'string' ? JSON.parse(v) : v) as T;
 }
 const ms = (d: unknown) => (d as Date).getTime();
-const iso = (t: number) => new Date(t).toISOString();
+const iso = isoTime;
 
 function playerRow(r: Record<string, unknown>): PlayerRow {
   return {
