@@ -89,6 +89,27 @@ for (const kind of sqlKinds) {
       t.equal(await records.claim('env_other', record('m-b', [{ ext: 'p3' }])), true, 'match ids are per environment');
     });
 
+    await t.test('strings with quotes, backslashes, braces, commas and the word NULL are stored as sent', async (t) => {
+      const awkward = ['a"b', 'back\\slash', '{x,y}', 'NULL', '', ' spaced ', 'ünï😀'];
+      const m = record('m-"\\{,}NULL', awkward.map((ext) => ({ ext, customerId: ext === '' ? null : ext })));
+      m.reportingKeyId = 'NULL';
+      t.equal(await records.claim(env, m), true);
+      const written = await records.writeVerdicts({
+        environmentId: env,
+        matchResultId: m.id,
+        admissionErrors: [],
+        atMs: T0 + 1000,
+        players: m.players.map((p, i) => ({ id: p.id, status: 'admitted' as const, customerId: null, reasons: [], eventId: `evt_"${i}\\`, clientEventId: null })),
+      });
+      t.same(written, { revision: 2, status: 'admitted' });
+      const stored = await records.load(env, { matchId: m.matchId });
+      t.equal(stored?.matchId, m.matchId);
+      t.equal(stored?.reportingKeyId, 'NULL');
+      t.same(stored?.players.map((p) => p.customerRef.value), awkward);
+      t.same(stored?.players.map((p) => p.customerId), awkward.map((ext) => (ext === '' ? null : ext)), 'NULL as a string is a string; null is NULL');
+      t.same(stored?.players.map((p) => p.eventId), m.players.map((_, i) => `evt_"${i}\\`));
+    });
+
     await t.test('verdicts: only pending players, customer ids filled in, never overwritten', async (t) => {
       const m = record('m-v', [{ ext: 'v1' }, { ext: 'v2', customerId: 'cust_v2' }]);
       t.equal(await records.claim(env, m), true);
