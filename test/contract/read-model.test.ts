@@ -4,7 +4,8 @@
 // for good; keyset pagination has exact boundaries; the projected offset only moves forward.
 import t from 'tap';
 import { PgReadModel, type Projection } from '../../src/persistence/sql/read-model.js';
-import { sqlForTest, sqlKinds } from '../helpers/sql.js';
+import { openSql } from '../../src/persistence/sql/db.js';
+import { sqlForTest, sqlKinds, testDatabaseUrl } from '../helpers/sql.js';
 
 const T0 = Date.UTC(2030, 5, 1, 12, 0, 0, 123);
 
@@ -395,3 +396,30 @@ for (const kind of sqlKinds) {
     });
   });
 }
+
+// A connection's cached plan keeps the choices made when it was built: a generic plan of the event
+// insert prepared while `customers` was empty checked erased customers with one sequential scan of
+// the whole table per statement, forever after (no ANALYZE runs without autovacuum). The
+// projector's statements are planned for each execution, so a grown table is read by its index.
+t.test('event rows written after customers grew do not scan the whole customers table (PostgreSQL)', async (t) => {
+  const { sql: setup, schema } = await sqlForTest(t, 'postgres');
+  const sql = openSql({ url: testDatabaseUrl, schema, max: 1 });
+  t.teardown(() => sql.end());
+  const rm = new PgReadModel(sql);
+  // Prepared and executed more than five times while customers is empty (PostgreSQL then may
+  // switch a prepared statement to its generic plan).
+  for (let i = 0; i < 8; i++) await rm.applyMany([{ partition: 1, offset: `1-${i + 1}`, projections: [event(`pe${i}`, 'nobody', T0 + i)] }]);
+  await setup.unsafe(
+    `insert into customers (environment_id, id, external_id, version, created_at, updated_at)
+     select 'env_a', 'cust_' || g, 'x' || g, 1, now(), now() from generate_series(1, 200000) g`,
+  );
+  const seqScans = async () => {
+    await sql`select pg_stat_force_next_flush()`;
+    const [row] = await sql`select seq_scan::int as n from pg_stat_user_tables where schemaname = ${schema} and relname = 'customers'`;
+    return row!.n as number;
+  };
+  const before = await seqScans();
+  for (let i = 0; i < 3; i++) await rm.applyMany([{ partition: 1, offset: `2-${i + 1}`, projections: [event(`pf${i}`, `cust_${i + 7}`, T0 + 100 + i)] }]);
+  t.equal((await seqScans()) - before, 0, 'no sequential scan of customers');
+  t.equal((await sql`select count(*)::int as n from events where id like 'pf%'`)[0]!.n, 3, 'the rows are written');
+});

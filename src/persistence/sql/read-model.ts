@@ -186,6 +186,18 @@ function lastPerKey<T>(xs: T[], key: (x: T) => string): T[] {
 const pairKey = (env: string, k: string) => `${env.length}:${env}${k}`;
 
 /**
+ * The projector's statements are planned for each execution, not from a plan cached on the
+ * connection. A cached (generic) plan keeps the choices made when it was built: prepared while
+ * `customers` was nearly empty, the erased-customer check of every event row became one
+ * sequential scan of the whole table per statement (10 ms at 200k customers, growing with the
+ * table), and without a fresh ANALYZE nothing replaces it (docs/bench/2026-11-27-fast-box.md).
+ * Planning these few large statements each time costs far less than one such scan.
+ */
+async function customPlans(tx: Tx): Promise<void> {
+  await tx`set local plan_cache_mode = force_custom_plan`;
+}
+
+/**
  * Locks the partitions' projection_offsets rows (in partition order, so two appliers never
  * deadlock) and returns their offsets. A partition's row is created once, by its first batch: the
  * insert runs only for partitions without one (an insert that finds every row in place still
@@ -284,6 +296,7 @@ export class PgReadModel {
    */
   async apply(partition: number, offset: Offset, projections: Projection[]): Promise<void> {
     await this.sql.begin(async (tx) => {
+      await customPlans(tx);
       // The row lock serializes appliers of one partition (two nodes during a lease hand-over).
       const current = await lockOffsets(tx, [partition]);
       if (compareOffsets(offset, current.get(partition) ?? offsetZero) <= 0) return;
@@ -312,6 +325,7 @@ export class PgReadModel {
     if (batches.length === 0) return;
     const partitions = batches.map((b) => b.partition);
     await this.sql.begin(async (tx) => {
+      await customPlans(tx);
       const current = await lockOffsets(tx, partitions);
       const byKind: Record<Projection['kind'], Projection[]> = {
         'customer.upsert': [],
