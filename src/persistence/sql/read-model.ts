@@ -191,10 +191,14 @@ const pairKey = (env: string, k: string) => `${env.length}:${env}${k}`;
  * `customers` was nearly empty, the erased-customer check of every event row became one
  * sequential scan of the whole table per statement (10 ms at 200k customers, growing with the
  * table), and without a fresh ANALYZE nothing replaces it (docs/bench/2026-11-27-fast-box.md).
- * Planning these few large statements each time costs far less than one such scan.
+ * Planning these few large statements each time costs far less than one such scan. Sent ahead of
+ * the offsets' lock and awaited with it (the connection runs them in order): no round trip of its own.
  */
-async function customPlans(tx: Tx): Promise<void> {
-  await tx`set local plan_cache_mode = force_custom_plan`;
+async function customPlansAndLockedOffsets(tx: Tx, partitions: readonly number[]): Promise<Map<number, Offset>> {
+  // execute(): postgres.js sends a query when it is first awaited; this one must go first.
+  const planned = tx`set local plan_cache_mode = force_custom_plan`.execute();
+  const [, current] = await Promise.all([planned, lockOffsets(tx, partitions)]);
+  return current;
 }
 
 /**
@@ -296,9 +300,8 @@ export class PgReadModel {
    */
   async apply(partition: number, offset: Offset, projections: Projection[]): Promise<void> {
     await this.sql.begin(async (tx) => {
-      await customPlans(tx);
       // The row lock serializes appliers of one partition (two nodes during a lease hand-over).
-      const current = await lockOffsets(tx, [partition]);
+      const current = await customPlansAndLockedOffsets(tx, [partition]);
       if (compareOffsets(offset, current.get(partition) ?? offsetZero) <= 0) return;
       const statements = pipelined(tx);
       let start = 0;
@@ -325,8 +328,7 @@ export class PgReadModel {
     if (batches.length === 0) return;
     const partitions = batches.map((b) => b.partition);
     await this.sql.begin(async (tx) => {
-      await customPlans(tx);
-      const current = await lockOffsets(tx, partitions);
+      const current = await customPlansAndLockedOffsets(tx, partitions);
       const byKind: Record<Projection['kind'], Projection[]> = {
         'customer.upsert': [],
         'customer.erase': [],
