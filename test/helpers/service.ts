@@ -54,11 +54,17 @@ export function serverEnv(storage: Storage, redis: string, extra: Record<string,
   return { REDIS_URL: redis, DATABASE_URL: databaseUrl, DB_SCHEMA: storage.schema, KEY_PREFIX: storage.prefix, ...extra };
 }
 
+/**
+ * HTTP and the public gRPC API listen on port 0 (the kernel picks, the service reports what it
+ * bound): a port picked free and bound later can be taken in between by a parallel test's outgoing
+ * connection (EADDRINUSE, seen in a full run). The forwarding port is advertised to peers before
+ * it is bound, so it is still picked here.
+ */
 export async function configFor(storage: Storage, overrides: Record<string, string> = {}): Promise<Config> {
   return loadConfig({
-    PORT: String(await freePort()),
+    PORT: '0',
     GRPC_PORT: String(await freePort()),
-    PUBLIC_GRPC_PORT: String(await freePort()),
+    PUBLIC_GRPC_PORT: '0',
     HOST: '127.0.0.1',
     REDIS_URL: redisUrl,
     DATABASE_URL: databaseUrl,
