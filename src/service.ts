@@ -74,6 +74,7 @@ import { TenancyService, tenancyOptionsFromConfig } from './tenancy/service.js';
 import { simulationSubject } from './gateway/simulation-subject.js';
 import { Scheduler } from './jobs/scheduler.js';
 import { limits } from './limits.js';
+import { Teardown } from './util/teardown.js';
 import { WorkerPool } from './workers/pool.js';
 
 export interface Service {
@@ -134,6 +135,9 @@ async function openStorage(config: Config): Promise<Storage> {
   const journal = await FileJournal.open(join(config.DATA_DIR, 'journal'), {
     currentEpoch: (p) => leases.currentEpoch(p),
     fsync: config.EMBEDDED_FSYNC,
+  }).catch(async (err: unknown) => {
+    await pg.close();
+    throw err;
   });
   const sql = openSql({ url: pg.url, schema: config.DB_SCHEMA, max: 1 });
   const bus = new MemoryBus();
@@ -156,9 +160,25 @@ async function openStorage(config: Config): Promise<Storage> {
   };
 }
 
+/**
+ * Starts every part, in order. When a part fails to start, the parts already started are stopped
+ * (newest first) before the error is thrown: nothing is left listening, holding leases or
+ * connections. stop() runs the same undo list.
+ */
 export async function startService(config: Config, logger: Logger): Promise<Service> {
+  const teardown = new Teardown((err, step) => logger.warn({ err, step }, 'stopping a part of the service failed'));
+  try {
+    return await startParts(config, logger, teardown);
+  } catch (err) {
+    await teardown.run();
+    throw err;
+  }
+}
+
+async function startParts(config: Config, logger: Logger, teardown: Teardown): Promise<Service> {
   const mode = storageMode(config);
   const storage = await openStorage(config);
+  teardown.add('storage', () => storage.close());
   const { sql } = storage;
   await migrate(sql, config.DB_SCHEMA);
 
@@ -166,13 +186,15 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const idempotency = new PgIdempotencyStore(sql);
   const readModel = new PgReadModel(sql);
   const tenancy = new TenancyService(sql, tenancyOptionsFromConfig(config, storage.bus));
+  const pool = new WorkerPool(config.POOL_THREADS);
+  teardown.add('worker pool', () => pool.close());
   const authenticator = new Authenticator(sql, {
     bus: storage.bus,
     customerTokens: tenancy.customerTokens,
     onError: (err) => logger.warn({ err }, 'credential revocation poll failed'),
   });
   await authenticator.start();
-  const pool = new WorkerPool(config.POOL_THREADS);
+  teardown.add('authenticator', () => authenticator.stop());
   const attributes = new AttributeCatalog(sql, storage.bus);
   await attributes.start();
   const currencies = new CurrencyCatalog(sql, storage.bus);
@@ -227,12 +249,27 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
     void idempotency.purgeExpired().catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
   }, 60_000);
   purgeTimer.unref();
+  teardown.add('idempotency purge', () => clearInterval(purgeTimer));
 
   const projector = new Projector(readModel, storage.journal, logger, { cycleMs: config.PROJECTOR_CYCLE_MS });
-  const forwardServerHolder: { port: number } = { port: 0 };
   const forwardClient = new ForwardClient();
+  teardown.add('forwarding client', () => forwardClient.close());
+  // The shard server listens before this node joins, so peers can forward to it as soon as it
+  // holds leases; it advertises the port it bound (GRPC_PORT 0: one the kernel picked). A call
+  // that arrives before the engine exists fails, and the peer routes it again.
+  let engineOrNull: Engine | null = null;
+  const forwardServer = new ForwardServer({
+    host: config.HOST,
+    port: config.GRPC_PORT,
+    handler: (payload) => {
+      if (engineOrNull === null) throw new Error('this node is still starting');
+      return engineOrNull.executeForwarded(payload);
+    },
+  });
+  const grpcPort = await forwardServer.start();
+  teardown.add('forwarding server', () => forwardServer.stop());
   const placement = new ClusterPlacement({
-    node: { nodeId: config.NODE_ID, grpcAddress: `${config.ADVERTISE_HOST}:${config.GRPC_PORT}`, startedAtMs: Date.now() },
+    node: { nodeId: config.NODE_ID, grpcAddress: `${config.ADVERTISE_HOST}:${grpcPort}`, startedAtMs: Date.now() },
     partitions: config.PARTITIONS,
     journal: storage.journal,
     snapshots,
@@ -247,11 +284,10 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   });
   const engine = new Engine(config.PARTITIONS, placement, forwardClient, storage.journal);
   placement.attach(engine);
+  engineOrNull = engine;
 
-  // Peers forward to us as soon as we hold leases, so the shard server listens first.
-  const forwardServer = new ForwardServer({ host: config.HOST, port: config.GRPC_PORT, handler: (payload) => engine.executeForwarded(payload) });
-  forwardServerHolder.port = await forwardServer.start();
   projector.start();
+  teardown.add('projector', () => projector.stop());
   // A tier program edit moves its holders (of the named levels) through their actors, a page at a time.
   const moveHolders = async (
     env: string,
@@ -277,8 +313,17 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const challengeEnds = new ChallengeEnds({ challenges, now, logger });
   // One scheduler for all due work; a test clock's advance runs the same jobs for its environment.
   const scheduler = new Scheduler([challengeEnds, dueWork, rewardDue], logger);
-  scheduler.start();
+  // Campaign budget chunks leased by this node go back once its partitions are released.
+  teardown.add('campaign budgets', () => budgets.release(null));
+  // A start that fails halfway has released what it acquired (placement.stop is safe then too).
+  teardown.add('placement', () => placement.stop());
   await placement.start();
+  // Due work runs through the engine: it starts once partitions are placed and stops before.
+  scheduler.start();
+  teardown.add('scheduler', async () => {
+    await scheduler.stop();
+    await backfill.idle();
+  });
 
   // One register of event ids for POST /v1/events and match players: their claims share a round.
   const eventIds = new EventIdClaims(storage.eventIds);
@@ -391,37 +436,23 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
     },
   });
   const httpPort = await gateway.listen(config.HOST, config.PORT);
+  teardown.add('gateway', () => gateway.close());
   const publicGrpc: PublicGrpcServer = createPublicGrpcServer((req) => gateway.invoke(req));
   const publicGrpcPort = await publicGrpc.listen(config.HOST, config.PUBLIC_GRPC_PORT);
-  logger.info({ httpPort, grpcPort: forwardServerHolder.port, publicGrpcPort, mode, node: config.NODE_ID }, 'service started');
+  teardown.add('public gRPC server', () => publicGrpc.close(2000));
+  logger.info({ httpPort, grpcPort, publicGrpcPort, mode, node: config.NODE_ID }, 'service started');
 
-  let stopping: Promise<void> | null = null;
   return {
     httpPort,
-    grpcPort: forwardServerHolder.port,
+    grpcPort,
     publicGrpcPort,
     mode,
     gateway,
     engine,
     placement,
     rewardDue,
-    stop: () => {
-      stopping ??= (async () => {
-        clearInterval(purgeTimer);
-        await gateway.close();
-        await publicGrpc.close(2000);
-        await scheduler.stop();
-        await backfill.idle();
-        await placement.stop();
-        await budgets.release(null).catch((err: unknown) => logger.warn({ err }, 'budget release failed'));
-        await projector.stop();
-        await forwardServer.stop();
-        forwardClient.close();
-        await authenticator.stop();
-        await pool.close();
-        await storage.close();
-      })();
-      return stopping;
-    },
+    // Stop accepting, let due work finish, hand the partitions back (flush, snapshot, release),
+    // then close the projector, servers, caches and storage: the start's parts, newest first.
+    stop: () => teardown.run(),
   };
 }

@@ -55,15 +55,14 @@ export function serverEnv(storage: Storage, redis: string, extra: Record<string,
 }
 
 /**
- * HTTP and the public gRPC API listen on port 0 (the kernel picks, the service reports what it
- * bound): a port picked free and bound later can be taken in between by a parallel test's outgoing
- * connection (EADDRINUSE, seen in a full run). The forwarding port is advertised to peers before
- * it is bound, so it is still picked here.
+ * Every port is 0: the kernel picks, the service reports (and advertises) what it bound. A port
+ * picked free here and bound later can be taken in between by a parallel test's outgoing
+ * connection (EADDRINUSE, seen in a full run).
  */
 export async function configFor(storage: Storage, overrides: Record<string, string> = {}): Promise<Config> {
   return loadConfig({
     PORT: '0',
-    GRPC_PORT: String(await freePort()),
+    GRPC_PORT: '0',
     PUBLIC_GRPC_PORT: '0',
     HOST: '127.0.0.1',
     REDIS_URL: redisUrl,
