@@ -12,14 +12,14 @@ const loaderArgs = process.execArgv.filter((a) => a.includes('@tapjs/typescript'
 export interface ServerProcess {
   child: ChildProcess;
   port: number;
-  grpcPort: number;
   output: () => string;
 }
 
 /**
- * Starts the server. Ports not fixed by `env` are picked free, but another process (a parallel
- * test's outgoing connection takes a port from the same ephemeral range) can bind one before the
- * server does: such a start is retried on fresh ports.
+ * Starts the server. Its gRPC ports are 0 unless `env` fixes them (the kernel picks; the node
+ * advertises what it bound). The HTTP port, unless fixed, is picked free here, and another process
+ * (a parallel test's outgoing connection takes a port from the same ephemeral range) can bind it
+ * before the server does: such a start is retried on a fresh port.
  */
 export async function spawnServer(env: Record<string, string>): Promise<ServerProcess> {
   const fixedPorts = env.PORT !== undefined || env.GRPC_PORT !== undefined || env.PUBLIC_GRPC_PORT !== undefined;
@@ -35,15 +35,14 @@ export async function spawnServer(env: Record<string, string>): Promise<ServerPr
 
 async function spawnServerOnce(env: Record<string, string>): Promise<ServerProcess> {
   const port = Number(env.PORT ?? (await freePort()));
-  const grpcPort = Number(env.GRPC_PORT ?? (await freePort()));
   const child = spawn(process.execPath, [...loaderArgs, 'src/main.ts'], {
     env: {
       ...process.env,
       NODE_OPTIONS: '',
       HOST: '127.0.0.1',
       PORT: String(port),
-      GRPC_PORT: String(grpcPort),
-      PUBLIC_GRPC_PORT: String(await freePort()),
+      GRPC_PORT: '0',
+      PUBLIC_GRPC_PORT: '0',
       LOG_LEVEL: 'warn',
       POOL_THREADS: '1',
       ...env,
@@ -53,7 +52,7 @@ async function spawnServerOnce(env: Record<string, string>): Promise<ServerProce
   let out = '';
   child.stdout?.on('data', (d) => (out = (out + d).slice(-20_000)));
   child.stderr?.on('data', (d) => (out = (out + d).slice(-20_000)));
-  const server = { child, port, grpcPort, output: () => out };
+  const server = { child, port, output: () => out };
   await waitReady(server, 60_000);
   return server;
 }
