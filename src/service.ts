@@ -170,7 +170,8 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   try {
     return await startParts(config, logger, teardown);
   } catch (err) {
-    await teardown.run();
+    // What failed to stop is logged by the teardown; the start's own error is the one to report.
+    await teardown.run().catch(() => {});
     throw err;
   }
 }
@@ -314,7 +315,9 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   // One scheduler for all due work; a test clock's advance runs the same jobs for its environment.
   const scheduler = new Scheduler([challengeEnds, dueWork, rewardDue], logger);
   // Campaign budget chunks leased by this node go back once its partitions are released.
-  teardown.add('campaign budgets', () => budgets.release(null));
+  // A failed release is only logged: its chunks stay reserved, so the budget is under-used, never
+  // exceeded (as after a crash).
+  teardown.add('campaign budgets', () => budgets.release(null).catch((err: unknown) => logger.warn({ err }, 'budget release failed')));
   // A start that fails halfway has released what it acquired (placement.stop is safe then too).
   teardown.add('placement', () => placement.stop());
   await placement.start();

@@ -186,7 +186,7 @@ export class ClusterPlacement implements Placement {
     for (const p of held) p.requestSnapshot();
     await waitIdle(held, 3000);
     // A snapshot taken at the last flush is saved before the lease goes: less to replay next time.
-    await Promise.race([Promise.all(held.map((p) => p.saved())), new Promise((r) => setTimeout(r, 3000))]);
+    await settledWithin(Promise.all(held.map((p) => p.saved())), 3000);
     for (const p of held) {
       p.close();
       this.owned.delete(p.id);
@@ -437,7 +437,7 @@ export class ClusterPlacement implements Placement {
     // A snapshot save begun before the close (at the last flush) must land before the lease goes:
     // landing after the next owner read the checkpoint, it overwrites that owner's newer rows and
     // trims the journal under its recovery.
-    await Promise.race([p.saved(), new Promise((r) => setTimeout(r, 3000))]);
+    await settledWithin(p.saved(), 3000);
     await this.release(p.id, p.epoch);
     this.opts.logger.info({ partition: p.id }, 'partition handed over');
   }
@@ -630,6 +630,24 @@ export function desiredOwner(p: number, nodeIds: string[]): string {
   }
   return best;
 }
+
+/**
+ * Waits for `work` (its outcome ignored) or `ms`, whichever comes first. The timer is cleared when
+ * the work settles first: a stopped node's process exits at once instead of seconds later.
+ */
+async function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  try {
+    await Promise.race([work.then(noop, noop), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function noop(): void {}
 
 async function waitIdle(parts: Partition[], timeoutMs: number): Promise<void> {
   const until = Date.now() + timeoutMs;

@@ -14,16 +14,24 @@ export class Teardown {
     this.steps.push({ name, undo });
   }
 
-  /** Runs every registered undo, newest first, once; later calls wait for the same run. */
+  /**
+   * Runs every registered undo, newest first, once; later calls wait for the same run. When a
+   * step failed, the run still finishes the others, then rejects naming the failed steps.
+   */
   run(): Promise<void> {
     this.running ??= (async () => {
+      const failed: string[] = [];
+      const errors: unknown[] = [];
       for (let step = this.steps.pop(); step !== undefined; step = this.steps.pop()) {
         try {
           await step.undo();
         } catch (err) {
           this.onError(err, step.name);
+          failed.push(step.name);
+          errors.push(err);
         }
       }
+      if (failed.length > 0) throw new AggregateError(errors, `stopping failed: ${failed.join(', ')}`);
     })();
     return this.running;
   }

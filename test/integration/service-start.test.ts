@@ -1,6 +1,7 @@
-// A start that fails halfway undoes what it had started: the real service against the real Redis
-// and PostgreSQL, its last step (the public gRPC port) made to fail. Afterwards its ports are
-// free, it holds no partition lease and no membership, and another node takes every partition at once.
+// Starting and stopping leave nothing behind: the real service against the real Redis and
+// PostgreSQL. A start whose last step (the public gRPC port) fails undoes what it had started: its
+// ports are free, it holds no partition lease and no membership, and another node takes every
+// partition at once. A stopped service leaves no timer or socket that would keep its process alive.
 import { createServer, type Server } from 'node:net';
 import { pino } from 'pino';
 import t from 'tap';
@@ -67,4 +68,16 @@ t.test('a start that fails at its last port stops every part it had started', as
   const started = await startService(await configFor(storage, { NODE_ID: 'node-second' }), pino({ level: 'silent' }));
   t.teardown(() => started.stop());
   t.equal(started.placement.ownedCount + started.placement.recoveringCount, 16, 'the second node holds every partition');
+});
+
+t.test('a stopped service leaves no timer behind (its process can exit at once)', async (t) => {
+  const storage = storageFor(t);
+  const timers = () => process.getActiveResourcesInfo().filter((k) => k === 'Timeout').length;
+  const before = timers();
+  const service = await startService(await configFor(storage), pino({ level: 'silent' }));
+  await service.stop();
+  // A timer still running after stop() keeps the process alive: the placement's wait for the last
+  // snapshot save used to leave one of 3 s behind.
+  t.equal(await settled(timers, before, 1000), before, 'no timer outlives stop()');
+  t.same(await settled(sockets, { tcp: 0, servers: 0 }, 2000), { tcp: 0, servers: 0 }, 'no socket outlives stop()');
 });

@@ -1,4 +1,5 @@
-// Teardown: the undo list of a start. Newest first, once, every step even after one fails.
+// Teardown: the undo list of a start. Newest first, once, every step even after one fails (then
+// the run rejects, naming the failed steps).
 import t from 'tap';
 import { Teardown } from '../../src/util/teardown.js';
 
@@ -28,9 +29,10 @@ t.test('a step that fails is reported and the older steps still run', async (t) 
     throw new Error('thrown at once');
   });
   teardown.add('gateway', () => done.push('gateway'));
-  await teardown.run();
+  await t.rejects(teardown.run(), { message: 'stopping failed: sync, placement' });
   t.same(done, ['gateway', 'storage']);
   t.same(failures, ['sync: thrown at once', 'placement: lease release timed out']);
+  await t.rejects(teardown.run(), { message: 'stopping failed: sync, placement' }, 'a later call answers the same');
 });
 
 t.test('a part that starts after the teardown ran is refused, not silently left running', async (t) => {
