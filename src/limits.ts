@@ -74,6 +74,18 @@ export const limits = {
    * event (docs/bench/2026-11-25-projector-cycle.md). Local reads drain the projector first.
    */
   projectorCycleMs: 100,
+  /**
+   * Records acknowledged on a node and not yet projected before its ingestion (events, match
+   * players) waits: a few seconds of writes at the rates this service reaches on a small box.
+   * Writes go on once the lag is back to 80 % of it.
+   */
+  projectorLagRecordsMax: 50_000,
+  /**
+   * How long a held write waits for the projector before it is answered 429 rate_limited: long
+   * enough for a projector that moves at all (it brings 10k records back in about a second), short
+   * enough that a stalled database is reported rather than waited on.
+   */
+  projectorLagWaitMs: 5000,
   /** Active actors kept in memory before the idle, clean ones are passivated. */
   activeActorsMax: 100_000,
   actorIdleMs: 60_000,

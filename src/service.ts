@@ -252,7 +252,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   purgeTimer.unref();
   teardown.add('idempotency purge', () => clearInterval(purgeTimer));
 
-  const projector = new Projector(readModel, storage.journal, logger, { cycleMs: config.PROJECTOR_CYCLE_MS });
+  const projector = new Projector(readModel, storage.journal, logger, { cycleMs: config.PROJECTOR_CYCLE_MS, lagRecordsMax: config.PROJECTOR_LAG_MAX });
   const forwardClient = new ForwardClient();
   teardown.add('forwarding client', () => forwardClient.close());
   // The shard server listens before this node joins, so peers can forward to it as soon as it
@@ -283,7 +283,11 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
     snapshotTailRecordsMax: config.SNAPSHOT_TAIL_RECORDS_MAX,
     activeActorsMax: config.ACTIVE_ACTORS_MAX,
   });
-  const engine = new Engine(config.PARTITIONS, placement, forwardClient, storage.journal);
+  // Ingestion waits while this node's read tables are more than PROJECTOR_LAG_MAX records behind.
+  const engine = new Engine(config.PARTITIONS, placement, forwardClient, storage.journal, {
+    gate: projector,
+    maxWaitMs: config.PROJECTOR_LAG_WAIT_MS,
+  });
   placement.attach(engine);
   engineOrNull = engine;
 

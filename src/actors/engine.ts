@@ -24,6 +24,16 @@ export interface Placement {
   refresh(): Promise<void>;
 }
 
+/**
+ * Holds ingestion while the node's read tables are too far behind (the projector implements it):
+ * `ingestOpen` is read on every ingest command, so it must be a plain field or getter.
+ */
+export interface IngestGate {
+  readonly ingestOpen: boolean;
+  /** True once ingestion may go on, false when maxWaitMs passed first. */
+  whenIngestOpen(maxWaitMs: number): Promise<boolean>;
+}
+
 /** A forwarded call that reached a node which no longer owns the partition. */
 type WireResult = CallResult | { ok: 'moved' };
 
@@ -32,6 +42,14 @@ const overloadedResult: CallResult = {
   ok: false,
   code: 'rate_limited',
   message: 'The partition is overloaded; retry.',
+  retryAfterSeconds: 1,
+};
+
+/** The read tables stayed too far behind for as long as a held write may wait. */
+const projectionBehindResult: CallResult = {
+  ok: false,
+  code: 'rate_limited',
+  message: 'Writes are arriving faster than they can be projected into the read tables; retry.',
   retryAfterSeconds: 1,
 };
 
@@ -50,7 +68,20 @@ export class Engine {
     private readonly placement: Placement,
     private readonly forwarder: Forwarder | null,
     private readonly journal: Journal,
+    private readonly ingest: { gate: IngestGate; maxWaitMs: number } | null = null,
   ) {}
+
+  /**
+   * Events and match players wait while the gate is shut (the projector's lag bound), at most
+   * maxWaitMs, then answer 429. Other commands (reads, operators' changes) are never held.
+   */
+  private submit(local: Partition, call: Call): Promise<CallResult> {
+    const ingest = this.ingest;
+    if (ingest === null || ingest.gate.ingestOpen) return local.submit(call);
+    const kind = call.command.kind;
+    if (kind !== 'event.record' && kind !== 'match.admit') return local.submit(call);
+    return ingest.gate.whenIngestOpen(ingest.maxWaitMs).then((open) => (open ? local.submit(call) : projectionBehindResult));
+  }
 
   partitionOfTarget(env: string, target: Target): number {
     if (target.by === 'key') return partitionOf(env, target.key, this.partitions);
@@ -65,7 +96,7 @@ export class Engine {
     const local = this.placement.local(this.partitionOfTarget(call.env, call.target));
     if (local === undefined) return this.executeRouted(call);
     if (local.backlog > limits.partitionBacklogRecordsMax) return Promise.resolve(overloadedResult);
-    return local.submit(call).then((r) => (r.ok === 'redirect' || r === closedResult ? this.executeRouted(call) : r));
+    return this.submit(local, call).then((r) => (r.ok === 'redirect' || r === closedResult ? this.executeRouted(call) : r));
   }
 
   private async executeRouted(call: Call): Promise<CallResult> {
@@ -84,7 +115,7 @@ export class Engine {
       const local = this.placement.local(p);
       if (local) {
         if (local.backlog > limits.partitionBacklogRecordsMax) return overloadedResult;
-        const result = await local.submit(call);
+        const result = await this.submit(local, call);
         // The partition closed under the call without applying it: route again (new owner).
         if (result !== closedResult) return result;
         await sleep(movedRetryMs);
@@ -131,7 +162,7 @@ export class Engine {
         local = this.placement.local(p);
       }
     }
-    const result: WireResult = local ? await local.submit(call) : { ok: 'moved' };
+    const result: WireResult = local ? await this.submit(local, call) : { ok: 'moved' };
     // Closed under the call without applying it: the caller routes it again, as for 'moved'.
     return packMessage(result === closedResult ? { ok: 'moved' } : result);
   }

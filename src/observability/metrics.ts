@@ -3,7 +3,7 @@
 // raw paths; status codes), because an unbounded label is a memory leak. Histograms observed per
 // request or per flush are BucketHistograms (no allocation per observation), read through cached
 // label children (HttpObserver), never a label lookup per request.
-import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { BucketHistogram, type HistogramChild } from './bucket-histogram.js';
 
 export const registry = new Registry();
@@ -59,6 +59,13 @@ export const mailboxDepth = new BucketHistogram({
 export const projectorLagRecords = new Gauge({
   name: 'projector_lag_records',
   help: 'Journal records acknowledged on this node and not yet projected into the read tables.',
+  registers: [registry],
+});
+
+export const ingestHeld = new Counter({
+  name: 'ingest_held_total',
+  help: 'Events and match players that waited because the read tables were more than PROJECTOR_LAG_MAX records behind, by outcome: released when the projector caught up, refused (429) when the wait ran out.',
+  labelNames: ['outcome'],
   registers: [registry],
 });
 

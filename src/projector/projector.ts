@@ -3,12 +3,16 @@
 // in memory right after each ack; if it falls too far behind it drops the in-memory queue and
 // catches up from the journal, so memory stays bounded. Lag is bounded by the cycle interval
 // plus one write. It never decides anything: it only copies facts into rows.
+// Lag is bounded in records too: past `lagRecordsMax` records acknowledged here and not yet
+// projected, ingestion waits (Engine's ingest gate) until the lag is back to 80 % of it, so a write
+// rate above what PostgreSQL takes slows the writers instead of growing the backlog (and the
+// journal, which is trimmed only up to what was projected) without end.
 import type { Logger } from 'pino';
 import { decodeEntry, type JournalRecord } from '../actors/codec.js';
 import type { Fact } from '../domain/customer.js';
 import { entryRowChanges } from '../domain/ledger.js';
 import { limits } from '../limits.js';
-import { projectorLagRecords } from '../observability/metrics.js';
+import { ingestHeld, projectorLagRecords } from '../observability/metrics.js';
 import { compareOffsets, type Journal, type Offset, offsetZero } from '../persistence/ports.js';
 import type { Projection } from '../persistence/sql/read-model.js';
 import { challengeMergeProjections, challengeProjection } from '../persistence/sql/challenge-read-model.js';
@@ -33,6 +37,8 @@ interface Lane {
    * entry appended just after the read is not skipped.
    */
   ackedDuringRead: boolean;
+  /** Records acknowledged here and not yet projected (see Projector.lagRecords). */
+  unprojected: number;
 }
 
 const laneRecordsMax = 50_000;
@@ -63,20 +69,89 @@ export class Projector {
   private queuedTotal = 0;
   /** How many times a lane fell behind and switched to catching up from the journal. */
   catchUps = 0;
+  /** Sum of the lanes' `unprojected`. */
+  private unprojectedTotal = 0;
+  /** Set when the lag passed lagMax; cleared when it is back to lagResume. */
+  private ingestShut = false;
+  private ingestWaiters: Array<(open: boolean) => void> = [];
 
   private readonly laneMax: number;
   private readonly totalMax: number;
   private readonly cycleMs: number;
+  private readonly lagMax: number;
+  /** Held writers go on at this lag: close enough to the bound that a wait is short. */
+  private readonly lagResume: number;
 
   constructor(
     private readonly readModel: ReadModelWriter,
     private readonly journal: Journal,
     private readonly logger: Logger,
-    bounds: { laneRecordsMax?: number; totalRecordsMax?: number; cycleMs?: number } = {},
+    bounds: { laneRecordsMax?: number; totalRecordsMax?: number; cycleMs?: number; lagRecordsMax?: number } = {},
   ) {
     this.cycleMs = bounds.cycleMs ?? limits.projectorCycleMs;
     this.laneMax = bounds.laneRecordsMax ?? laneRecordsMax;
     this.totalMax = bounds.totalRecordsMax ?? totalRecordsMax;
+    this.lagMax = bounds.lagRecordsMax ?? limits.projectorLagRecordsMax;
+    this.lagResume = Math.floor(this.lagMax * 0.8);
+  }
+
+  /**
+   * Records acknowledged on this node and not yet in the read tables, whether queued in memory or
+   * left to a catch-up from the journal. A backlog this node found at recovery, older than its own
+   * acknowledgements, is projected from the journal without being counted.
+   */
+  get lagRecords(): number {
+    return this.unprojectedTotal;
+  }
+
+  /** False while ingestion should wait: the lag passed its bound and is not yet back to 80 % of it. */
+  get ingestOpen(): boolean {
+    return !this.ingestShut;
+  }
+
+  /** Resolves true as soon as ingestion may go on (at once when it may), false after maxWaitMs. */
+  whenIngestOpen(maxWaitMs: number): Promise<boolean> {
+    if (!this.ingestShut) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        const i = this.ingestWaiters.indexOf(done);
+        if (i >= 0) this.ingestWaiters.splice(i, 1);
+        ingestHeld.inc({ outcome: 'refused' });
+        resolve(false);
+      }, maxWaitMs);
+      const done = (open: boolean) => {
+        clearTimeout(timer);
+        ingestHeld.inc({ outcome: 'released' });
+        resolve(open);
+      };
+      this.ingestWaiters.push(done);
+    });
+  }
+
+  private counted(lane: Lane, records: number): void {
+    lane.unprojected += records;
+    this.unprojectedTotal += records;
+    if (!this.ingestShut && this.unprojectedTotal > this.lagMax) {
+      this.ingestShut = true;
+      // Writers wait from now on: project at once rather than at the next tick.
+      void this.cycle();
+    }
+  }
+
+  /** `records` of the lane are in the read tables (or were found there already). */
+  private uncounted(lane: Lane, records: number): void {
+    // Entries of a backlog found at recovery were never counted: the lane's count stays >= 0.
+    const d = Math.min(records, lane.unprojected);
+    lane.unprojected -= d;
+    this.unprojectedTotal -= d;
+    if (this.ingestShut && this.unprojectedTotal <= this.lagResume) this.openIngest();
+  }
+
+  private openIngest(): void {
+    this.ingestShut = false;
+    const waiters = this.ingestWaiters;
+    this.ingestWaiters = [];
+    for (const w of waiters) w(true);
   }
 
   start(): void {
@@ -88,6 +163,8 @@ export class Projector {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.drain().catch(() => {});
+    // Writers still waiting are let through: their partitions are closing and answer them.
+    this.openIngest();
   }
 
   async projectedOffset(partition: number): Promise<Offset> {
@@ -99,6 +176,7 @@ export class Projector {
     lane.catchUp = false;
     lane.projected = offset;
     lane.ackedDuringRead = false;
+    this.uncounted(lane, lane.unprojected);
     return offset;
   }
 
@@ -126,6 +204,7 @@ export class Projector {
 
   onAcked(partition: number, offset: Offset, records: JournalRecord[]): void {
     const lane = this.lane(partition);
+    this.counted(lane, records.length);
     if (lane.catchUp) {
       lane.ackedDuringRead = true;
       return;
@@ -161,7 +240,10 @@ export class Projector {
   private lane(partition: number): Lane {
     let lane = this.lanes.get(partition);
     if (!lane) {
-      this.lanes.set(partition, (lane = { partition, entries: [], queuedRecords: 0, catchUp: false, projected: offsetZero, ackedDuringRead: false }));
+      this.lanes.set(
+        partition,
+        (lane = { partition, entries: [], queuedRecords: 0, catchUp: false, projected: offsetZero, ackedDuringRead: false, unprojected: 0 }),
+      );
       this.laneList.push(lane);
     }
     return lane;
@@ -187,7 +269,8 @@ export class Projector {
           const waiters = this.waiters;
           this.waiters = [];
           for (const w of waiters) w();
-        } else if (this.waiters.length > 0) {
+        } else if (this.waiters.length > 0 || this.ingestShut) {
+          // Someone waits for the read tables (a drain, or writers held by the lag bound): go on at once.
           setImmediate(() => void this.cycle());
         }
       });
@@ -229,9 +312,12 @@ export class Projector {
         throw err;
       }
       for (let i = 0; i < taken.length; i++) {
-        const { lane } = taken[i]!;
+        const { lane, entries } = taken[i]!;
         const offset = batches[i]!.offset;
         if (compareOffsets(offset, lane.projected) > 0) lane.projected = offset;
+        let records = 0;
+        for (const e of entries) records += e.records.length;
+        this.uncounted(lane, records);
       }
     }
     // Lanes that fell behind catch up from the journal, a page at a time.
@@ -249,11 +335,17 @@ export class Projector {
       }
       const last = entries[entries.length - 1]!.offset;
       const projections: Projection[] = [];
-      for (const e of entries) toProjections(decodeEntry(e.payload), projections);
+      let records = 0;
+      for (const e of entries) {
+        const decoded = decodeEntry(e.payload);
+        records += decoded.length;
+        toProjections(decoded, projections);
+      }
       await this.readModel.apply(partition, last, projections);
       lane.projected = last;
+      this.uncounted(lane, records);
     }
-    projectorLagRecords.set(this.queuedTotal);
+    projectorLagRecords.set(this.unprojectedTotal);
   }
 }
 

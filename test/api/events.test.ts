@@ -167,3 +167,29 @@ t.test('events', async (t) => {
     t.equal(after.body.error.code, 'credentials_revoked');
   });
 });
+
+// The read tables' lag bound (PROJECTOR_LAG_MAX): here 10 records, so nearly every batch passes
+// it and waits for the projector. Every event still goes in, once, and the lag comes back to 0.
+t.test('ingestion held by the projection lag bound goes on as the projector catches up', async (t) => {
+  const { anon } = await startForTest(t, { env: { PROJECTOR_LAG_MAX: '10', PROJECTOR_LAG_WAIT_MS: '20000' } });
+  const api = (await signUp(anon)).server;
+  const batches = Array.from({ length: 6 }, (_, b) => ({ events: Array.from({ length: 100 }, (_, i) => event(`lag-${b}-${i}`, `lag-player-${b}-${i}`)) }));
+  // Three waves of two batches: a wave's acknowledgements pass the bound, so the next one waits.
+  const answers = [];
+  for (let w = 0; w < 3; w++) answers.push(...(await Promise.all(batches.slice(2 * w, 2 * w + 2).map((body) => api.post('/v1/events', body)))));
+  t.same(
+    answers.map((r) => r.status),
+    [207, 207, 207, 207, 207, 207],
+  );
+  const items = answers.flatMap((r) => r.body.data as Array<{ id?: string; error?: unknown }>);
+  t.equal(items.filter((d) => typeof d.id === 'string' && d.error === undefined).length, 600, 'all 600 events accepted');
+  const lag = async () => Number(/^projector_lag_records (\S+)$/m.exec((await anon.get('/metrics')).body)?.[1]);
+  for (const until = Date.now() + 10_000; (await lag()) !== 0 && Date.now() < until; ) await new Promise((r) => setTimeout(r, 50));
+  t.equal(await lag(), 0, 'the projector caught up');
+  const held = Number(/^ingest_held_total\{outcome="released"\} (\S+)$/m.exec((await anon.get('/metrics')).body)?.[1] ?? 0);
+  t.ok(held > 0, `events waited for the projector (${held})`);
+  const last = await api.get('/v1/customers?external_id=lag-player-5-99');
+  t.equal(last.body.data.length, 1, 'the last customer is in the read tables');
+  const exp = await api.get(`/v1/customers/${last.body.data[0].id}/export`);
+  t.match(exp.body.events, [{ id: items[599]!.id, properties: { level: 3 } }], 'with its event');
+});

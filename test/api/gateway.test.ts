@@ -602,6 +602,7 @@ t.test('/metrics: the request histogram is labelled by route pattern', async (t)
     'actors_active',
     'mailbox_depth',
     'projector_lag_records',
+    'ingest_held_total',
     'snapshot_save_seconds',
     'partitions_owned',
     'partitions_recovering',

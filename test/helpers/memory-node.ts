@@ -2,7 +2,7 @@
 // real ClusterPlacement: what unit tests of the engine, recovery and fencing start. Several nodes
 // share one `MemoryStorage`, so a second node recovers what the first journaled and snapshotted.
 import { pino } from 'pino';
-import { Engine } from '../../src/actors/engine.js';
+import { Engine, type IngestGate } from '../../src/actors/engine.js';
 import type { CallResult } from '../../src/actors/partition.js';
 import { ClusterPlacement, type PlacementOptions } from '../../src/cluster/placement.js';
 import { MemoryJournal } from '../../src/persistence/memory/journal.js';
@@ -31,8 +31,9 @@ export async function memoryNode(
   membership = new MemoryMembership(),
   options: Partial<
     Pick<PlacementOptions, 'snapshotEveryMs' | 'snapshotDirtyActorsMax' | 'snapshotTailRecordsMax' | 'snapshotSweepMs' | 'activeActorsMax'>
-  > = {},
+  > & { ingest?: { gate: IngestGate; maxWaitMs: number } } = {},
 ) {
+  const { ingest, ...placementOptions } = options;
   const acked: number[] = [];
   const placement = new ClusterPlacement({
     node: { nodeId, grpcAddress: '127.0.0.1:1', startedAtMs: 0 },
@@ -50,9 +51,9 @@ export async function memoryNode(
     logger: pino({ level: 'silent' }),
     snapshotEveryMs: 60_000,
     activeActorsMax: 1000,
-    ...options,
+    ...placementOptions,
   });
-  const engine = new Engine(partitions, placement, null, storage.journal);
+  const engine = new Engine(partitions, placement, null, storage.journal, ingest ?? null);
   placement.attach(engine);
   await placement.start();
   // Started = recovered here: tests read `acked` and the actors right after.

@@ -506,3 +506,44 @@ t.test('the timer-driven passivation keeps the node at its cap, dropping clean a
   t.equal(view.kind === 'customer' && view.customer.eventCount, 1, 'the dirty customer is still there');
   await n.placement.stop();
 });
+
+t.test('ingest gate: events wait while it is shut and go on when it opens; a wait past the bound answers 429; other commands pass', async (t) => {
+  let open = true;
+  const waiters: Array<(open: boolean) => void> = [];
+  const gate = {
+    get ingestOpen() {
+      return open;
+    },
+    whenIngestOpen: (maxWaitMs: number) =>
+      new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => resolve(false), maxWaitMs);
+        waiters.push((o) => {
+          clearTimeout(timer);
+          resolve(o);
+        });
+      }),
+  };
+  const n = await memoryNode(shared(), 'n1', P, undefined, { ingest: { gate, maxWaitMs: 200 } });
+  ok(await n.engine.execute(ev('g1', 'g-e1')));
+  open = false;
+  let settled = false;
+  const held = n.engine.execute(ev('g1', 'g-e2')).then((r) => {
+    settled = true;
+    return r;
+  });
+  // Reads and operators' commands are not held.
+  const view = ok(await n.engine.execute({ env: 'env_1', target: { by: 'key', key: 'g1' }, command: { kind: 'customer.view' }, nowMs: 1 }));
+  t.equal(view.kind === 'customer' && view.customer.eventCount, 1, 'a view answers while events wait, without the held one');
+  t.notOk(settled, 'the event waits');
+  open = true;
+  for (const w of waiters.splice(0)) w(true);
+  t.equal(ok(await held).kind, 'event', 'and is recorded once the gate opens');
+
+  open = false;
+  const late = await n.engine.execute(ev('g2', 'g-e3'));
+  t.match(late, { ok: false, code: 'rate_limited', retryAfterSeconds: 1 }, 'a wait past maxWaitMs is answered 429');
+  open = true;
+  const again = ok(await n.engine.execute(ev('g2', 'g-e3')));
+  t.match(again, { kind: 'event', duplicate: false }, 'the refused event was not recorded: its retry is the first');
+  await n.placement.stop();
+});

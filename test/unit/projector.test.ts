@@ -159,3 +159,78 @@ t.test('counter.counted marks its event row; tier facts become customer tier row
   ]);
   t.equal(out.length, 3, 'the counter marker adds no projection of its own');
 });
+
+/** A read model whose writes wait until `release()` (the database falling behind). */
+class HeldReadModel extends FakeReadModel {
+  private gate: Promise<void> | null = null;
+  private open: (() => void) | null = null;
+  hold(): void {
+    this.gate = new Promise((r) => (this.open = r));
+  }
+  release(): void {
+    this.open?.();
+    this.gate = null;
+  }
+  override async applyMany(batches: Array<{ partition: number; offset: Offset; projections: Projection[] }>): Promise<void> {
+    while (this.gate) await this.gate;
+    await super.applyMany(batches);
+  }
+}
+
+t.test('lag bound: past lagRecordsMax unprojected records ingestion waits, and goes on at 80 % of it', async (t) => {
+  const journal = new MemoryJournal(() => 1);
+  const rm = new HeldReadModel();
+  const projector = new Projector(rm, journal, pino({ level: 'silent' }), { lagRecordsMax: 10, laneRecordsMax: 4 });
+  for (const p of [0, 1]) await projector.projectedOffset(p);
+  rm.hold();
+  let n = 0;
+  const ack = async (p: number, count: number) => {
+    const records = Array.from({ length: count }, () => record(n++));
+    projector.onAcked(p, await journal.append(p, 1, encodeEntry(records)), records);
+  };
+  await ack(0, 3);
+  await ack(1, 3);
+  await ack(1, 3); // partition 1 passes its lane bound: from now on it catches up from the journal
+  t.equal(projector.lagRecords, 9, 'queued and catching-up records both count');
+  t.ok(projector.ingestOpen, 'at the bound, not past it');
+  t.equal(await projector.whenIngestOpen(1000), true, 'an open gate answers at once');
+  await ack(0, 2);
+  t.equal(projector.lagRecords, 11);
+  t.notOk(projector.ingestOpen, 'past the bound: ingestion waits');
+  t.equal(await projector.whenIngestOpen(30), false, 'a wait longer than allowed gives up');
+  const waiting = projector.whenIngestOpen(5000);
+  rm.release();
+  t.equal(await waiting, true, 'a waiting writer goes on once the projector caught up');
+  await projector.drain();
+  t.equal(projector.lagRecords, 0, 'nothing unprojected left');
+  t.equal(rm.events.length, n, 'every record projected');
+  t.equal(new Set(rm.events).size, n, 'once');
+  await projector.stop();
+});
+
+t.test('lag bound: a taken-over partition drops its count; a backlog found at recovery is not counted', async (t) => {
+  const journal = new MemoryJournal(() => 1);
+  const rm = new HeldReadModel();
+  const projector = new Projector(rm, journal, pino({ level: 'silent' }), { lagRecordsMax: 5 });
+  await projector.projectedOffset(0);
+  rm.hold();
+  const records = [record(0), record(1), record(2), record(3), record(4), record(5)];
+  projector.onAcked(0, await journal.append(0, 1, encodeEntry(records)), records);
+  t.notOk(projector.ingestOpen);
+  // The partition is claimed again (recovery on this node, or after a hand-over): its lane restarts from the stored offset.
+  await projector.projectedOffset(0);
+  t.equal(projector.lagRecords, 0);
+  t.ok(projector.ingestOpen, 'the count went with the lane');
+  // A backlog older than this node's acknowledgements: projected from the journal, never counted.
+  t.equal(projector.onReplayed(0, '0', null), false);
+  t.equal(projector.lagRecords, 0);
+  rm.release();
+  await projector.drain();
+  t.equal(projector.lagRecords, 0, 'and the catch-up does not drive the count below zero');
+  t.equal(rm.events.length, 6);
+  const more = [record(6)];
+  projector.onAcked(0, await journal.append(0, 1, encodeEntry(more)), more);
+  t.equal(projector.lagRecords, 1, 'later acknowledgements count from zero');
+  await projector.drain();
+  t.equal(projector.lagRecords, 0);
+});
