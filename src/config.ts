@@ -38,8 +38,8 @@ export const configSchema = z.object({
   PROJECTOR_CYCLE_MS: z.coerce.number().int().min(5).max(10_000).default(limits.projectorCycleMs),
   /** Records acknowledged and not yet projected before ingestion waits for the projector (projector.ts). */
   PROJECTOR_LAG_MAX: z.coerce.number().int().min(10).default(limits.projectorLagRecordsMax),
-  /** How long a held write waits before it is answered 429 rate_limited. */
-  PROJECTOR_LAG_WAIT_MS: z.coerce.number().int().min(0).max(60_000).default(limits.projectorLagWaitMs),
+  /** How long a held write waits before it is answered 429 rate_limited (under the forwarding deadline, 5 s). */
+  PROJECTOR_LAG_WAIT_MS: z.coerce.number().int().min(0).max(4000).default(limits.projectorLagWaitMs),
   SNAPSHOT_EVERY_MS: z.coerce.number().int().min(50).default(limits.snapshotEveryMs),
   /** A partition with this many dirty actors saves them at the next sweep (1 s), before its cycle. */
   SNAPSHOT_DIRTY_ACTORS_MAX: z.coerce.number().int().min(1).default(limits.snapshotDirtyActorsMax),

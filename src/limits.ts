@@ -82,10 +82,12 @@ export const limits = {
   projectorLagRecordsMax: 50_000,
   /**
    * How long a held write waits for the projector before it is answered 429 rate_limited: long
-   * enough for a projector that moves at all (it brings 10k records back in about a second), short
-   * enough that a stalled database is reported rather than waited on.
+   * enough for a projector that moves at all (it brings the lag back from the bound to 80 % of it,
+   * 10k records, in about a second on a small box), short enough that a stalled database is
+   * reported rather than waited on, and below the 5 s deadline of a call forwarded from another
+   * node (config allows at most 4 s).
    */
-  projectorLagWaitMs: 5000,
+  projectorLagWaitMs: 2000,
   /** Active actors kept in memory before the idle, clean ones are passivated. */
   activeActorsMax: 100_000,
   actorIdleMs: 60_000,

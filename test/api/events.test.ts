@@ -171,7 +171,7 @@ t.test('events', async (t) => {
 // The read tables' lag bound (PROJECTOR_LAG_MAX): here 10 records, so nearly every batch passes
 // it and waits for the projector. Every event still goes in, once, and the lag comes back to 0.
 t.test('ingestion held by the projection lag bound goes on as the projector catches up', async (t) => {
-  const { anon } = await startForTest(t, { env: { PROJECTOR_LAG_MAX: '10', PROJECTOR_LAG_WAIT_MS: '20000' } });
+  const { anon } = await startForTest(t, { env: { PROJECTOR_LAG_MAX: '10', PROJECTOR_LAG_WAIT_MS: '4000' } });
   const api = (await signUp(anon)).server;
   const batches = Array.from({ length: 6 }, (_, b) => ({ events: Array.from({ length: 100 }, (_, i) => event(`lag-${b}-${i}`, `lag-player-${b}-${i}`)) }));
   // Three waves of two batches: a wave's acknowledgements pass the bound, so the next one waits.
