@@ -123,7 +123,9 @@ t.test('match results over the API', async (t) => {
   });
 
   await t.test('a zero-length match is rejected by the profile duration bounds, not refused as invalid', async (t) => {
-    const r = await api.post('/v1/match_results', report([{ ext: 'zero-1' }], { started_at: minutesAgo(5), ended_at: minutesAgo(5) }));
+    // One instant for both ends (two calls can fall in different milliseconds: a 0.001 s match).
+    const at = minutesAgo(5);
+    const r = await api.post('/v1/match_results', report([{ ext: 'zero-1' }], { started_at: at, ended_at: at }));
     t.equal(r.status, 201);
     t.match(r.body, { duration_seconds: 0, status: 'rejected', players: [{ status: 'rejected', reasons: [{ code: 'duration_out_of_bounds' }] }] });
   });
