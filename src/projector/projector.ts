@@ -121,7 +121,7 @@ export class Projector {
       }, maxWaitMs);
       const done = (open: boolean) => {
         clearTimeout(timer);
-        ingestHeld.inc({ outcome: 'released' });
+        ingestHeld.inc({ outcome: open ? 'released' : 'refused' });
         resolve(open);
       };
       this.ingestWaiters.push(done);
@@ -144,14 +144,24 @@ export class Projector {
     const d = Math.min(records, lane.unprojected);
     lane.unprojected -= d;
     this.unprojectedTotal -= d;
-    if (this.ingestShut && this.unprojectedTotal <= this.lagResume) this.openIngest();
+    if (this.ingestShut && this.unprojectedTotal <= this.lagResume) this.openIngest(true);
   }
 
-  private openIngest(): void {
+  /**
+   * A lane with nothing queued and no catch-up has nothing unprojected: whatever its count still
+   * says (entries another owner projected and trimmed before this node's catch-up read them) is
+   * dropped, so a miscount can never hold ingestion for good.
+   */
+  private settled(lane: Lane): void {
+    if (lane.entries.length === 0 && !lane.catchUp && lane.unprojected > 0) this.uncounted(lane, lane.unprojected);
+  }
+
+  /** Lets the held writers go: on (true) or with a 429 (false, when stopping). */
+  private openIngest(open: boolean): void {
     this.ingestShut = false;
     const waiters = this.ingestWaiters;
     this.ingestWaiters = [];
-    for (const w of waiters) w(true);
+    for (const w of waiters) w(open);
   }
 
   start(): void {
@@ -163,8 +173,8 @@ export class Projector {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.drain().catch(() => {});
-    // Writers still waiting are let through: their partitions are closing and answer them.
-    this.openIngest();
+    // Writers still held are answered 429 at once: this node is going away.
+    this.openIngest(false);
   }
 
   async projectedOffset(partition: number): Promise<Offset> {
@@ -318,6 +328,7 @@ export class Projector {
         let records = 0;
         for (const e of entries) records += e.records.length;
         this.uncounted(lane, records);
+        this.settled(lane);
       }
     }
     // Lanes that fell behind catch up from the journal, a page at a time.
@@ -330,7 +341,10 @@ export class Projector {
       const entries = await this.journal.read(partition, lane.projected, catchUpEntries);
       if (entries.length === 0) {
         // Caught up, unless an ack came in while the read was out: then read again next cycle.
-        if (!lane.ackedDuringRead) lane.catchUp = false;
+        if (!lane.ackedDuringRead) {
+          lane.catchUp = false;
+          this.settled(lane);
+        }
         continue;
       }
       const last = entries[entries.length - 1]!.offset;

@@ -234,3 +234,20 @@ t.test('lag bound: a taken-over partition drops its count; a backlog found at re
   await projector.drain();
   t.equal(projector.lagRecords, 0);
 });
+
+t.test('lag bound: records another owner projected and trimmed before the catch-up read them do not hold ingestion', async (t) => {
+  const journal = new MemoryJournal(() => 1);
+  const rm = new HeldReadModel();
+  const projector = new Projector(rm, journal, pino({ level: 'silent' }), { lagRecordsMax: 5, laneRecordsMax: 2 });
+  await projector.projectedOffset(0);
+  rm.hold();
+  const records = Array.from({ length: 8 }, (_, i) => record(i));
+  const offset = await journal.append(0, 1, encodeEntry(records));
+  projector.onAcked(0, offset, records); // past the lane bound: left to the catch-up
+  t.notOk(projector.ingestOpen, '8 records behind, bound 5');
+  // The partition moved: its new owner projected the entry and trimmed the journal past it.
+  await journal.trim(0, offset);
+  rm.release();
+  t.equal(await projector.whenIngestOpen(5000), true, 'the empty catch-up read settles the lane');
+  t.equal(projector.lagRecords, 0);
+});
