@@ -1,12 +1,12 @@
 // The projector: acknowledged journal entries -> PostgreSQL read tables (customers, aliases,
 // events), at least once and idempotent (the read model ignores what it already has). It is fed
 // in memory right after each ack; if it falls too far behind it drops the in-memory queue and
-// catches up from the journal, so memory stays bounded. Lag is bounded by the cycle interval
-// plus one write. It never decides anything: it only copies facts into rows.
-// Lag is bounded in records too: past `lagRecordsMax` records acknowledged here and not yet
-// projected, ingestion waits (Engine's ingest gate) until the lag is back to 80 % of it, so a write
-// rate above what PostgreSQL takes slows the writers instead of growing the backlog (and the
-// journal, which is trimmed only up to what was projected) without end.
+// catches up from the journal, so memory stays bounded. While it keeps up, the lag is the cycle
+// interval plus one write. When writes come faster than PostgreSQL takes them, the lag is bounded
+// in records: past `lagRecordsMax` records acknowledged here and not yet projected, ingestion
+// waits (the Engine's ingest gate) until the lag is back to 80 % of it, so the writers slow down
+// instead of the backlog (and the journal, trimmed only up to what was projected) growing without
+// end. It never decides anything: it only copies facts into rows.
 import type { Logger } from 'pino';
 import { decodeEntry, type JournalRecord } from '../actors/codec.js';
 import type { Fact } from '../domain/customer.js';
