@@ -290,14 +290,15 @@ export class Projector {
   private async runCycle(): Promise<void> {
     // Lanes fed in memory: one transaction for all of them.
     const batches: Array<{ partition: number; offset: Offset; projections: Projection[] }> = [];
-    const taken: Array<{ lane: Lane; entries: Lane['entries'] }> = [];
+    const taken: Array<{ lane: Lane; entries: Lane['entries']; records: number }> = [];
     const lanes = this.laneList;
     for (let i = 0; i < lanes.length; i++) {
       const lane = lanes[i]!;
       if (lane.catchUp || lane.entries.length === 0) continue;
       // Take the queue (entries acked meanwhile go to a fresh array); put it back if the write fails.
       const entries = lane.entries;
-      this.queuedTotal -= lane.queuedRecords;
+      const records = lane.queuedRecords;
+      this.queuedTotal -= records;
       lane.entries = [];
       lane.queuedRecords = 0;
       const projections: Projection[] = [];
@@ -306,7 +307,7 @@ export class Projector {
         toProjections(e.records, projections);
       }
       batches.push({ partition: lane.partition, offset: entries[entries.length - 1]!.offset, projections });
-      taken.push({ lane, entries });
+      taken.push({ lane, entries, records });
     }
     if (batches.length > 0) {
       try {
@@ -322,11 +323,9 @@ export class Projector {
         throw err;
       }
       for (let i = 0; i < taken.length; i++) {
-        const { lane, entries } = taken[i]!;
+        const { lane, records } = taken[i]!;
         const offset = batches[i]!.offset;
         if (compareOffsets(offset, lane.projected) > 0) lane.projected = offset;
-        let records = 0;
-        for (const e of entries) records += e.records.length;
         this.uncounted(lane, records);
         this.settled(lane);
       }
