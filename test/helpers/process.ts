@@ -53,7 +53,14 @@ async function spawnServerOnce(env: Record<string, string>): Promise<ServerProce
   child.stdout?.on('data', (d) => (out = (out + d).slice(-20_000)));
   child.stderr?.on('data', (d) => (out = (out + d).slice(-20_000)));
   const server = { child, port, output: () => out };
-  await waitReady(server, 60_000);
+  try {
+    await waitReady(server, 60_000);
+  } catch (err) {
+    // A server that never became ready is still killed: left running, it would keep renewing its
+    // membership and claiming partitions under the test's key prefix after the cleanup.
+    await kill9(server);
+    throw err;
+  }
   return server;
 }
 
@@ -150,8 +157,16 @@ export async function twoNodes(t: { teardown(fn: () => unknown): void }, env: Re
   t.teardown(async () => {
     for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await kill9(s);
   });
-  const [a, b] = await Promise.all([spawnServer({ ...env, NODE_ID: 'node-a' }), spawnServer({ ...env, NODE_ID: 'node-b' })]);
-  servers.push(a, b);
+  // Each server is registered for the teardown as soon as it is up, so one that started is killed
+  // even when the other fails to.
+  const started = (s: ServerProcess) => {
+    servers.push(s);
+    return s;
+  };
+  const [a, b] = await Promise.all([
+    spawnServer({ ...env, NODE_ID: 'node-a' }).then(started),
+    spawnServer({ ...env, NODE_ID: 'node-b' }).then(started),
+  ]);
   await waitSplit(a, b, partitions, 15_000);
   const anonA = new Client(`http://127.0.0.1:${a.port}`);
   const tenant = await signUp(anonA);

@@ -23,6 +23,7 @@ t.test('kill -9 under load loses no acknowledged event and applies none twice', 
   const customers = 40;
   for (let round = 0; round < 4; round++) {
     const server = await spawnServer(env);
+    t.teardown(() => kill9(server)); // a failure before this round's kill must not leave it running
     const anon = new Client(`http://127.0.0.1:${server.port}`);
     if (secret === '') secret = (await signUp(anon)).secretKey;
     const api = anon.with({ authorization: `Bearer ${secret}` });

@@ -5,7 +5,7 @@
 // match.completed) equal the number of matches the customer played, so no event ran twice.
 import t from 'tap';
 import { Client, idem, signUp, storageFor, serverEnv } from '../helpers/service.js';
-import { kill9, spawnServer, startAofRedis } from '../helpers/process.js';
+import { kill9, type ServerProcess, spawnServer, startAofRedis } from '../helpers/process.js';
 
 t.test('kill -9 in the middle of admissions: each player admitted exactly once after re-reporting', async (t) => {
   const redis = await startAofRedis();
@@ -26,7 +26,18 @@ t.test('kill -9 in the middle of admissions: each player admitted exactly once a
     players: [0, 1, 2, 3].map((k) => ({ customer: { external_id: `cp-${(n * 5 + k * 7) % customers}` }, metrics: { score: n % 50 }, won: k === 0 })),
   });
 
-  let server = await spawnServer(env);
+  const spawned: ServerProcess[] = [];
+  // Every server is killed at teardown (kill9 passes over one already killed), also when the test
+  // fails between a start and its round's kill.
+  t.teardown(async () => {
+    for (const s of spawned) await kill9(s);
+  });
+  const spawn = async () => {
+    const s = await spawnServer(env);
+    spawned.push(s);
+    return s;
+  };
+  let server = await spawn();
   let anon = new Client(`http://127.0.0.1:${server.port}`);
   const tenant = await signUp(anon);
   let api = anon.with({ authorization: `Bearer ${tenant.secretKey}` });
@@ -65,11 +76,10 @@ t.test('kill -9 in the middle of admissions: each player admitted exactly once a
     await kill9(server);
     stop = true;
     await Promise.all(workers);
-    server = await spawnServer(env);
+    server = await spawn();
     anon = new Client(`http://127.0.0.1:${server.port}`);
     api = anon.with({ authorization: `Bearer ${tenant.secretKey}` });
   }
-  t.teardown(() => kill9(server));
   t.ok(answered > 20, `${answered} of ${attempted.size} reports answered before the crashes`);
 
   // The client retries every match it ever sent.
