@@ -96,13 +96,20 @@ export function describeTarget(t) {
   return t.label ?? `${t.op} ${v}${unit ?? ` ${t.metric}`}`;
 }
 
-/** What else ran per event (PostgreSQL, Redis, the load generator) and how busy each core was. */
+/**
+ * What else ran per event (PostgreSQL, Redis, the load generator), how busy each core was and how
+ * much of each core's time the hypervisor took (steal), when it took any.
+ */
 function cpuSplit(m) {
   const parts = [];
   if (typeof m.postgres_cpu_us_per_event === 'number') parts.push(`PostgreSQL ${m.postgres_cpu_us_per_event.toFixed(0)}`);
   if (typeof m.redis_cpu_us_per_event === 'number') parts.push(`Redis ${m.redis_cpu_us_per_event.toFixed(0)}`);
   if (typeof m.loadgen_cpu_us_per_event === 'number') parts.push(`loadgen ${m.loadgen_cpu_us_per_event.toFixed(0)}`);
-  const cores = Array.isArray(m.cores_busy) ? `cores ${m.cores_busy.map((b) => `${Math.round(b * 100)} %`).join(' / ')} busy` : '';
+  const pct = (xs) => xs.map((b) => `${Math.round(b * 100)} %`).join(' / ');
+  let cores = Array.isArray(m.cores_busy) ? `cores ${pct(m.cores_busy)} busy` : '';
+  if (cores !== '' && Array.isArray(m.cores_stolen) && m.cores_stolen.some((s) => s >= 0.01)) {
+    cores += `, ${pct(m.cores_stolen)} stolen`;
+  }
   if (parts.length === 0 && cores === '') return '';
   return ` (${[parts.length ? `${parts.join(', ')} µs` : '', cores].filter(Boolean).join('; ')})`;
 }

@@ -473,6 +473,7 @@ async function runLoadScenario(sc, server, tmp, ctx) {
     }
     row.metrics.loadgen_cpu_us_per_event = perEvent(window.loadgen);
     row.metrics.cores_busy = window.coresBusy;
+    row.metrics.cores_stolen = window.coresStolen;
   }
   const flushWindow = await flushes?.delta();
   if (flushWindow) Object.assign(row.metrics, flushWindow);
@@ -565,16 +566,22 @@ function processCpuSeconds(pid) {
 
 const clockTicks = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
 
-/** Busy seconds of each core since boot (/proc/stat: everything but idle and iowait). */
-function coresBusySeconds() {
-  const out = [];
+/**
+ * Each core's seconds since boot (/proc/stat): busy (user, nice, system, irq, softirq) and stolen
+ * (steal: the core had work but the hypervisor ran something else; on a shared VM this is
+ * time nothing on the box could use, and every wait in it shows up as latency).
+ */
+function coresSeconds() {
+  const busy = [];
+  const stolen = [];
   for (const line of readFileSync('/proc/stat', 'utf8').split('\n')) {
     const m = /^cpu(\d+) (.*)$/.exec(line);
     if (!m) continue;
     const [user, nice, system, , , irq, softirq, steal] = m[2].trim().split(/\s+/).map(Number);
-    out[Number(m[1])] = (user + nice + system + irq + softirq + steal) / clockTicks;
+    busy[Number(m[1])] = (user + nice + system + irq + softirq) / clockTicks;
+    stolen[Number(m[1])] = (steal ?? 0) / clockTicks;
   }
-  return out;
+  return { busy, stolen };
 }
 
 /**
@@ -601,9 +608,14 @@ function cpuSnapshot(pids) {
     server: processCpuSeconds(pids.server),
     redis: pids.redis === null ? null : processCpuSeconds(pids.redis),
     byPid,
-    cores: coresBusySeconds(),
+    cores: coresSeconds(),
     at: performance.now(),
   };
+}
+
+/** Each core's share of `wall` seconds between two readings of one counter. */
+function share(start, end, wall) {
+  return end.map((x, i) => Math.min(1, (x - (start[i] ?? x)) / wall));
 }
 
 /** Samples CPU time at the end of the warm-up and at the end of the measured window. */
@@ -618,7 +630,7 @@ function sampleCpuWindow(pids, warmup, duration) {
   }, (warmup + duration) * 1000);
   const delta = (a, b) => (a === null || b === null ? null : b - a);
   return {
-    /** @returns {{server: number|null, redis: number|null, postgres: number, loadgen: number, coresBusy: number[]} | null} */
+    /** @returns {{server: number|null, redis: number|null, postgres: number, loadgen: number, coresBusy: number[], coresStolen: number[]} | null} */
     window() {
       clearTimeout(t1);
       clearTimeout(t2);
@@ -632,7 +644,8 @@ function sampleCpuWindow(pids, warmup, duration) {
         redis: delta(start.redis, end.redis),
         postgres: groups.postgres,
         loadgen: groups.loadgen,
-        coresBusy: end.cores.map((b, i) => Math.min(1, (b - (start.cores[i] ?? b)) / wall)),
+        coresBusy: share(start.cores.busy, end.cores.busy, wall),
+        coresStolen: share(start.cores.stolen, end.cores.stolen, wall),
       };
     },
   };

@@ -271,7 +271,9 @@ export const scenarios = [
     name: 'simulate-open',
     title: 'rule simulation (POST /v1/rules/{id}/simulate), open loop at 500/s',
     kind: 'load',
-    servers: ['service'],
+    // The bare server at the same rate: on a VM whose idle cores wait for the host at every
+    // wakeup, its own p99 is what the 5 ms budget starts from (1.9-4.1 ms measured).
+    servers: ['bare', 'service'],
     loop: 'open',
     rate: 500,
     connections: 16,
@@ -285,9 +287,10 @@ export const scenarios = [
       },
     ],
     customers: 1000,
-    expect: { bare: 200, service: 200 },
+    expect: { bare: 202, service: 200 },
     eventsPerRequest: 1,
     unit: 'requests',
+    ratioOf: 'p99_ms',
     targets: [{ metric: 'p99_ms', op: '<=', value: 5 }],
   },
   {

@@ -92,6 +92,7 @@ t.test('markdown has one row per result with ratio, target and verdict', async (
         redis_cpu_us_per_event: 9.6,
         loadgen_cpu_us_per_event: 5,
         cores_busy: [0.974, 0.5],
+        cores_stolen: [0.17, 0.002],
       },
       ratio: 0.62,
       ratioOf: 'rps',
@@ -113,13 +114,29 @@ t.test('markdown has one row per result with ratio, target and verdict', async (
   t.match(lines[3], /\| 0\.62 \| >= 40,000 req\/s \| pass \|$/);
   t.match(
     lines[3],
-    /50,000 req\/s; 41\.3 µs server CPU\/event \(PostgreSQL 30, Redis 10, loadgen 5 µs; cores 97 % \/ 50 % busy\) \|/,
-    'the server CPU per event when measured, and what else ran per event',
+    /50,000 req\/s; 41\.3 µs server CPU\/event \(PostgreSQL 30, Redis 10, loadgen 5 µs; cores 97 % \/ 50 % busy, 17 % \/ 0 % stolen\) \|/,
+    'the server CPU per event when measured, what else ran per event, and what the hypervisor took',
   );
   t.match(lines[2], /\| 50,000 req\/s \|/, 'nothing added when the split was not measured');
   t.match(lines[4], /RSS 600 MB, peak 700 MB/);
   t.match(lines[4], /pass \|$/);
   t.match(lines[5], /ERROR: service failed to start/);
+});
+
+t.test('steal is shown only when the hypervisor took 1 % of a core or more', async (t) => {
+  const row = (stolen: number[]) =>
+    renderMarkdown([
+      {
+        scenario: 'simulate-open',
+        server: 'service',
+        kind: 'load',
+        unit: 'requests',
+        metrics: { ...loadMetrics(loadgenOut, 1), cpu_us_per_event: 300, cores_busy: [0.1, 0.05], cores_stolen: stolen },
+        checks: [],
+      },
+    ]).trim().split('\n')[2];
+  t.match(row([0.004, 0]), /cores 10 % \/ 5 % busy\) \|/, 'under 1 %: busy only');
+  t.match(row([0.004, 0.23]), /cores 10 % \/ 5 % busy, 0 % \/ 23 % stolen\) \|/);
 });
 
 t.test('template file: request line, headers, blank line, body, separator', async (t) => {
