@@ -62,6 +62,12 @@ export const projectorLagRecords = new Gauge({
   registers: [registry],
 });
 
+export const projectorCatchUps = new Counter({
+  name: 'projector_catch_ups_total',
+  help: 'Times a partition fell behind and its projection switched from the in-memory queue to reading the journal.',
+  registers: [registry],
+});
+
 export const ingestHeld = new Counter({
   name: 'ingest_held_total',
   help: 'Events and match players that waited because the read tables were more than PROJECTOR_LAG_MAX records behind, by outcome: released when the projector caught up, refused (429) when the wait ran out.',

@@ -12,13 +12,12 @@ import { decodeEntry, type JournalRecord } from '../actors/codec.js';
 import type { Fact } from '../domain/customer.js';
 import { entryRowChanges } from '../domain/ledger.js';
 import { limits } from '../limits.js';
-import { ingestHeld, projectorLagRecords } from '../observability/metrics.js';
+import { ingestHeld, projectorCatchUps, projectorLagRecords } from '../observability/metrics.js';
 import { compareOffsets, type Journal, type Offset, offsetZero } from '../persistence/ports.js';
 import type { Projection } from '../persistence/sql/read-model.js';
 import { challengeMergeProjections, challengeProjection } from '../persistence/sql/challenge-read-model.js';
 
 export interface ReadModelWriter {
-  apply(partition: number, offset: Offset, projections: Projection[]): Promise<void>;
   /** Many partitions in one transaction. */
   applyMany(batches: Array<{ partition: number; offset: Offset; projections: Projection[] }>): Promise<void>;
   projectedOffset(partition: number): Promise<Offset>;
@@ -54,6 +53,13 @@ const replayedLaneRecordsMax = 2_000;
  */
 const totalRecordsMax = 40_000;
 const catchUpEntries = 500;
+/**
+ * Lanes catching up together: their pages are read at once and written in one transaction. Under
+ * sustained overload every lane ends up catching up, and one transaction per lane per pass (256
+ * of them, each with its offset lock, offset update and commit) cost more than the rows. At most
+ * this many pages of catchUpEntries are in memory at once.
+ */
+const catchUpLanesPerTransaction = 8;
 
 export class Projector {
   private readonly lanes = new Map<number, Lane>();
@@ -236,6 +242,7 @@ export class Projector {
     lane.queuedRecords = 0;
     lane.catchUp = true;
     this.catchUps++;
+    projectorCatchUps.inc();
   }
 
   /** Resolves once everything acknowledged before the call is in the read tables. */
@@ -330,14 +337,32 @@ export class Projector {
         this.settled(lane);
       }
     }
-    // Lanes that fell behind catch up from the journal, a page at a time.
+    // Lanes that fell behind catch up from the journal, a page each per cycle, a few lanes per
+    // transaction.
+    let group: Lane[] = [];
     for (let i = 0; i < lanes.length; i++) {
       const lane = lanes[i]!;
       if (!lane.catchUp) continue;
-      const partition = lane.partition;
-      // Only acks that arrive while this read is out can be missing from an empty answer.
-      lane.ackedDuringRead = false;
-      const entries = await this.journal.read(partition, lane.projected, catchUpEntries);
+      group.push(lane);
+      if (group.length === catchUpLanesPerTransaction) {
+        await this.catchUp(group);
+        group = [];
+      }
+    }
+    if (group.length > 0) await this.catchUp(group);
+    projectorLagRecords.set(this.unprojectedTotal);
+  }
+
+  /** One page of the journal for each lane, read at once, projected in one transaction. */
+  private async catchUp(group: Lane[]): Promise<void> {
+    // Only acks that arrive while the reads are out can be missing from an empty answer.
+    for (const lane of group) lane.ackedDuringRead = false;
+    const pages = await Promise.all(group.map((lane) => this.journal.read(lane.partition, lane.projected, catchUpEntries)));
+    const batches: Array<{ partition: number; offset: Offset; projections: Projection[] }> = [];
+    const read: Array<{ lane: Lane; records: number }> = [];
+    for (let i = 0; i < group.length; i++) {
+      const lane = group[i]!;
+      const entries = pages[i]!;
       if (entries.length === 0) {
         // Caught up, unless an ack came in while the read was out: then read again next cycle.
         if (!lane.ackedDuringRead) {
@@ -346,7 +371,6 @@ export class Projector {
         }
         continue;
       }
-      const last = entries[entries.length - 1]!.offset;
       const projections: Projection[] = [];
       let records = 0;
       for (const e of entries) {
@@ -354,11 +378,16 @@ export class Projector {
         records += decoded.length;
         toProjections(decoded, projections);
       }
-      await this.readModel.apply(partition, last, projections);
-      lane.projected = last;
+      batches.push({ partition: lane.partition, offset: entries[entries.length - 1]!.offset, projections });
+      read.push({ lane, records });
+    }
+    if (batches.length === 0) return;
+    await this.readModel.applyMany(batches);
+    for (let i = 0; i < read.length; i++) {
+      const { lane, records } = read[i]!;
+      lane.projected = batches[i]!.offset;
       this.uncounted(lane, records);
     }
-    projectorLagRecords.set(this.unprojectedTotal);
   }
 }
 

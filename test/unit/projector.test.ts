@@ -11,10 +11,10 @@ import { Projector, type ReadModelWriter, toProjections } from '../../src/projec
 class FakeReadModel implements ReadModelWriter {
   readonly offsets = new Map<number, Offset>();
   readonly events: string[] = [];
-  async apply(partition: number, offset: Offset, projections: Projection[]): Promise<void> {
-    await this.applyMany([{ partition, offset, projections }]);
-  }
+  /** Partitions of each applyMany call (one call is one transaction). */
+  readonly transactions: number[][] = [];
   async applyMany(batches: Array<{ partition: number; offset: Offset; projections: Projection[] }>): Promise<void> {
+    this.transactions.push(batches.map((b) => b.partition));
     await new Promise((r) => setTimeout(r, 1));
     for (const b of batches) {
       if (compareOffsets(b.offset, this.offsets.get(b.partition) ?? '0') <= 0) continue;
@@ -53,6 +53,29 @@ t.test('every acknowledged record is projected once, across the in-memory path a
   t.equal(rm.events.length, n, 'nothing lost');
   t.equal(new Set(rm.events).size, n, 'nothing twice');
   t.ok(projector.catchUps > 0, `the journal catch-up path ran (${projector.catchUps} times)`);
+});
+
+t.test('lanes catching up are read together and written a few lanes per transaction', async (t) => {
+  const journal = new MemoryJournal(() => 1);
+  const rm = new FakeReadModel();
+  // A lane bound of 1 record: every partition's first ack sends it to the journal catch-up.
+  const projector = new Projector(rm, journal, pino({ level: 'silent' }), { laneRecordsMax: 1 });
+  const partitions = 20;
+  for (let p = 0; p < partitions; p++) await projector.projectedOffset(p);
+  let n = 0;
+  for (let p = 0; p < partitions; p++) {
+    const records = [record(n++), record(n++)];
+    projector.onAcked(p, await journal.append(p, 1, encodeEntry(records)), records);
+  }
+  t.equal(projector.catchUps, partitions, 'every lane catches up from the journal');
+  await projector.drain();
+  t.equal(rm.events.length, n, 'every record projected');
+  t.same(
+    rm.transactions.map((ps) => ps.length),
+    [8, 8, 4],
+    'twenty lanes in three transactions (one per lane before)',
+  );
+  await projector.stop();
 });
 
 t.test('recovery queues a short backlog and leaves a long one to the journal catch-up', async (t) => {
