@@ -219,7 +219,9 @@ export class Authenticator {
     if (entry.revoked || (entry.expiresAtMs !== null && nowMs >= entry.expiresAtMs)) refuse('credentials_revoked');
     const kind: CredentialKind = entry.t === 'management' ? entry.kind : entry.principal.kind;
     if (!spec.allow.includes(kind)) {
-      refuse(kind === 'publishable' ? 'event_requires_secret_key' : 'forbidden');
+      // A publishable key on a route a secret key may use is told to use one (spec part 5); on a
+      // route no API key may use (operators' routes) it is refused like a secret key would be.
+      refuse(kind === 'publishable' && spec.allow.includes('secret') ? 'event_requires_secret_key' : 'forbidden');
     }
     if (entry.t !== 'management') {
       const p = entry.principal;

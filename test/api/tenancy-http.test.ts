@@ -234,7 +234,7 @@ t.test('tenancy over HTTP', async (t) => {
     t.same(err(await owner.admin.post('/v1/api_keys', body)), { status: 400, code: 'idempotency_key_required', param: 'Idempotency-Key' });
     t.same(err(await owner.admin.post('/v1/api_keys', { kind: 'secret', name: 'other' }, key)), { status: 422, code: 'idempotency_key_reused', param: 'Idempotency-Key' });
     t.same(err(await owner.server.post('/v1/api_keys', body, idem())), { status: 403, code: 'forbidden', param: undefined }, 'a secret key cannot create keys');
-    t.same(err(await web.post('/v1/api_keys', body, idem())), { status: 403, code: 'event_requires_secret_key', param: undefined }, 'a publishable key');
+    t.same(err(await web.post('/v1/api_keys', body, idem())), { status: 403, code: 'forbidden', param: undefined }, 'a publishable key, like a secret key (no API key may create keys)');
     t.same(err(await patOnly.post('/v1/api_keys', body, idem())), { status: 403, code: 'environment_required', param: undefined }, 'a PAT without X-Service-Environment');
     t.same(err(await bearer(owner.pat, 'env_nope').post('/v1/api_keys', body, idem())), { status: 404, code: 'resource_not_found', param: undefined }, 'an unknown environment');
     t.same(err(await anon.post('/v1/api_keys', body, idem())), { status: 401, code: 'authentication_required', param: undefined });

@@ -88,6 +88,8 @@ t.test('error matrix', async (t) => {
     ['oversized token', { authorization: bearer('x'.repeat(5000)) }, eventsRoute, 'invalid_credentials'],
     ['publishable on a secret route', { authorization: bearer(anyPub.token) }, secretRoute, 'event_requires_secret_key'],
     ['secret key on a management route', { authorization: bearer(secret.token) }, managementOnly, 'forbidden'],
+    // event_requires_secret_key only where a secret key would do; an operators' route takes no key.
+    ['publishable on a management route', { authorization: bearer(anyPub.token) }, managementOnly, 'forbidden'],
     ['PAT on a key-only route', { authorization: bearer(owner.token.token), environment: testEnv.id }, eventsRoute, 'forbidden'],
     ['missing scope', { authorization: bearer(narrow.token) }, secretRoute, 'insufficient_scope'],
     ['publishable without Origin', { authorization: bearer(webPub.token) }, eventsRoute, 'origin_not_allowed'],
