@@ -53,7 +53,7 @@ export type ReplyView =
   | { kind: 'applied'; changed: boolean }
   | MatchPlayerReply
   | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean }
-  | { kind: 'erased'; mergedFrom: string[] }
+  | { kind: 'erased'; mergedFrom: string[]; aliases: string[] }
   | { kind: 'events_to_erase'; records: number[] }
   | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'done' };

@@ -278,7 +278,8 @@ export type Reply =
   /** customer.delete: the recorded events past its eventsErased (SeenEvents records) to erase first. */
   | { kind: 'events_to_erase'; records: number[] }
   /** A merged customer erased: the customers merged into it before, to erase in turn. */
-  | { kind: 'erased'; mergedFrom: string[] }
+  /** `aliases`: the merged customer's own aliases (still bound to it), for the caller to release. */
+  | { kind: 'erased'; mergedFrom: string[]; aliases: string[] }
   | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'ledger'; reply: ledger.LedgerReply }
   | { kind: 'reward'; reply: rewards.RewardReply }
@@ -410,7 +411,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         ok: true,
         // Erased once (a repeat of the survivor's delete erases nothing twice).
         facts: state.deletedAtMs !== null ? noFacts : [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
-        reply: { kind: 'erased', mergedFrom: [...state.mergedFrom] },
+        reply: { kind: 'erased', mergedFrom: [...state.mergedFrom], aliases: state.aliases.map((a) => a.alias) },
       };
     case 'customer.handover':
       if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');

@@ -249,6 +249,8 @@ t.test('customers', async (t) => {
 
   await t.test('deleting a survivor erases the customers merged into it, and frees their external ids', async (t) => {
     const pA = (await api.post('/v1/customers', { external_id: 'mrg-a', attributes: { email: 'a@example.com' } }, idem())).body;
+    // An alias of the customer that is merged away: it stays bound to that customer.
+    t.equal((await api.post(`/v1/customers/${pA.id}/aliases`, { alias: 'mrg-a-device' }, idem())).status, 201);
     const evA = await api.post('/v1/events', { id: 'mrg-a-1', name: 'app.opened', customer_id: 'mrg-a', occurred_at: now(), properties: { ip: '1.2.3.4' } });
     const pB = (await api.post('/v1/customers', { external_id: 'mrg-b' }, idem())).body;
     t.equal((await api.post(`/v1/customers/${pB.id}/aliases`, { alias: 'mrg-a' }, idem())).status, 201);
@@ -257,6 +259,10 @@ t.test('customers', async (t) => {
     const pC = (await api.post('/v1/customers', { external_id: 'mrg-c' }, idem())).body;
     const taken = await api.post(`/v1/customers/${pC.id}/aliases`, { alias: 'mrg-device-9' }, idem());
     t.equal(taken.status, 201, `an alias of the deleted customer is free again (${JSON.stringify(taken.body)})`);
+    const takenToo = await api.post(`/v1/customers/${pC.id}/aliases`, { alias: 'mrg-a-device' }, idem());
+    t.equal(takenToo.status, 201, `an alias of the customer merged into it is free again too (${JSON.stringify(takenToo.body)})`);
+    const byDevice = await api.post('/v1/events', { id: 'mrg-dev-1', name: 'app.opened', customer_id: 'mrg-a-device', occurred_at: now() });
+    t.equal(byDevice.status, 202, `and routes to its new owner (${JSON.stringify(byDevice.body)})`);
     t.equal((await api.get('/v1/customers?external_id=mrg-a')).body.data.length, 0, 'the merged external id lists nobody');
     const listed = (await api.get('/v1/customers?limit=200')).body.data.map((c: { id: string; external_id: string | null }) => c.external_id);
     t.notOk(listed.includes('mrg-a'), 'the merged customer no longer shows its external id');

@@ -175,15 +175,27 @@ function stateWire(c: CustomerView, counterNames: ReadonlyArray<{ id: string; na
 const read = ['secret', 'pat', 'session'] as const;
 const readOrCustomer = ['secret', 'pat', 'session', 'customer'] as const;
 
-/** Erases the customers merged into `survivorId` (depth first through earlier merges); returns their ids. */
+/**
+ * Erases the customers merged into `survivorId` (depth first through earlier merges) and releases
+ * the aliases each still held (its external id went to its survivor at the merge; aliases it had
+ * added itself stayed bound to it, and would otherwise route to an erased customer for good);
+ * returns their ids.
+ */
 async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
   const erased = await Promise.all(
     mergedFrom.map(async (id) => {
       const r = await eraseRecordedEvents(deps, env, { by: 'id', id }, (eventsErased) => ({ kind: 'customer.erase_merged', survivorId, eventsErased }));
-      return r.kind === 'erased' && r.mergedFrom.length > 0 ? [id, ...(await eraseMerged(deps, env, id, r.mergedFrom))] : [id];
+      if (r.kind !== 'erased') return [id];
+      await releaseAliases(deps, env, id, r.aliases);
+      return r.mergedFrom.length > 0 ? [id, ...(await eraseMerged(deps, env, id, r.mergedFrom))] : [id];
     }),
   );
   return erased.flat();
+}
+
+/** Aliases live in their own partitions: each binding that still names `customerId` is released. */
+async function releaseAliases(deps: CustomerDeps, env: string, customerId: string, aliases: readonly string[]): Promise<void> {
+  await Promise.all(aliases.map((alias) => call(deps, env, { by: 'key', key: alias }, { kind: 'key.release', customerId })));
 }
 
 /** Records per EventIds.erase call: bounds the time one call holds the register. */
@@ -449,9 +461,11 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         // delete interrupted by a crash, repeated, finds the survivor and finishes them.
         const merged = await eraseMerged(deps, env, before.id, before.mergedFrom);
         await eraseRecordedEvents(deps, env, target, (eventsErased) => ({ kind: 'customer.delete', eventsErased }));
-        // Aliases live in their own partitions: release each binding so the alias is free again.
-        await Promise.all(
-          before.aliases.map((a) => call(deps, env, { by: 'key', key: a.alias }, { kind: 'key.release', customerId: before.id })),
+        await releaseAliases(
+          deps,
+          env,
+          before.id,
+          before.aliases.map((a) => a.alias),
         );
         // Stored answers of creating POSTs (customer, aliases, tokens, ledger entries) can hold the
         // erased data; a repeat of such a request now runs again instead of replaying them.
