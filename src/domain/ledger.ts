@@ -18,8 +18,12 @@ export const ledgerLimits = {
 } as const;
 
 const dayMs = 86_400_000;
-/** Ledger entry ids: `led_` + time-ordered random part (from ctx.newId). */
-export const entryIdPrefix = 'led';
+/**
+ * Ledger entry ids: `le_` + time-ordered random part (from ctx.newId; decisions.md fixes the
+ * prefix). Entries recorded before were `led_`: ids are opaque, so nothing parses the prefix and
+ * both kinds keep working wherever an entry id is read or taken as input.
+ */
+export const entryIdPrefix = 'le';
 
 // ---------------------------------------------------------------------------------------------
 // Configuration, state, entries

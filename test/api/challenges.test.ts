@@ -159,7 +159,7 @@ t.test('challenges over the API', async (t) => {
     t.match(done.body.effects, [
       { type: 'challenge.progressed', count: 3 },
       { type: 'challenge.completed', challenge_id: chl, period_key: 'all', completions: 1 },
-      { type: 'challenge.points_awarded', challenge_id: chl, currency: 'coins', amount: 100, ledger_entry_id: /^led_/ },
+      { type: 'challenge.points_awarded', challenge_id: chl, currency: 'coins', amount: 100, ledger_entry_id: /^le_/ },
     ]);
     const id = await customerId('p1');
     t.equal(await balance(id), 100, 'the award is visible right after the sync answer');

@@ -32,7 +32,7 @@ t.test('currencies and the ledger', async (t) => {
     const later = new Date(Date.now() + 10 * 86_400_000).toISOString();
     const a = await api.post('/v1/ledger_entries', { customer_id: customer.id, currency: 'coins', amount: 100, reason: 'welcome', expires_at: later }, idem());
     t.equal(a.status, 201);
-    t.match(a.body, { id: /^led_/, currency: 'coins', type: 'adjustment', status: 'posted', amount: 100, remaining: 100, reason: 'welcome' });
+    t.match(a.body, { id: /^le_/, currency: 'coins', type: 'adjustment', status: 'posted', amount: 100, remaining: 100, reason: 'welcome' });
     t.match(a.body.balance, { currency: 'coins', available: 100, pending: 0, lifetime_earned: 100 });
     await api.post('/v1/ledger_entries', { customer_id: 'ledger-1', currency: 'coins', amount: 50, reason: 'bonus', expires_at: soon }, idem());
     const spend = await api.post('/v1/ledger_entries', { customer_id: customer.id, currency: 'coins', amount: -70, reason: 'correction' }, idem());

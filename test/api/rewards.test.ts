@@ -167,7 +167,7 @@ t.test('rewards and issuances over the API', async (t) => {
     await fund(aliceId, 400);
     const r = await api.post(`/v1/reward_issuances/${first}/redeem`, {});
     t.equal(r.status, 200);
-    t.match(r.body, { id: first, status: 'redeemed', cost_entry_id: /^led_/, redeemed_at: String, version: 2 });
+    t.match(r.body, { id: first, status: 'redeemed', cost_entry_id: /^le_/, redeemed_at: String, version: 2 });
     t.equal(await balance(aliceId), 200, '700 - 500');
     const entries = await api.get(`/v1/customers/${aliceId}/ledger_entries`);
     const spend = entries.body.data.find((e: { id: string }) => e.id === r.body.cost_entry_id);

@@ -36,7 +36,7 @@ t.test('published rules award points on events', async (t) => {
   t.equal(first.status, 200);
   t.match(first.body.effects, [
     { type: 'rule.fired', rule_id: rule.body.id, version: 1 },
-    { type: 'points.awarded', rule_id: rule.body.id, currency: 'coins', amount: 10, ledger_entry_id: /^led_/ },
+    { type: 'points.awarded', rule_id: rule.body.id, currency: 'coins', amount: 10, ledger_entry_id: /^le_/ },
   ]);
   const low = await send('l-2', 1);
   t.match(low.body.effects, [{ type: 'rule.skipped', rule_id: rule.body.id, reason: 'conditions_not_met' }]);

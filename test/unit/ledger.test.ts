@@ -110,6 +110,48 @@ t.test('given lots of 100 (day 10) and 50 (day 5), when 70 is spent, then 50 com
   );
 });
 
+t.test('new entry ids start with le_ (decisions.md); a book recorded under the old led_ prefix keeps working by those ids', async (t) => {
+  const recorded = (id: string, amount: number, extra: Partial<LedgerEntry> = {}): LedgerFact => ({
+    kind: 'ledger.entry_recorded',
+    entry: {
+      id,
+      currency: 'pts',
+      type: 'award',
+      status: 'posted',
+      amount,
+      remaining: amount,
+      expiresAtMs: null,
+      confirmAfterMs: null,
+      reason: null,
+      sourceType: null,
+      sourceId: null,
+      reversesEntryId: null,
+      createdAtMs: 0,
+      allocations: [],
+      debtPaid: 0,
+      debtIncurred: 0,
+      ...extra,
+    },
+  });
+  const state = given([recorded('led_OLDLOT', 30), recorded('led_OLDPENDING', 10, { status: 'pending', confirmAfterMs: 100 * day })]);
+
+  const a = when(state, award(5), 1);
+  if (!a.d.ok || a.d.reply.kind !== 'ledger.entry') return t.fail('award failed');
+  t.match(a.d.reply.entry.id, /^le_/);
+  t.notMatch(a.d.reply.entry.id, /^led_/);
+
+  const s = when(state, spend(20), 1);
+  if (!s.d.ok || s.d.reply.kind !== 'ledger.entry') return t.fail('spend failed');
+  t.match(s.d.reply.entry.id, /^le_/);
+  t.same(s.d.reply.entry.allocations, [{ entryId: 'led_OLDLOT', amount: 20, remainingAfter: 10 }], 'an old lot is spent by its id');
+
+  const c = when(state, { kind: 'ledger.cancel_pending', currency: 'pts', entryId: 'led_OLDPENDING', reason: null }, 1);
+  t.match(c.d, { ok: true, reply: { kind: 'ledger.cancelled', entryId: 'led_OLDPENDING' } }, 'an old pending credit is cancelled by its id');
+
+  const r = when(state, { kind: 'ledger.reverse', currency: 'pts', amount: 5, reversesEntryId: 'led_OLDSPEND', reason: null, sourceType: null, sourceId: null }, 1);
+  t.match(r.d, { ok: true, reply: { entry: { id: /^le_/, reversesEntryId: 'led_OLDSPEND' } } }, 'a reversal names an old debit');
+});
+
 t.test('lots without expiry are spent last; equal expiries go in creation order', async (t) => {
   const { state, entries } = history([
     [award(10, { expiresAtMs: null }), 0],
