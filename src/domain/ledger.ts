@@ -1,9 +1,10 @@
 // The ledger mechanic: each customer's balance per currency as lots (credits with a remaining
-// balance), pending credits waiting for confirm_after, a debt (only under negative_balance
-// 'allow'), and lifetime earned. Invariants: available = sum of lot remainders - debt; debt > 0
-// only when no lot is left; lots are kept in spending order (earliest expiry first, no expiry
-// last, then creation); lifetime earned never decreases; every movement is a self-contained entry
-// fact. Pure: time is ctx.nowMs, ids come from ctx.newId and live in the facts. Never throws.
+// balance), pending credits waiting for confirm_after, a debt (only under negative_balance 'allow',
+// from negative adjustments: a spend never goes below the available balance), and lifetime earned.
+// Invariants: available = sum of lot remainders - debt; debt > 0 only when no lot is left; lots are
+// kept in spending order (earliest expiry first, no expiry last, then creation); lifetime earned
+// never decreases; every movement is a self-contained entry fact. Pure: time is ctx.nowMs, ids come
+// from ctx.newId and live in the facts. Never throws.
 import type { ErrorCode } from '../errors/codes.js';
 
 /**
@@ -138,7 +139,7 @@ export interface LedgerEntry {
   allocations: Allocation[];
   /** Credits posted now: the part of the amount that paid off debt (not in any lot). */
   debtPaid: number;
-  /** Debits under 'allow': the part of the amount no lot covered, added to the debt. */
+  /** Negative adjustments (and merge transfers) under 'allow': the part no lot covered, added to the debt. */
   debtIncurred: number;
 }
 
@@ -251,7 +252,8 @@ export function cloneLedger(state: LedgerState): LedgerState {
  * Decides one command against the state (not modified). Every command on a currency first runs the
  * due work of that currency at ctx.nowMs (confirmations, then expiries), so a spend never uses a lot
  * that has expired by now even when the scheduler is late; those facts come first. Checks, in order:
- * currency, amount, reason, source, expires_at, confirm_after, then the balance.
+ * currency, amount, reason, source, expires_at, confirm_after, then the balance (a spend always
+ * needs the available balance; a negative adjustment only under 'forbid').
  */
 export function decide(state: LedgerState, cmd: LedgerCommand, currencies: readonly CurrencyConfig[], ctx: LedgerCtx): LedgerDecision {
   if (cmd.kind === 'ledger.confirm_due' || cmd.kind === 'ledger.expire_due' || cmd.kind === 'ledger.run_due') {
@@ -332,7 +334,9 @@ export function decide(state: LedgerState, cmd: LedgerCommand, currencies: reado
     const size = Math.abs(amount);
     settleDue(book, ctx, true, true, facts);
     const available = bookAvailable(book);
-    if (currency.negativeBalance === 'forbid' && available < size) {
+    // Only a manual adjustment obeys negative_balance (spec 2.4); a spend (a reward's price) never
+    // goes below what is available, whatever the policy (spec part 3: insufficient_balance).
+    if ((cmd.kind === 'ledger.spend' || currency.negativeBalance === 'forbid') && available < size) {
       return fail('insufficient_balance', `Available ${available}, needed ${size}.`, 'amount');
     }
     if (!Number.isSafeInteger(book.debt + size)) return fail('validation_failed', 'The debt would leave the safe integer range.', 'amount');

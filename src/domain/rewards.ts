@@ -2,7 +2,8 @@
 // part 3), plus the rule path's outbox (pending -> issued | refused). Stock is NOT counted here:
 // the service reserves a unit in PostgreSQL before `reward.issue` reaches the step, because a
 // customer's step is pure and cannot see other customers. Redeem spends the price in the SAME
-// facts as the transition (ledger spend, earliest expiry first). Every fact carries the whole
+// facts as the transition (ledger spend, earliest expiry first; refused with insufficient_balance
+// when less is available, whatever the currency's negative_balance). Every fact carries the whole
 // issuance after the change, so evolve and the projector need no state. Pure; never throws.
 import type { ErrorCode } from '../errors/codes.js';
 import * as ledger from './ledger.js';

@@ -182,6 +182,22 @@ t.test('rewards and issuances over the API', async (t) => {
     t.equal((await rewardOf(mug)).issued, 3, 'a redeemed unit stays counted');
   });
 
+  await t.test('redeem in a currency with negative_balance allow: still insufficient_balance, no debt', async (t) => {
+    t.equal((await api.post('/v1/currencies', { key: 'gems', name: 'Gems', negative_balance: 'allow' }, idem())).status, 201);
+    const gem = (await api.post('/v1/rewards', { name: 'Gem box', cost: 50, currency: 'gems', availability: 5 }, idem())).body.id as string;
+    const bob = (await api.post('/v1/customers', { external_id: 'bob-allow' }, idem())).body.id as string;
+    t.equal((await api.post('/v1/ledger_entries', { customer_id: bob, currency: 'gems', amount: 49, reason: 'test' }, idem())).status, 201);
+    const gems = async () => (await api.get(`/v1/customers/${bob}/balances`)).body.data.find((b: { currency: string }) => b.currency === 'gems').available;
+    const id = (await issue(gem, bob)).body.id as string;
+    const poor = await api.post(`/v1/reward_issuances/${id}/redeem`, {});
+    t.same([poor.status, poor.body.error.code], [409, 'insufficient_balance']);
+    t.equal((await api.get(`/v1/reward_issuances/${id}`)).body.status, 'issued', 'still issued');
+    t.equal(await gems(), 49, 'nothing spent, the balance did not go negative');
+    t.equal((await api.post('/v1/ledger_entries', { customer_id: bob, currency: 'gems', amount: 1, reason: 'test' }, idem())).status, 201);
+    t.equal((await api.post(`/v1/reward_issuances/${id}/redeem`, {})).status, 200);
+    t.equal(await gems(), 0);
+  });
+
   await t.test('cancel: from issued, gives the unit back; reason; then invalid_state', async (t) => {
     const list = await api.get('/v1/reward_issuances?status=issued');
     const id = list.body.data[0].id as string;

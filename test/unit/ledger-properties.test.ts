@@ -152,14 +152,20 @@ function runSequence(steps: Step[]): void {
         check(cmd.kind === 'ledger.spend' || cmd.kind === 'ledger.adjust', 'only debits are refused for balance');
         const c = (cmd as { currency: string }).currency;
         const size = Math.abs((cmd as { amount: number }).amount);
-        check(policy(c) === 'forbid' && size > availableBefore, 'refused only under forbid and beyond the available balance');
+        check(
+          (cmd.kind === 'ledger.spend' || policy(c) === 'forbid') && size > availableBefore,
+          'refused only beyond the available balance, and an adjustment only under forbid',
+        );
       } else {
         check(d.code === 'invalid_state' && cmd.kind === 'ledger.cancel_pending', `unexpected failure ${d.code} ${d.message}`);
       }
       continue;
     }
     if (cmd.kind === 'ledger.spend' || (cmd.kind === 'ledger.adjust' && cmd.amount < 0)) {
-      check(policy(cmd.currency) === 'allow' || Math.abs(cmd.amount) <= availableBefore, 'a forbid debit only within the available balance');
+      check(
+        (cmd.kind === 'ledger.adjust' && policy(cmd.currency) === 'allow') || Math.abs(cmd.amount) <= availableBefore,
+        'a spend, and a forbid adjustment, only within the available balance',
+      );
     }
 
     for (const f of d.facts) {

@@ -258,13 +258,28 @@ t.test('under allow, debits beyond the lots become debt, and later credits pay t
   t.same(balanceOf(state, 'coins'), { currency: 'coins', available: -20, pending: 0, lifetimeEarned: 30 });
   t.equal(state.books[0]!.lots.length, 0, 'debt only with no lot left');
 
-  const more = when(state, spend(5, 'coins'), 2);
+  const more = when(state, adjust(-5, 'coins'), 2);
   t.ok(more.d.ok, 'allow lets the debt grow');
   const paid = when(more.state, { ...award(40), currency: 'coins' }, 3);
   if (!paid.d.ok || paid.d.reply.kind !== 'ledger.entry') return t.fail('award failed');
   t.match(paid.d.reply.entry, { amount: 40, debtPaid: 25, remaining: 15 });
   t.same(paid.d.reply.balance, { currency: 'coins', available: 15, pending: 0, lifetimeEarned: 70 });
   t.equal(paid.state.books[0]!.debt, 0);
+});
+
+t.test('a spend never goes below the available balance, even under allow (only manual adjustments follow negative_balance)', async (t) => {
+  const { state } = history([[{ ...award(30), currency: 'coins' }, 0]]);
+  const over = when(state, spend(31, 'coins'), 1);
+  t.match(over.d, { ok: false, code: 'insufficient_balance', param: 'amount' });
+  t.ok(over.untouched);
+  const exact = when(state, spend(30, 'coins'), 1);
+  if (!exact.d.ok || exact.d.reply.kind !== 'ledger.entry') return t.fail('spend failed');
+  t.match(exact.d.reply.entry, { type: 'spend', amount: -30, debtIncurred: 0 });
+  t.same(exact.d.reply.balance, { currency: 'coins', available: 0, pending: 0, lifetimeEarned: 30 });
+
+  const { state: inDebt } = history([[adjust(-10, 'coins'), 0]]);
+  t.equal(balanceOf(inDebt, 'coins').available, -10, 'a manual adjustment may go negative under allow');
+  t.match(when(inDebt, spend(1, 'coins'), 1).d, { ok: false, code: 'insufficient_balance' }, 'nothing is spendable while in debt');
 });
 
 t.test('a pending credit confirmed while in debt pays the debt first', async (t) => {

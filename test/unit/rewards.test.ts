@@ -103,6 +103,29 @@ t.test('redeem with too little balance: insufficient_balance, still issued, noth
   t.ok(when(w, redeem('rwi_a'), 3).d.ok, 'redeemable once the balance covers it');
 });
 
+t.test('redeem in a currency whose negative_balance is allow still needs the whole cost available', async (t) => {
+  const gems: CurrencyConfig = { key: 'gems', negativeBalance: 'allow', expiryDays: null };
+  const both = [coins, gems];
+  const fund = (amount: number): Command => ({
+    kind: 'ledger.run',
+    currencies: both,
+    tierPrograms: [],
+    command: { kind: 'ledger.adjust', currency: 'gems', amount, reason: 'test' },
+  });
+  const redeemGems = (id: string) => reward({ kind: 'reward.redeem', issuanceId: id, currencies: both });
+  const w = given();
+  when(w, fund(69), 0);
+  when(w, issue('rwi_g', { ...mug, currency: 'gems' }), 0);
+  const r = when(w, redeemGems('rwi_g'), 1);
+  t.match(r.d, { ok: false, code: 'insufficient_balance', param: 'id' });
+  t.ok(r.untouched, 'nothing spent, no debt');
+  t.equal(issuance(w, 'rwi_g')?.status, 'issued');
+  when(w, fund(1), 2);
+  const ok = when(w, redeemGems('rwi_g'), 3);
+  t.ok(ok.d.ok, 'redeemable once the balance covers it');
+  t.match(w.state.ledger.books.find((b) => b.currency === 'gems'), { lots: [], debt: 0 });
+});
+
 t.test('a free reward is redeemed without a ledger entry', async (t) => {
   const w = given();
   when(w, issue('rwi_a', { ...mug, cost: 0 }), 0);
