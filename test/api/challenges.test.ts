@@ -272,12 +272,13 @@ t.test('challenges over the API', async (t) => {
     t.match((await send('striker', 'goal.scored', { goal_id: 'g2' })).body.effects, [{ type: 'challenge.progressed', count: 2 }], 'a revoked value may count again');
 
     const notYet = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id, reason: 'check' });
-    t.match(notYet.body, { completed: false, effects: [], progress: { count: 2 }, audit_entry_id: /^aud_/ });
+    t.match(notYet.body, { effects: [], progress: { count: 2 }, audit_entry_id: /^aud_/ });
+    t.equal(notYet.body.completed, 0, 'completed is the integer count of completions (spec 2.8)');
     t.equal((await api.patch(`/v1/challenges/${c.id}`, { target: 2 })).status, 200);
     const re = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id, reason: 'target lowered' });
     t.equal(re.status, 200);
+    t.equal(re.body.completed, 1);
     t.match(re.body, {
-      completed: true,
       effects: [
         { type: 'challenge.completed', challenge_id: c.id, completions: 1 },
         { type: 'challenge.points_awarded', currency: 'coins', amount: 7 },
@@ -286,7 +287,8 @@ t.test('challenges over the API', async (t) => {
     });
     t.equal(await balance(id), 7);
     const twice = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id, reason: 'again' });
-    t.match(twice.body, { completed: false, reason: 'already_completed', effects: [] }, 'completes at most once');
+    t.match(twice.body, { reason: 'already_completed', effects: [] }, 'completes at most once');
+    t.equal(twice.body.completed, 0);
     t.equal(await balance(id), 7);
     const kept = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, contribution: 'g1', reason: 'offside' });
     t.match(kept.body, { count: 1, status: 'completed' }, 'a completed period stays completed');
@@ -307,6 +309,11 @@ t.test('challenges over the API', async (t) => {
       ],
     );
     t.ok(audit.every((a) => String(a.id).startsWith('aud_') && String(a.actor_credential_id).startsWith('key_') && a.environment_id === tenant.testEnv));
+    t.same(
+      audit.filter((a) => a.action === 'challenge.reevaluate').map((a) => (a.details as { completed: unknown }).completed),
+      [0, 1, 0],
+      'the audit entry records the count too',
+    );
   });
 
   await t.test('a daily repeatable challenge rolls over with the test clock; ends_at ends it', async (t) => {

@@ -436,7 +436,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       tag: 'Challenges',
       auth: writeAuth,
       body: reevaluateBody,
-      responses: { 200: { description: '{completed, effects[], progress, audit_entry_id}' } },
+      responses: { 200: { description: '{completed (integer: completions made, 0 or 1), reason, effects[], progress, audit_entry_id}' } },
       handler: async (ctx: RequestContext<z.infer<typeof reevaluateBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');
@@ -445,7 +445,8 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
         const timeZone = await deps.challenges.timeZone(env);
         const r = await run(env, b.customer_id, c, { kind: 'challenge.reevaluate', challenge: c, timeZone });
         if (r.reply.kind !== 'reevaluated') throw new ApiError('internal_error');
-        const completed = r.reply.completed > 0;
+        // Spec 2.8: {completed: integer, effects}: how many completions this reevaluation made (0 or 1 for one customer).
+        const completed = r.reply.completed;
         const auditId = await audit(env, ctx.principal, 'challenge.reevaluate', c.id, r.customerId, why, {
           completed,
           reason: r.reply.reason,
