@@ -130,6 +130,18 @@ t.test('match results over the API', async (t) => {
     t.match(r.body, { duration_seconds: 0, status: 'rejected', players: [{ status: 'rejected', reasons: [{ code: 'duration_out_of_bounds' }] }] });
   });
 
+  await t.test('started_at after ended_at is a stored result rejected for everyone with duration_out_of_bounds, not refused as invalid', async (t) => {
+    const now = Date.now();
+    const body = report([{ ext: 'neg-1' }, { ext: 'neg-2' }], { started_at: new Date(now - 5 * 60_000).toISOString(), ended_at: new Date(now - 10 * 60_000).toISOString() });
+    const r = await api.post('/v1/match_results', body);
+    t.equal(r.status, 201, JSON.stringify(r.body));
+    const reason = { code: 'duration_out_of_bounds', value: -300, limit: 60 };
+    t.match(r.body, { duration_seconds: -300, status: 'rejected', players: [{ status: 'rejected', reasons: [reason], event_id: null }, { status: 'rejected', reasons: [reason] }] });
+    const read = await api.get(`/v1/match_results/${body.match_id}`);
+    t.match(read.body, { id: r.body.id, duration_seconds: -300, status: 'rejected', players: [{ reasons: [reason] }] }, 'the read side keeps the negative duration');
+    t.match((await api.post('/v1/match_results', body)).body, { id: r.body.id, replayed: true, duration_seconds: -300 });
+  });
+
   await t.test('rule 2 whatever the verdict: a player rejected before admission by a new external id becomes a customer', async (t) => {
     const body = report([{ ext: 'rej-new-1', kills: -1 }, { ext: 'rej-new-2' }], { match_id: 'rej-new' });
     const r = await api.post('/v1/match_results', body);

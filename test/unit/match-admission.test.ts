@@ -113,6 +113,13 @@ t.test('table: one row per reason code', async (t) => {
       reason: { code: 'duration_out_of_bounds', value: 240, limit: 300 },
     },
     {
+      name: 'duration_out_of_bounds (started 5 minutes after it ended: a negative duration)',
+      run: () => admit(report({ minutes: -5 })),
+      player: 0,
+      status: 'rejected',
+      reason: { code: 'duration_out_of_bounds', value: -300, limit: 300, message: /started 300 seconds after it ended/ },
+    },
+    {
       name: 'duration_out_of_bounds (too long)',
       run: () => admit(report({ minutes: 61 })),
       player: 0,

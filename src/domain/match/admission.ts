@@ -19,7 +19,7 @@ export function checkProfileOpen(profile: Pick<MatchProfile, 'status' | 'key'>):
 // ---------------------------------------------------------------------------------------------
 // Stage checks (each returns every violation of its own stage)
 
-/** Stage 1: duration and player count; a violation rejects every player. */
+/** Stage 1: duration (negative when started_at is after ended_at) and player count; a violation rejects every player. */
 export function checkMatchBounds(profile: Pick<ProfileSections, 'duration' | 'players'>, report: Pick<MatchReport, 'durationSeconds' | 'players'>): Reason[] {
   const out: Reason[] = [];
   const d = report.durationSeconds;
@@ -27,7 +27,10 @@ export function checkMatchBounds(profile: Pick<ProfileSections, 'duration' | 'pl
   if (d < minimumSeconds || d > maximumSeconds) {
     out.push({
       code: 'duration_out_of_bounds',
-      message: `The match lasted ${d} seconds; the profile allows ${minimumSeconds} to ${maximumSeconds}.`,
+      message:
+        d < 0
+          ? `The match started ${-d} seconds after it ended; the profile allows ${minimumSeconds} to ${maximumSeconds} seconds.`
+          : `The match lasted ${d} seconds; the profile allows ${minimumSeconds} to ${maximumSeconds}.`,
       value: d,
       limit: d < minimumSeconds ? minimumSeconds : maximumSeconds,
     });
