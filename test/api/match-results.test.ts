@@ -706,4 +706,15 @@ t.test('match results over the API', async (t) => {
     t.equal(viaB.body.players[0].customer_id, aId, 'the merged external id names the survivor');
     t.equal(viaB.body.players[0].status, 'rejected');
   });
+  await t.test('a match two merged customers both played counts once in their rate windows', async (t) => {
+    await applyCommands(api, [{ ...arena, key: 'rl2', rate_limits: [{ window_seconds: 3600, max_matches: 2 }], outliers: null }]);
+    const g1 = await api.post('/v1/match_results', { ...report([{ ext: 'rm-a' }, { ext: 'rm-b' }], { ended_at: minutesAgo(10) }), profile: 'rl2' });
+    t.same(g1.body.players.map((p: { status: string }) => p.status), ['admitted', 'admitted']);
+    const merged = await api.post(`/v1/customers/${g1.body.players[0].customer_id}/aliases`, { alias: 'rm-b', kind: 'anonymous' }, idem());
+    t.equal(merged.status, 201, JSON.stringify(merged.body));
+    const g2 = await api.post('/v1/match_results', { ...report([{ ext: 'rm-a' }], { ended_at: minutesAgo(9) }), profile: 'rl2' });
+    t.match(g2.body.players[0], { status: 'admitted' }, 'the group has one match in the hour (g1), not two');
+    const g3 = await api.post('/v1/match_results', { ...report([{ ext: 'rm-b' }], { ended_at: minutesAgo(8) }), profile: 'rl2' });
+    t.match(g3.body.players[0], { status: 'rejected', reasons: [{ code: 'rate_limited', value: 2, limit: 2 }] });
+  });
 });

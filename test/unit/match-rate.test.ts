@@ -136,6 +136,19 @@ t.test('merged customers share their windows', async (t) => {
   t.same(mergeRateStates(merged, b), merged, 'merging again adds nothing');
 });
 
+t.test('a match both merged customers played counts once in their windows', async (t) => {
+  const limits = [{ windowSeconds: 3600, maxMatches: 2 }];
+  const a = count({}, limits, 'g1', now - 20 * minute, { customerId: 'cust_a' }).state;
+  const b = count({}, limits, 'g1', now - 20 * minute, { customerId: 'cust_b' }).state;
+  const merged = mergeRateStates(a, b);
+  t.equal(merged[pid]!.entries.length, 2, 'each player keeps its entry (retries and releases find their own)');
+  const g2 = count(merged, limits, 'g2', now - 10 * minute, { customerId: 'cust_a' });
+  t.same(g2.reply, { result: 'counted' }, 'one match in the hour (g1), not two');
+  t.match(count(g2.state, limits, 'g3', now, { customerId: 'cust_b' }).reply, { result: 'rejected', reasons: [{ code: 'rate_limited', value: 2, limit: 2 }] });
+  const released = decideRate(merged, { kind: 'match_rate.release', profileId: pid, matchId: 'g1', customerId: 'cust_b' }, { nowMs: now });
+  t.same(released.facts.reduce(evolveRate, merged)[pid]!.entries.map((e) => e.customerId), ['cust_a'], "a release frees only that player's entry");
+});
+
 t.test('concurrency: N simultaneous reports for one player, applied one at a time, admit exactly max_matches', async (t) => {
   for (const max of [1, 3, 10]) {
     const limits = [{ windowSeconds: 3600, maxMatches: max }];
@@ -204,6 +217,27 @@ t.test('property: busiestWindowWith equals brute force', async (t) => {
         return best;
       })();
       return busiestWindowWith(entries, at, w) === brute;
+    }),
+    { numRuns: 500 },
+  );
+  t.pass('holds');
+});
+
+t.test('property: busiestWindowWith counts distinct matches when merged customers share some', async (t) => {
+  // Matches on a small grid; each played by one or two customers of the group (two: a merge).
+  const matchArb = fc.record({ at: fc.integer({ min: 0, max: 100 }), players: fc.integer({ min: 1, max: 2 }) });
+  fc.assert(
+    fc.property(fc.array(matchArb, { maxLength: 30 }), fc.integer({ min: 0, max: 100 }), fc.integer({ min: 1, max: 40 }), (ms, at, w) => {
+      let state: RateState = {};
+      for (const [i, m] of ms.entries()) {
+        for (let p = 0; p < m.players; p++) {
+          const fact: RateFact = { kind: 'match_rate.counted', profileId: pid, matchId: `m${i}`, customerId: `c${p}`, endedAtMs: m.at, pruneBeforeMs: 0 };
+          state = mergeRateStates(state, evolveRate({}, fact));
+        }
+      }
+      let brute = 0;
+      for (let a = at - w + 1; a <= at; a++) brute = Math.max(brute, ms.filter((m) => m.at >= a && m.at < a + w).length + 1);
+      return busiestWindowWith(state[pid]?.entries ?? [], at, w) === brute;
     }),
     { numRuns: 500 },
   );

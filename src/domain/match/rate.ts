@@ -2,7 +2,8 @@
 // group's admitted or held matches, sorted by ended_at. The actor that owns the group applies
 // `match_rate.count` one report at a time, so no window ever holds more than max_matches. Entries
 // carry (match_id, customer id): a retried count is a replay, and another customer of the group in
-// the same match is duplicate_player_after_merge. Pruned beyond any window a later report can reach.
+// the same match is duplicate_player_after_merge. Windows count distinct matches (after a merge one
+// match can have an entry per customer). Pruned beyond any window a later report can reach.
 // Pure; never throws.
 import { matchLimits, type RateLimit } from './profile.js';
 import type { Reason } from './reasons.js';
@@ -101,11 +102,20 @@ function lowerBound(entries: readonly RateEntry[], t: number): number {
   return lo;
 }
 
+/** Entry i repeats the match of entry i - 1 (two players of one match whose customers merged). */
+function repeatsPrevious(entries: readonly RateEntry[], i: number): boolean {
+  const prev = entries[i - 1];
+  return prev !== undefined && prev.matchId === entries[i]!.matchId && prev.endedAtMs === entries[i]!.endedAtMs;
+}
+
 /**
- * The most entries any window of `windowMs` that contains t holds, counting a new entry at t.
+ * The most matches any window of `windowMs` that contains t holds, counting a new match at t.
  * A window is [a, a + windowMs): two matches share a window when their ends are less than
  * windowMs apart. Reports may arrive out of order (ended_at up to 7 days old), so windows after
- * t count too: the spec bounds every window, not only the one ending at t.
+ * t count too: the spec bounds every window, not only the one ending at t. Matches, not entries:
+ * after a merge a book can hold one match once per customer; those entries are adjacent (sorted
+ * by endedAtMs, then matchId) and share endedAtMs, so a window holds all or none of them, and the
+ * repeats inside [left, right) are subtracted as two running counts (no extra pass or allocation).
  */
 export function busiestWindowWith(entries: readonly RateEntry[], t: number, windowMs: number): number {
   const from = lowerBound(entries, t - windowMs + 1);
@@ -117,11 +127,23 @@ export function busiestWindowWith(entries: readonly RateEntry[], t: number, wind
   for (let i = from; i < to && entries[i]!.endedAtMs <= t; i++) starts.push(entries[i]!.endedAtMs);
   starts.push(t);
   let left = from;
+  // Repeats in [from, left) and in [from, right).
+  let leftRepeats = 0;
+  let rightRepeats = 0;
   for (const a of starts) {
-    while (left < to && entries[left]!.endedAtMs < a) left++;
-    if (right < left) right = left;
-    while (right < to && entries[right]!.endedAtMs < a + windowMs) right++;
-    best = Math.max(best, right - left);
+    while (left < to && entries[left]!.endedAtMs < a) {
+      if (repeatsPrevious(entries, left)) leftRepeats++;
+      left++;
+    }
+    if (right < left) {
+      right = left;
+      rightRepeats = leftRepeats;
+    }
+    while (right < to && entries[right]!.endedAtMs < a + windowMs) {
+      if (repeatsPrevious(entries, right)) rightRepeats++;
+      right++;
+    }
+    best = Math.max(best, right - left - (rightRepeats - leftRepeats));
   }
   return best + 1;
 }
@@ -214,8 +236,9 @@ export function evolveRate(state: RateState, fact: RateFact): RateState {
 
 /**
  * Two groups become one on a merge: their books are joined (merged customers share their windows).
- * Windows of the joined book may briefly exceed max_matches; later reports are limited until they
- * fall out.
+ * A match both groups played keeps one entry per customer (a retry finds its own entry, a review
+ * releases only its own) and counts once (busiestWindowWith counts matches). Windows of the joined
+ * book may briefly exceed max_matches; later reports are limited until they fall out.
  */
 export function mergeRateStates(into: RateState, from: RateState): RateState {
   const out: RateState = { ...into };
