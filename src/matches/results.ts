@@ -530,6 +530,9 @@ export class MatchResults {
    * two racing decisions cannot both apply. Codes: resource_not_found, invalid_state (never held,
    * opposite decision), forbidden (admit while the reporting key is revoked; the player stays held),
    * event_id_conflict (admit while the player's event id is bound to other content; it stays held).
+   * An admit its actor turns down (duplicate_player_after_merge: customers merged since the report
+   * and another player of the match in the group was admitted; or event_refused) answers 200 with
+   * the player rejected, that reason added, the review's decision still admit.
    */
   async review(
     env: string,

@@ -673,6 +673,29 @@ t.test('match results over the API', async (t) => {
     t.equal(again.body.status, 'partially_admitted');
   });
 
+  await t.test('a review admit after a merge: another player of the match in the group was admitted, so duplicate_player_after_merge', async (t) => {
+    const body = report([{ ext: 'rd-a' }, { ext: 'rd-b', score: 60000 }]);
+    const r = await api.post('/v1/match_results', body);
+    const [pa, pb] = r.body.players;
+    t.match([pa.status, pb.status], ['admitted', 'held']);
+    const merged = await api.post(`/v1/customers/${pa.customer_id}/aliases`, { alias: 'rd-b', kind: 'anonymous' }, idem());
+    t.equal(merged.status, 201, JSON.stringify(merged.body));
+    t.equal(merged.body.merged_from, pb.customer_id);
+    const review = (decision: string) => tenant.admin.post(`/v1/match_result_players/${pb.id}/reviews`, { decision }, idem());
+    const admit = await review('admit');
+    t.equal(admit.status, 200, JSON.stringify(admit.body));
+    t.match(admit.body, {
+      player: { id: pb.id, status: 'rejected', event_id: null, reasons: [{ code: 'outlier' }, { code: 'duplicate_player_after_merge' }], review: { decision: 'admit' } },
+      match_result: { status: 'partially_admitted' },
+      replayed: false,
+    });
+    t.match((await review('admit')).body, { player: { status: 'rejected' }, replayed: true }, 'the same decision again: a replay');
+    t.equal((await review('reject')).body.error.code, 'invalid_state', 'the opposite decision');
+    const exported = await api.get(`/v1/customers/${pa.customer_id}/export`);
+    const events = exported.body.events.filter((e: { properties: { match_id?: string } }) => e.properties.match_id === body.match_id);
+    t.equal(events.length, 1, 'one event for the match in the group');
+  });
+
   await t.test('rate windows under concurrency: N simultaneous reports for one player admit exactly max_matches', async (t) => {
     const n = 12;
     const results = await Promise.all(

@@ -2,7 +2,7 @@
 // customer.decide): the group stage and the rule-6 event in one step, replays, merges, event
 // refusal and reviews. Replay (evolve only) must rebuild the same rate books.
 import t from 'tap';
-import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact } from '../../src/domain/customer.js';
+import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, mergeHandover } from '../../src/domain/customer.js';
 import { eventFingerprint } from '../../src/domain/event-fingerprint.js';
 import type { MatchEventSpec } from '../../src/domain/match/actor.js';
 import { eventId } from '../../src/domain/seen-events.js';
@@ -207,4 +207,37 @@ t.test('a retry after a merge of a player the merged customer already admitted r
   if (!retry.d.ok) return;
   t.same(retry.d.facts, [], 'no second event');
   t.match(retry.d.reply, { customerId: 'cust_B', status: 'admitted', eventId: null });
+});
+
+t.test('a review admit after a merge: another player of the match in the group was already admitted, so duplicate_player_after_merge', async (t) => {
+  const review = (customerId: string): Command => ({ kind: 'match.review', decision: 'admit', customerId, profileId: 'mpf_1', event: event('m1') });
+  const merge = (into: CustomerState | null, from: CustomerState): CustomerState =>
+    run(into, { kind: 'alias.add', alias: from.externalId!, aliasKind: 'anonymous', mergedFrom: from.id, ...mergeHandover(from) }).state!;
+  const heldReasons = [{ code: 'outlier' as const, message: 'x' }];
+
+  // The survivor admitted; the merged customer's player is held.
+  const a1 = run(evolve(null, created('cust_A', 'a')), admit('m1', 'cust_A')).state;
+  const b1 = run(evolve(null, created('cust_B', 'b')), admit('m1', 'cust_B', { pending: 'held', outlierReasons: heldReasons })).state!;
+  const g1 = merge(a1, b1);
+  const dup = run(g1, review('cust_B'));
+  t.ok(dup.d.ok);
+  if (!dup.d.ok) return;
+  t.match(dup.d.reply, { customerId: 'cust_B', status: 'rejected', reasons: [{ code: 'duplicate_player_after_merge' }], eventId: null });
+  t.same(dup.d.facts.map((f) => f.kind), ['match_rate.released'], 'no second event; the held count is released');
+  t.same(dup.state!.matchRates.mpf_1!.entries.map((e) => e.customerId), ['cust_A']);
+
+  // The merged customer admitted; the survivor's own player is held.
+  const a2 = run(evolve(null, created('cust_A', 'a')), admit('m1', 'cust_A', { pending: 'held', outlierReasons: heldReasons })).state;
+  const b2 = run(evolve(null, created('cust_B', 'b')), admit('m1', 'cust_B')).state!;
+  const g2 = run(merge(a2, b2), review('cust_A'));
+  t.match(g2.d, { ok: true, facts: [{ kind: 'match_rate.released', customerId: 'cust_A' }], reply: { status: 'rejected', reasons: [{ code: 'duplicate_player_after_merge' }] } });
+
+  // Both held when they merged: the first admit records the event, the second is the duplicate.
+  const a3 = run(evolve(null, created('cust_A', 'a')), admit('m1', 'cust_A', { pending: 'held', outlierReasons: heldReasons })).state;
+  const b3 = run(evolve(null, created('cust_B', 'b')), admit('m1', 'cust_B', { pending: 'held', outlierReasons: heldReasons })).state!;
+  const first = run(merge(a3, b3), review('cust_B'));
+  t.match(first.d, { ok: true, reply: { status: 'admitted', eventId: /^evt_/ } });
+  t.match(run(first.state, review('cust_A')).d, { ok: true, reply: { status: 'rejected', reasons: [{ code: 'duplicate_player_after_merge' }] } });
+  // A retry of the admit that went through is still a replay of it, not a duplicate.
+  t.match(run(first.state, review('cust_B')).d, { ok: true, facts: [], reply: { status: 'admitted', eventId: /^evt_/ } });
 });

@@ -4,13 +4,15 @@
 // windows, then, for an admitted player, records the rule-6 event through the same recording path
 // as POST /v1/events (rules run on it) in the SAME step, so the rate count and the event are
 // journaled together or not at all. A retry is a replay: the rate book knows (match, customer) and
-// the event id `<match_id>:<customer id>` is deduplicated forever. Pure; never throws.
+// the event id `<match_id>:<customer id>` is deduplicated forever. A review admit checks the
+// duplicate again (customers may have merged since the report): never two events for one match
+// in one group. Pure; never throws.
 import type { CountersContext } from '../counters.js';
 import type { ErrorCode } from '../../errors/codes.js';
 import type { CustomerState, Ctx, EventSource, EventToRecord, Fact } from '../customer.js';
 import type { Effect, RulesContext } from '../rule-effects.js';
 import type { RateLimit } from './profile.js';
-import { decideRate, evolveRate, mergeRateStates, type PendingVerdict, type RateFact, type RateState } from './rate.js';
+import { decideRate, duplicatePlayerAfterMerge, evolveRate, mergeRateStates, type PendingVerdict, type RateFact, type RateState } from './rate.js';
 import type { Reason } from './reasons.js';
 import { clientEventId, type PlayerStatus } from './verdict.js';
 
@@ -57,7 +59,11 @@ export type MatchCommand =
       event: MatchEventSpec;
     }
   | {
-      /** A review decision of a held player: admit records the event, reject releases the rate count. */
+      /**
+       * A review decision of a held player: admit records the event (or, when another player of the
+       * match in the group was admitted, rejects with duplicate_player_after_merge), reject releases
+       * the rate count; a rejection either way releases it.
+       */
       kind: 'match.review';
       decision: 'admit' | 'reject';
       /** The player's customer id as stored on the match result player. */
@@ -117,6 +123,18 @@ function recordOnce(
   return hooks.recordEvent(state, { clientEventId: id, name: e.name, occurredAtMs: e.occurredAtMs, properties, fp: e.fp, trust: e.trust, source: e.source, rules: e.rules, counters: e.counters ?? null }, ctx);
 }
 
+/**
+ * Whether another customer of this group already has an admitted player in the match: its event
+ * `<match_id>:<customer id>` is in the group's records (a merge hands the merged customer's event ids
+ * to the survivor). The group's customers that can have played: this actor's, the ones merged into
+ * it, and those the group's rate book names for the match.
+ */
+function groupAdmittedOther(state: CustomerState, rates: RateState, profileId: string, matchId: string, playerId: string): boolean {
+  const admitted = (customerId: string) => customerId !== playerId && state.events.get(clientEventId(matchId, customerId)) !== undefined;
+  if (admitted(state.id) || state.mergedFrom.some(admitted)) return true;
+  return rates[profileId]?.entries.some((e) => e.matchId === matchId && admitted(e.customerId)) ?? false;
+}
+
 export function decideMatch(state: CustomerState, cmd: MatchCommand, ctx: Ctx, hooks: MatchHooks): Decision {
   const rates = state.matchRates ?? {};
   const matchId = cmd.event.matchId;
@@ -133,14 +151,15 @@ export function decideMatch(state: CustomerState, cmd: MatchCommand, ctx: Ctx, h
   });
 
   if (cmd.kind === 'match.review') {
-    if (cmd.decision === 'reject') {
-      const r = decideRate(rates, { kind: 'match_rate.release', profileId: cmd.profileId, matchId, customerId: playerId }, ctx);
-      return { ok: true, facts: r.facts, reply: reply('rejected', [], null) };
+    const release = () => decideRate(rates, { kind: 'match_rate.release', profileId: cmd.profileId, matchId, customerId: playerId }, ctx).facts;
+    if (cmd.decision === 'reject') return { ok: true, facts: release(), reply: reply('rejected', [], null) };
+    // The group stage again, for its duplicate check only (a held player was counted when reported).
+    if (groupAdmittedOther(state, rates, cmd.profileId, matchId, playerId)) {
+      return { ok: true, facts: release(), reply: reply('rejected', [duplicatePlayerAfterMerge()], null) };
     }
     const rec = recordOnce(state, playerId, cmd.event, ctx, hooks);
     if ('refused' in rec) {
-      const r = decideRate(rates, { kind: 'match_rate.release', profileId: cmd.profileId, matchId, customerId: playerId }, ctx);
-      return { ok: true, facts: r.facts, reply: reply('rejected', [{ code: 'event_refused', message: rec.refused }], null) };
+      return { ok: true, facts: release(), reply: reply('rejected', [{ code: 'event_refused', message: rec.refused }], null) };
     }
     return { ok: true, facts: rec.facts, reply: reply('admitted', [], rec.eventId, rec.effects) };
   }

@@ -171,6 +171,14 @@ export function pruneHorizonMs(nowMs: number, limits: readonly RateLimit[]): num
   return nowMs - matchLimits.endedAtMaxAgeMs - widestMs;
 }
 
+/** The reason of a player whose customer group already has an admitted player in the same match. */
+export function duplicatePlayerAfterMerge(): Reason {
+  return {
+    code: 'duplicate_player_after_merge',
+    message: 'Another player of this match belongs to the same customer after a merge and was already admitted.',
+  };
+}
+
 export function decideRate(state: RateState, cmd: RateCommand, ctx: RateCtx): RateDecision {
   const book = state[cmd.profileId];
   if (cmd.kind === 'match_rate.release') {
@@ -183,11 +191,7 @@ export function decideRate(state: RateState, cmd: RateCommand, ctx: RateCtx): Ra
   // Order inside the group stage: a duplicate after a merge, then the rate windows.
   const other = book?.entries.find((e) => e.matchId === cmd.matchId && e.customerId !== cmd.customerId);
   if (cmd.alreadyAdmittedInGroup === true || other !== undefined) {
-    const reason: Reason = {
-      code: 'duplicate_player_after_merge',
-      message: 'Another player of this match belongs to the same customer after a merge and was already admitted.',
-    };
-    return { ok: true, facts: [], reply: { result: 'rejected', reasons: [reason] } };
+    return { ok: true, facts: [], reply: { result: 'rejected', reasons: [duplicatePlayerAfterMerge()] } };
   }
   const limited = checkRateWindows(book, cmd.rateLimits, cmd.endedAtMs);
   if (limited !== null) return { ok: true, facts: [], reply: { result: 'rejected', reasons: [limited] } };
