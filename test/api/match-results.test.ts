@@ -432,6 +432,22 @@ t.test('match results over the API', async (t) => {
     t.equal((await review(p2.id, { decision: 'reject', reason: 'y' }, k)).body.error.code, 'idempotency_key_reused');
   });
 
+  await t.test('a review repeated with the same Idempotency-Key is the stored answer with replayed: true', async (t) => {
+    const held = await api.post('/v1/match_results', report([{ ext: 'rk-1', score: 60000 }]));
+    const p = held.body.players[0];
+    t.equal(p.status, 'held');
+    const key = idem();
+    const first = await tenant.admin.post(`/v1/match_result_players/${p.id}/reviews`, { decision: 'admit' }, key);
+    t.equal(first.status, 200);
+    t.equal(first.body.replayed, false);
+    const again = await tenant.admin.post(`/v1/match_result_players/${p.id}/reviews`, { decision: 'admit' }, key);
+    t.equal(again.status, 200);
+    t.equal(again.headers.get('idempotent-replayed'), 'true');
+    t.same(again.body, { ...first.body, replayed: true }, 'the same answer, now saying replayed');
+    const refused = await tenant.admin.post('/v1/match_result_players/mrp_00000000000000000000000000/reviews', { decision: 'admit' }, key);
+    t.equal(refused.body.error.code, 'idempotency_key_reused', 'stored errors replay unchanged');
+  });
+
   await t.test('admit is refused while the reporting key is revoked; reject still works', async (t) => {
     const k = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'reporter' }, idem());
     const reporter = anon.with({ authorization: `Bearer ${k.body.token}` });

@@ -69,6 +69,10 @@ function requireOwnerOrAdmin(p: Principal): void {
   }
 }
 
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
 function actorOf(p: Principal): string {
   return p.userId ?? p.credentialId;
 }
@@ -257,11 +261,14 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       method: 'POST',
       path: '/v1/match_result_players/:id/reviews',
       summary:
-        'Review a held player: admit records its event now (occurred_at = ended_at), reject is final. Never held or the opposite decision: invalid_state; admit while the reporting key is revoked: forbidden (stays held)',
+        'Review a held player: admit records its event now (occurred_at = ended_at), unless another player of the match in its customer group (after a merge) was admitted: rejected with duplicate_player_after_merge; reject is final. The same decision again: replayed: true. Never held or the opposite decision: invalid_state; admit while the reporting key is revoked: forbidden (stays held)',
       tag: 'Matches',
       auth: { kind: 'credential', scopes: ['programs:write'], allow: [...management] },
       body: reviewBodySchema,
       idempotent: true,
+      // Spec 3: the same decision repeated answers replayed: true, also from the stored answer of
+      // the same Idempotency-Key (stored errors have no `replayed` and replay unchanged).
+      replayTransform: (body) => (isRecord(body) && 'replayed' in body ? { ...body, replayed: true } : body),
       responses: { 200: { description: '{player, match_result: {id, match_id, status}, replayed}' } },
       handler: async (ctx: RequestContext<z.infer<typeof reviewBodySchema>>) => {
         const r = await deps.results.review(
