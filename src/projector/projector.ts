@@ -395,6 +395,8 @@ export class Projector {
 export function toProjections(records: JournalRecord[], out: Projection[]): void {
   for (const [environmentId, customerId, facts] of records) {
     if (customerId === '') continue;
+    // The record's event row, for the facts journaled after it that mark it (event.answered).
+    let event: Extract<Projection, { kind: 'event.insert' }> | null = null;
     for (const f of facts as Fact[]) {
       switch (f.kind) {
         case 'customer.created':
@@ -425,7 +427,7 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
           out.push({ kind: 'customer.erase', environmentId, id: customerId, deletedAtMs: f.atMs, version: f.version });
           break;
         case 'event.recorded':
-          out.push({
+          event = {
             kind: 'event.insert',
             environmentId,
             id: f.id,
@@ -439,7 +441,12 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
             trust: f.trust ?? null,
             sourceType: f.source?.type ?? null,
             sourceId: f.source?.id ?? null,
-          });
+          };
+          out.push(event);
+          break;
+        case 'event.answered':
+          // Journaled after the event's other facts: the row keeps the sync answer's effects.
+          if (event !== null && event.clientEventId === f.clientEventId) event.effects = f.effects;
           break;
         case 'alias.added':
           out.push({ kind: 'alias.upsert', environmentId, alias: f.alias, customerId, aliasKind: f.aliasKind, createdAtMs: f.atMs });

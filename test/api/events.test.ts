@@ -166,6 +166,39 @@ t.test('events', async (t) => {
     t.equal(after.status, 401);
     t.equal(after.body.error.code, 'credentials_revoked');
   });
+
+  // Last: it publishes a rule, which would give the events of the tests above effects.
+  await t.test("a repeat answers as the first did also after the customer's latest answers moved on", async (t) => {
+    t.equal((await tenant.admin.post('/v1/currencies', { key: 'gems', name: 'Gems' }, idem())).status, 201);
+    const definition = { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'level.completed' }, actions: [{ type: 'points.award', currency: 'gems', amount: 1 }] };
+    const rule = await tenant.admin.post('/v1/rules', { name: 'a gem a level', definition }, idem());
+    t.equal((await tenant.admin.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+    const old = event('old-sync', 'many-sync', { mode: 'sync' });
+    const first = await api.post('/v1/events', old);
+    t.equal(first.status, 200);
+    t.match(first.body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 1 }]);
+    // The customer's actor remembers its latest 64 sync answers; 70 more push this one out.
+    const later = await api.post('/v1/events', { mode: 'sync', events: Array.from({ length: 70 }, (_, i) => event(`later-${i}`, 'many-sync')) });
+    t.equal(later.status, 207);
+    const again = await api.post('/v1/events', old);
+    t.equal(again.status, 200, 'evaluated, as the first answer was');
+    t.same(again.body, { ...first.body, duplicate: true }, 'with the same effects');
+    const asyncRepeat = await api.post('/v1/events', { ...old, mode: undefined });
+    t.same(asyncRepeat.body, { ...first.body, duplicate: true }, 'whatever mode the repeat names');
+    const notSync = event('old-async', 'many-sync');
+    const accepted = await api.post('/v1/events', notSync);
+    await api.post('/v1/events', { mode: 'sync', events: Array.from({ length: 70 }, (_, i) => event(`later-b-${i}`, 'many-sync')) });
+    const repeat = await api.post('/v1/events', notSync);
+    t.same({ status: repeat.status, body: repeat.body }, { status: 202, body: { ...accepted.body, duplicate: true } }, 'an event answered 202 is answered 202 again');
+    // Merged into another customer: the survivor answers the merged customer's repeat.
+    const merging = event('mrg-sync', 'sync-mergee', { mode: 'sync' });
+    const answered = await api.post('/v1/events', merging);
+    t.equal(answered.status, 200);
+    const survivor = await api.post('/v1/customers', { external_id: 'sync-survivor' }, idem());
+    t.match((await api.post(`/v1/customers/${survivor.body.id}/aliases`, { alias: 'sync-mergee' }, idem())).body, { merged_from: /^cust_/ });
+    const afterMerge = await api.post('/v1/events', merging);
+    t.same({ status: afterMerge.status, body: afterMerge.body }, { status: 200, body: { ...answered.body, duplicate: true } }, 'after a merge too');
+  });
 });
 
 // The read tables' lag bound (PROJECTOR_LAG_MAX): here 10 records, so nearly every batch passes

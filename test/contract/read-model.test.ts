@@ -96,6 +96,16 @@ for (const kind of sqlKinds) {
       t.equal(await rm.projectedOffset(p), '1-0');
     });
 
+    t.test("a sync event's answer is kept with its row; an event answered 202 has none", async (t) => {
+      const p = next();
+      const effects = [{ type: 'rule.fired', ruleId: 'rule_1', version: 2 }, { type: 'points.awarded', ruleId: 'rule_1', currency: 'coins', amount: 5, entryId: 'le_1' }];
+      await rm.apply(p, '1-0', [{ ...event('ans-1', 'c1', T0 + 10), effects } as Projection, event('ans-2', 'c1', T0 + 11)]);
+      t.same(await rm.eventAnswer('env_a', 'ans-1'), { effects });
+      t.same(await rm.eventAnswer('env_a', 'ans-2'), { effects: null }, 'answered 202');
+      t.equal(await rm.eventAnswer('env_a', 'ans-3'), null, 'not projected');
+      t.equal(await rm.eventAnswer('env_b', 'ans-1'), null, 'another environment');
+    });
+
     t.test('re-applying the same batch, or re-delivering its facts later, changes nothing', async (t) => {
       const p = next();
       const batch = [upsert('r1', 1), upsert('r1', 2), event('re1', 'r1', T0 + 1), event('re2', 'r1', T0 + 2), alias('r-alias', 'r1')];

@@ -72,7 +72,7 @@ function eventsPost(store: EventIds, onExecute: () => void) {
   const routes = eventRoutes({
     engine,
     eventIds: new EventIdClaims(store),
-    readModel: { getEvent: async () => null },
+    readModel: { getEvent: async () => null, eventAnswer: async () => null },
     drainProjector: async () => {},
     nowMs: () => Date.now(),
     rules: () => null,

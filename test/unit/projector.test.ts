@@ -183,6 +183,31 @@ t.test('counter.counted marks its event row; tier facts become customer tier row
   t.equal(out.length, 3, 'the counter marker adds no projection of its own');
 });
 
+t.test("event.answered puts the sync answer's effects on its event row, after the facts between them", async (t) => {
+  const out: Projection[] = [];
+  const effects = [{ type: 'rule.fired', ruleId: 'rule_1', version: 1 }];
+  const recorded = (n: number) => ({ kind: 'event.recorded', id: `evt_${n}`, clientEventId: `e${n}`, name: 'x.y', occurredAtMs: 1, receivedAtMs: 2, properties: {}, fp: n });
+  toProjections(
+    [
+      [
+        'env',
+        'cust_1',
+        [
+          recorded(1),
+          { kind: 'tier.downgrade_check_scheduled', programId: 'tp_1', nextDowngradeCheckMs: 199, atMs: 99 },
+          { kind: 'event.answered', clientEventId: 'e1', effects },
+          recorded(2),
+        ],
+      ],
+      ['env', 'cust_2', [{ kind: 'event.answered', clientEventId: 'e2', effects }]],
+    ] as JournalRecord[],
+    out,
+  );
+  t.match(out, [{ kind: 'event.insert', id: 'evt_1', effects }, { kind: 'tier.set' }, { kind: 'event.insert', id: 'evt_2' }]);
+  t.equal((out[2] as { effects?: unknown }).effects, undefined, 'an event answered 202 carries none; an answer of another record marks nothing');
+  t.equal(out.length, 3);
+});
+
 /** A read model whose writes wait until `release()` (the database falling behind). */
 class HeldReadModel extends FakeReadModel {
   private gate: Promise<void> | null = null;

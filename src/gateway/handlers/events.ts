@@ -71,6 +71,8 @@ export interface EventReadModel {
     sourceType: string | null;
     sourceId: string | null;
   } | null>;
+  /** The effects of an event's sync answer; null when the event is not projected (see PgReadModel). */
+  eventAnswer(environmentId: string, id: string): Promise<{ effects: unknown[] | null } | null>;
 }
 
 export interface EventDeps {
@@ -201,13 +203,37 @@ async function recordOne(
   if (reply.kind !== 'event') throw new ApiError('internal_error');
   if (reply.effects.length > 0) deps.afterEvent?.(env, reply.customerId, reply.effects);
   // A duplicate answers as the first did: evaluated with its effects if that was a sync answer.
-  const evaluated = reply.duplicate ? reply.evaluated === true : sync && !fallback;
+  // The actor remembers its customer's latest answers only; an older one is in the event's row.
+  let effects: readonly Effect[] = reply.effects;
+  let evaluated = reply.duplicate ? reply.evaluated === true : sync && !fallback;
+  if (reply.duplicate && !evaluated) {
+    const stored = await storedAnswer(deps, env, reply.id);
+    if (stored !== null) {
+      evaluated = true;
+      effects = stored;
+    }
+  }
   const body: Record<string, unknown> = evaluated
-    ? { id: reply.id, client_event_id: reply.clientEventId, status: 'evaluated', effects: reply.effects.map(effectWire) }
+    ? { id: reply.id, client_event_id: reply.clientEventId, status: 'evaluated', effects: effects.map(effectWire) }
     : { id: reply.id, client_event_id: reply.clientEventId, status: 'accepted' };
   if (reply.duplicate) body.duplicate = true;
   if (fallback) body.fallback = true;
   return { status: evaluated ? 200 : 202, body };
+}
+
+/**
+ * The effects a duplicate's first answer carried when it was a sync answer the actor no longer
+ * remembers; null when it was answered 202. The event was journaled before its first answer, so
+ * its row is there once this node's projector has caught up (a partition another node owns
+ * projects within its cycle: a repeat that fast and that far behind answers 202).
+ */
+async function storedAnswer(deps: EventDeps, env: string, id: string): Promise<readonly Effect[] | null> {
+  let row = await deps.readModel.eventAnswer(env, id);
+  if (row === null) {
+    await deps.drainProjector();
+    row = await deps.readModel.eventAnswer(env, id);
+  }
+  return (row?.effects as Effect[] | null | undefined) ?? null;
 }
 
 export function effectWire(e: Effect): Record<string, unknown> {

@@ -101,6 +101,8 @@ export type Projection =
       trust: string | null;
       sourceType: string | null;
       sourceId: string | null;
+      /** The effects of its sync answer (event.answered in the same journal record); absent when answered 202. */
+      effects?: unknown[];
     }
   | {
       /** A customer's level in a tier program (level null: only the next downgrade check moved). */
@@ -495,18 +497,19 @@ export class PgReadModel {
           t: p.trust,
           st: p.sourceType,
           si: p.sourceId,
+          f: p.effects ?? null,
         })),
       );
       await tx`
-        insert into events (environment_id, id, client_event_id, customer_id, name, occurred_at, received_at, properties, status, counted, trust, source_type, source_id)
+        insert into events (environment_id, id, client_event_id, customer_id, name, occurred_at, received_at, properties, status, counted, trust, source_type, source_id, effects)
         select u.e, u.i, u.ce, u.c, u.n, to_timestamp(u.o / 1000), to_timestamp(u.r / 1000),
                case when exists (
                  select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
                ) then null else u.p end,
                u.s,
                case when u.k is null then null else array(select jsonb_array_elements_text(u.k)) end,
-               u.t, u.st, u.si
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text, k jsonb, t text, st text, si text)
+               u.t, u.st, u.si, u.f
+        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text, k jsonb, t text, st text, si text, f jsonb)
         on conflict (environment_id, id) do nothing`;
     }
   }
@@ -793,6 +796,15 @@ export class PgReadModel {
       from events e left join customers c on c.environment_id = e.environment_id and c.id = e.customer_id
       where e.environment_id = ${environmentId} and e.id = ${id}`;
     return row ? { ...eventRow(row), customerExternalId: (row.customer_external_id as string | null) ?? null } : null;
+  }
+
+  /**
+   * The effects an event's sync answer carried: null when no such event is projected, `effects`
+   * null when it was answered 202 (or recorded before answers were kept).
+   */
+  async eventAnswer(environmentId: string, id: string): Promise<{ effects: unknown[] | null } | null> {
+    const [row] = await this.sql`select effects from events where environment_id = ${environmentId} and id = ${id}`;
+    return row ? { effects: (row.effects as unknown[] | null) ?? null } : null;
   }
 
   /**
