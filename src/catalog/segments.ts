@@ -2,8 +2,9 @@
 // audiences use it), description, kind static|dynamic, condition (dynamic: a rule-language
 // condition over customer.attributes.*). Rows live in PostgreSQL; every node caches each
 // environment's compiled definitions (dropped on a bus message when any node changes one).
-// A segment that a non-archived rule or a campaign audience names cannot be renamed or deleted
-// (409 resource_in_use naming the users). Static membership is NOT here: it is customer state.
+// A segment that a non-archived rule, a campaign audience or the qualifying conditions of a
+// challenge that has not ended name cannot be renamed or deleted (409 resource_in_use naming the
+// users). Static membership is NOT here: it is customer state.
 import { compileSegmentCondition, type SegmentDef, type SegmentKind, segmentsReferenced, validateSegmentCondition } from '../domain/segments.js';
 import type { Condition } from '../domain/rules/schema.js';
 import { ApiError } from '../errors/api-error.js';
@@ -41,6 +42,16 @@ function row(r: Record<string, unknown>): Segment {
     createdAtMs: (r.created_at as Date).getTime(),
     updatedAtMs: (r.updated_at as Date).getTime(),
   };
+}
+
+/** A jsonb column as the driver hands it: parsed already, or text (qualifying is `{event, conditions?}`). */
+function jsonValue(v: unknown): unknown {
+  if (typeof v !== 'string') return v;
+  try {
+    return JSON.parse(v);
+  } catch {
+    return null;
+  }
 }
 
 function notFound(id: string): ApiError {
@@ -113,9 +124,12 @@ export class SegmentCatalog {
 
   /**
    * What refers to a segment by name: non-archived rules whose draft or active definition tests
-   * `customer.segments contains <name>`, and campaigns whose audience it is.
+   * `customer.segments contains <name>`, campaigns whose audience it is, and challenges not ended
+   * whose qualifying conditions test it (the only part of a challenge that can name a segment:
+   * completion actions, contribution_key and the rest never do; an ended challenge is final and
+   * never evaluates again, as an archived rule).
    */
-  async usedBy(environmentId: string, name: string): Promise<{ rules: string[]; campaigns: string[] }> {
+  async usedBy(environmentId: string, name: string): Promise<{ rules: string[]; campaigns: string[]; challenges: string[] }> {
     const rules = await this.sql`
       select r.id, r.draft_definition, v.definition as active_definition
       from rules r left join rule_versions v on v.environment_id = r.environment_id and v.id = r.active_version_id
@@ -126,17 +140,26 @@ export class SegmentCatalog {
       .map((r) => r.id as string);
     const campaigns = await this.sql`
       select id from campaigns where environment_id = ${environmentId} and audience_segment = ${name} order by id`;
-    return { rules: ruleIds.sort(), campaigns: campaigns.map((c) => c.id as string) };
+    const challenges = await this.sql`
+      select id, qualifying from challenges
+      where environment_id = ${environmentId} and status <> 'ended' and qualifying::text like ${`%${name}%`}
+      order by id`;
+    const challengeIds = challenges.filter((c) => segmentsReferenced(jsonValue(c.qualifying)).includes(name)).map((c) => c.id as string);
+    return { rules: ruleIds.sort(), campaigns: campaigns.map((c) => c.id as string), challenges: challengeIds };
   }
 
   private async guardInUse(environmentId: string, segment: Segment, what: 'rename' | 'delete'): Promise<void> {
     const used = await this.usedBy(environmentId, segment.name);
-    if (used.rules.length === 0 && used.campaigns.length === 0) return;
-    const names = [...used.rules.map((r) => `rule ${r}`), ...used.campaigns.map((c) => `campaign ${c}`)].join(', ');
+    if (used.rules.length === 0 && used.campaigns.length === 0 && used.challenges.length === 0) return;
+    const names = [
+      ...used.rules.map((r) => `rule ${r}`),
+      ...used.campaigns.map((c) => `campaign ${c}`),
+      ...used.challenges.map((c) => `challenge ${c}`),
+    ].join(', ');
     throw new ApiError('resource_in_use', {
       message: `Cannot ${what} segment ${segment.name}: used by ${names}.`,
       param: what === 'rename' ? 'name' : 'id',
-      details: { rules: used.rules, campaigns: used.campaigns },
+      details: { rules: used.rules, campaigns: used.campaigns, challenges: used.challenges },
     });
   }
 

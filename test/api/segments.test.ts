@@ -1,6 +1,7 @@
 // Segments end to end: CRUD with If-Match, static members journaled by the customer's actor,
 // dynamic conditions over attributes, rules with `customer.segments contains` firing only for
-// members, the state view's segments[], and resource_in_use on renaming or deleting a used segment.
+// members, the state view's segments[], and resource_in_use on renaming or deleting a segment a
+// rule, a campaign audience or a challenge's qualifying conditions use.
 import t from 'tap';
 import { idem, signUp, startForTest } from '../helpers/service.js';
 
@@ -139,6 +140,42 @@ t.test('rules on customer.segments: static members and dynamic matches; used seg
     idem(),
   );
   t.match((await api.delete(`/v1/segments/${beta.body.id}`)).body.error, { code: 'resource_in_use', details: { rules: [draft.body.id], campaigns: [] } });
+});
+
+t.test("a segment named in a challenge's qualifying conditions cannot be renamed or deleted until the challenge ends", async (t) => {
+  const { anon } = await startForTest(t);
+  const { server: api } = await signUp(anon);
+  const club = (await api.post('/v1/segments', { name: 'club', kind: 'static' }, idem())).body;
+  const solo = (await api.post('/v1/segments', { name: 'solo', kind: 'static' }, idem())).body;
+  const challenge = await api.post(
+    '/v1/challenges',
+    {
+      name: 'Club runs',
+      qualifying: {
+        event: 'run.finished',
+        // 'solo' appears only as an event property value here: it does not name the segment.
+        conditions: { all: [{ any: [{ path: 'customer.segments', op: 'contains', value: 'club' }] }, { path: 'event.properties.mode', op: 'eq', value: 'solo' }] },
+      },
+      target: 3,
+    },
+    idem(),
+  );
+  t.equal(challenge.status, 201);
+  const id = challenge.body.id as string;
+
+  const del = await api.delete(`/v1/segments/${club.id}`);
+  t.equal(del.status, 409);
+  t.match(del.body.error, { code: 'resource_in_use', param: 'id', details: { rules: [], campaigns: [], challenges: [id] } });
+  t.match(del.body.error.message, `challenge ${id}`);
+  const rename = await api.patch(`/v1/segments/${club.id}`, { name: 'club2' });
+  t.match(rename.body.error, { code: 'resource_in_use', param: 'name', details: { challenges: [id] } });
+  t.equal((await api.get(`/v1/segments/${club.id}`)).body.name, 'club', 'still there, same name');
+  t.equal((await api.delete(`/v1/segments/${solo.id}`)).status, 204, 'a value that is not a segment test holds nothing');
+
+  // An ended challenge is final and never evaluates again: it no longer holds the segment.
+  t.equal((await api.patch(`/v1/challenges/${id}`, { status: 'ended' })).status, 200);
+  t.equal((await api.patch(`/v1/segments/${club.id}`, { name: 'club2' })).status, 200);
+  t.equal((await api.delete(`/v1/segments/${club.id}`)).status, 204);
 });
 
 t.test('segment routes: remaining error codes (scopes, bodies, cursors, dynamic members, reused keys)', async (t) => {

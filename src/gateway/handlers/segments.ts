@@ -2,8 +2,8 @@
 // PATCH (If-Match), DELETE; static members: POST /v1/segments/{id}/members {customer_id} (service
 // id or external id), DELETE /v1/segments/{id}/members/{customer_id}, GET members (a page from the
 // projected segment_members table). Membership is journaled by the customer's actor, so a rule
-// evaluates it with no I/O. Renaming or deleting a segment a rule or a campaign audience names:
-// 409 resource_in_use.
+// evaluates it with no I/O. Renaming or deleting a segment a rule, a campaign audience or a
+// challenge's qualifying conditions name (challenges not ended): 409 resource_in_use.
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { Segment, SegmentCatalog } from '../../catalog/segments.js';
@@ -34,7 +34,7 @@ const nameField = z
   .min(1)
   .max(64)
   .regex(/^[A-Za-z0-9_.:-]+$/, 'Use letters, digits, _, ., : and -, e.g. vip.')
-  .describe('Unique per environment; rules (customer.segments contains <name>) and campaign audiences use it.');
+  .describe('Unique per environment; rules and challenge qualifying conditions (customer.segments contains <name>) and campaign audiences use it.');
 const descriptionField = z.string().max(1000).nullable();
 // The condition is checked by the rule language (validation_failed names condition.all[0].path).
 const conditionField = z.unknown().describe('Dynamic only: a rule-language condition over customer.attributes.<name>.');
@@ -176,7 +176,7 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
     route({
       method: 'DELETE',
       path: '/v1/segments/:id',
-      summary: 'Delete a segment (409 resource_in_use while a rule or a campaign audience names it)',
+      summary: 'Delete a segment (409 resource_in_use while a rule, a campaign audience or a challenge not ended names it)',
       tag: 'Segments',
       auth: writeAuth,
       responses: { 204: { description: 'Deleted.' } },
