@@ -134,7 +134,8 @@ export type Command =
    * recorded more, answers those (events_to_erase) and changes nothing: the caller erases them in
    * the register and asks again. So no event of an erased customer is ever missing there.
    */
-  | { kind: 'customer.delete'; eventsErased: number }
+  /** expectedVersion: If-Match of the DELETE; stale_write when the customer moved on. */
+  | { kind: 'customer.delete'; eventsErased: number; expectedVersion?: number }
   /**
    * Erases a customer merged into `survivorId` when the survivor is deleted (its personal data
    * goes with the survivor's). The only command a merged customer runs itself, not redirected.
@@ -396,6 +397,9 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       return { ok: true, facts: [fact], reply: { kind: 'customer', customer: state } };
     }
     case 'customer.delete':
+      if (cmd.expectedVersion !== undefined && cmd.expectedVersion !== state.version) {
+        return fail('stale_write', `The customer is at version ${state.version}.`);
+      }
       if (state.events.size > cmd.eventsErased) return eventsToErase(state, cmd.eventsErased);
       return {
         ok: true,

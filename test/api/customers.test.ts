@@ -278,8 +278,11 @@ t.test('customers', async (t) => {
   await t.test('delete erases personal data; the id answers 404; the external id is free again', async (t) => {
     const c = (await api.post('/v1/customers', { external_id: 'gone@example.com', attributes: { email: 'gone@example.com' } }, idem())).body;
     await api.post('/v1/events', { id: 'd-1', name: 'app.opened', customer_id: 'gone@example.com', occurred_at: now(), properties: { ip: '1.2.3.4' } });
-    const d = await api.delete(`/v1/customers/${c.id}`);
-    t.equal(d.status, 204);
+    const stale = await api.delete(`/v1/customers/${c.id}`, { 'if-match': '"7"' });
+    t.same({ status: stale.status, code: stale.body.error.code }, { status: 409, code: 'stale_write' }, 'If-Match naming another version');
+    t.equal((await api.get(`/v1/customers/${c.id}`)).status, 200, 'nothing erased');
+    const d = await api.delete(`/v1/customers/${c.id}`, { 'if-match': '"1"' });
+    t.equal(d.status, 204, 'If-Match naming its version');
     t.equal((await api.get(`/v1/customers/${c.id}`)).status, 404);
     t.equal((await api.get('/v1/customers?external_id=gone@example.com')).body.data.length, 0);
     const again = await api.post('/v1/customers', { external_id: 'gone@example.com' }, idem());

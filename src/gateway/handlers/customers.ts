@@ -456,11 +456,17 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const target = idTarget(ctx.params.id ?? '');
         const before = await view(deps, env, target);
+        // If-Match is checked before anything is erased (the customers merged into this one go
+        // first), and again by the delete itself.
+        const expected = expectedVersion(ctx.headers);
+        if (expected !== undefined && expected !== before.version) {
+          throw new ApiError('stale_write', { message: `The customer is at version ${before.version}.` });
+        }
         // Customers merged into this one hold personal data too (their external id, attributes,
         // event properties): erased with it, and those merged into them in turn. First, so that a
         // delete interrupted by a crash, repeated, finds the survivor and finishes them.
         const merged = await eraseMerged(deps, env, before.id, before.mergedFrom);
-        await eraseRecordedEvents(deps, env, target, (eventsErased) => ({ kind: 'customer.delete', eventsErased }));
+        await eraseRecordedEvents(deps, env, target, (eventsErased) => ({ kind: 'customer.delete', eventsErased, expectedVersion: expected }));
         await releaseAliases(
           deps,
           env,
