@@ -175,6 +175,7 @@ t.test('challenges over the API', async (t) => {
     t.match(exp.challenge_progress, [{ challenge: chl, period_key: 'all', count: 3, completed_at: String }]);
     const progress = await api.get(`/v1/challenges/${chl}/progress?customer_id=${id}`);
     t.match(progress.body.data, [{ challenge_id: chl, customer_id: id, period_key: 'all', cycle: 1, count: 3, target: 3, status: 'completed' }]);
+    t.same(progress.body.data[0].contributions, ['m1', 'm2', 'm3'], 'spec 2.8: the distinct contribution_key values, in the order counted');
     t.same((await api.get(`/v1/challenges/${chl}/progress?status=active`)).body.data, []);
     t.equal((await api.get(`/v1/challenges/${chl}/progress?status=open`)).body.error.param, 'status');
     t.equal((await api.get(`/v1/challenges/${chl}/progress?customer_id=cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ`)).body.error.code, 'resource_not_found');
@@ -256,6 +257,7 @@ t.test('challenges over the API', async (t) => {
     const revoked = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, contribution: 'g2', reason: 'own goal' });
     t.equal(revoked.status, 200);
     t.match(revoked.body, { challenge_id: c.id, customer_id: id, period_key: 'all', count: 1, status: 'active', audit_entry_id: /^aud_/ });
+    t.same(revoked.body.contributions, ['g1'], 'the revoked value is gone from contributions');
     const again = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, contribution: 'g2', reason: 'own goal' });
     t.equal(again.status, 404);
     t.equal(again.body.error.param, 'contribution');
@@ -273,6 +275,7 @@ t.test('challenges over the API', async (t) => {
 
     const notYet = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id, reason: 'check' });
     t.match(notYet.body, { effects: [], progress: { count: 2 }, audit_entry_id: /^aud_/ });
+    t.same(notYet.body.progress.contributions, ['g1', 'g2'], 'a value revoked and counted again comes last');
     t.equal(notYet.body.completed, 0, 'completed is the integer count of completions (spec 2.8)');
     t.equal((await api.patch(`/v1/challenges/${c.id}`, { target: 2 })).status, 200);
     const re = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id, reason: 'target lowered' });
@@ -292,6 +295,9 @@ t.test('challenges over the API', async (t) => {
     t.equal(await balance(id), 7);
     const kept = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, contribution: 'g1', reason: 'offside' });
     t.match(kept.body, { count: 1, status: 'completed' }, 'a completed period stays completed');
+    t.same(kept.body.contributions, ['g2']);
+    const listed = (await api.get(`/v1/challenges/${c.id}/progress?customer_id=${id}`)).body.data;
+    t.same(listed.map((p: { count: number; contributions: string[] }) => [p.count, p.contributions]), [[1, ['g2']]], 'the list shows what the actor holds');
     const unexplained = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id });
     t.same([unexplained.status, unexplained.body.error.code], [403, 'audit_reason_required']);
     t.equal((await api.post(`/v1/challenges/${c.id}/reevaluate`, { reason: 'x' })).body.error.param, 'customer_id');
@@ -346,6 +352,7 @@ t.test('challenges over the API', async (t) => {
     t.equal(await balance(id), 10);
     const rows = (await api.get(`/v1/challenges/${c.id}/progress?customer_id=daily&limit=1`)).body;
     t.match(rows, { data: [{ period_key: today, status: 'completed' }], has_more: true });
+    t.same(rows.data[0].contributions, [], 'no contribution_key: contributions is always empty');
     const next = (await api.get(`/v1/challenges/${c.id}/progress?customer_id=daily&limit=1&cursor=${rows.next_cursor}`)).body;
     t.match(next, { data: [{ period_key: tomorrow, status: 'completed' }], has_more: false });
 

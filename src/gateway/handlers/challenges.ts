@@ -134,6 +134,11 @@ export function challengeWire(c: ChallengeRecord) {
   };
 }
 
+/**
+ * A progress record (spec 2.8). `contributions`: the distinct contribution_key values counted in the
+ * period (and cycle), in the order counted, revoked ones removed; always [] for a challenge without
+ * contribution_key, which stores no values (every qualifying event counts once).
+ */
 function progressWire(p: ProgressRow) {
   return {
     challenge_id: p.challengeId,
@@ -143,6 +148,7 @@ function progressWire(p: ProgressRow) {
     count: p.count,
     target: p.target,
     status: p.status,
+    contributions: [...p.contributions],
     completed_at: iso(p.completedAtMs),
     updated_at: iso(p.updatedAtMs),
   };
@@ -385,7 +391,12 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       tag: 'Challenges',
       auth: readAuth,
       query: progressQuery,
-      responses: { 200: { description: 'A page of progress records.' } },
+      responses: {
+        200: {
+          description:
+            'A page of progress records {challenge_id, customer_id, period_key, cycle, count, target, status, contributions[], completed_at, updated_at}; contributions is [] for a challenge without contribution_key.',
+        },
+      },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof progressQuery>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');

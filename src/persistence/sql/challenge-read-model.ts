@@ -1,8 +1,10 @@
 // Read tables of challenges, written by the projector from the customer actors' challenge facts:
-// challenge_progress (one row per customer, challenge, period and cycle) and challenge_enrollments.
-// Writes are idempotent: a batch folds its facts per row in fact order first (count and target
-// from the last fact, completed_at from the first completion), and an upsert never un-completes a
-// row. Reads back the progress list, the enrollments list and a customer's progress for exports.
+// challenge_progress (one row per customer, challenge, period and cycle, with its contributions)
+// and challenge_enrollments. Writes are idempotent: a batch folds its facts per row in fact order
+// first (count and target from the last fact, completed_at from the first completion, the
+// contributions' adds and removes as the actor's evolve applies them), and an upsert never
+// un-completes a row. Reads back the progress list, the enrollments list and a customer's progress
+// for exports.
 import type postgres from 'postgres';
 import type { ChallengeFact } from '../../domain/challenges.js';
 import type { Sql } from './db.js';
@@ -23,6 +25,12 @@ export type ChallengeProjection =
       target: number | null;
       completedAtMs: number | null;
       atMs: number;
+      /**
+       * What the fact does to the row's contributions, as the actor's evolve does to its record:
+       * add a counted value, remove a revoked one, set them all (a merge adopting a record), or
+       * nothing (a completion, or a progress of a challenge without contribution_key).
+       */
+      contributions: ContributionChange | null;
     }
   | {
       kind: 'challenge.enrollment';
@@ -33,6 +41,8 @@ export type ChallengeProjection =
       enrolledAtMs: number | null;
     };
 
+export type ContributionChange = { add: string } | { remove: string } | { set: string[] };
+
 /** One challenge fact -> its projection (pure). */
 export function challengeProjection(environmentId: string, customerId: string, f: Exclude<ChallengeFact, { kind: 'challenge.merged' }>): ChallengeProjection {
   switch (f.kind) {
@@ -41,11 +51,36 @@ export function challengeProjection(environmentId: string, customerId: string, f
     case 'challenge.unenrolled':
       return { kind: 'challenge.enrollment', environmentId, customerId, challengeId: f.challengeId, enrolledAtMs: null };
     case 'challenge.progressed':
-      return { kind: 'challenge.progress', environmentId, customerId, challengeId: f.challengeId, periodKey: f.periodKey, cycle: f.cycle, count: f.count, target: f.target, completedAtMs: null, atMs: f.atMs };
+      return {
+        kind: 'challenge.progress',
+        environmentId,
+        customerId,
+        challengeId: f.challengeId,
+        periodKey: f.periodKey,
+        cycle: f.cycle,
+        count: f.count,
+        target: f.target,
+        completedAtMs: null,
+        atMs: f.atMs,
+        contributions: f.contribution === null ? null : { add: f.contribution },
+      };
     case 'challenge.completed':
-      return { kind: 'challenge.progress', environmentId, customerId, challengeId: f.challengeId, periodKey: f.periodKey, cycle: f.cycle, count: f.count, target: f.target, completedAtMs: f.atMs, atMs: f.atMs };
+      return { kind: 'challenge.progress', environmentId, customerId, challengeId: f.challengeId, periodKey: f.periodKey, cycle: f.cycle, count: f.count, target: f.target, completedAtMs: f.atMs, atMs: f.atMs, contributions: null };
     case 'challenge.revoked':
-      return { kind: 'challenge.progress', environmentId, customerId, challengeId: f.challengeId, periodKey: f.periodKey, cycle: f.cycle, count: f.count, target: null, completedAtMs: null, atMs: f.atMs };
+      // Without a contribution key the value was never stored: removing it changes nothing, as in evolve.
+      return {
+        kind: 'challenge.progress',
+        environmentId,
+        customerId,
+        challengeId: f.challengeId,
+        periodKey: f.periodKey,
+        cycle: f.cycle,
+        count: f.count,
+        target: null,
+        completedAtMs: null,
+        atMs: f.atMs,
+        contributions: { remove: f.contribution },
+      };
   }
 }
 
@@ -65,6 +100,7 @@ export function challengeMergeProjections(environmentId: string, customerId: str
         target: p.target,
         completedAtMs: p.completedAtMs,
         atMs: p.updatedAtMs,
+        contributions: { set: [...p.contributions] },
       }),
     ),
   ];
@@ -76,19 +112,92 @@ type Enrollment = Extract<ChallengeProjection, { kind: 'challenge.enrollment' }>
 /** Folds one row's key; the parts are service ids, a period key and a number (no NUL in any). */
 const rowKey = (...parts: Array<string | number>) => parts.join('\u0000');
 
+/**
+ * A row's contribution changes of one batch, folded in fact order: the row's list becomes
+ * (set ?? stored) without the values in remove or add, then add in order. An add moves its value
+ * last and cancels an earlier remove of it; a remove cancels an earlier add; a set starts over.
+ * Applied to the stored list this is what evolve's push-if-absent and filter give in sequence
+ * (the actor adds a value only while it is absent), and applying it twice changes nothing more.
+ */
+interface ContributionOps {
+  set: string[] | null;
+  add: string[];
+  remove: string[];
+}
+
+function foldContribution(ops: ContributionOps | null, change: ContributionChange): ContributionOps {
+  if ('set' in change) return { set: [...change.set], add: [], remove: [] };
+  const o = ops ?? { set: null, add: [], remove: [] };
+  if ('add' in change) {
+    o.add = o.add.filter((x) => x !== change.add);
+    o.add.push(change.add);
+    o.remove = o.remove.filter((x) => x !== change.add);
+  } else {
+    o.add = o.add.filter((x) => x !== change.remove);
+    if (!o.remove.includes(change.remove)) o.remove.push(change.remove);
+  }
+  return o;
+}
+
+type FoldedProgress = Progress & { ops: ContributionOps | null };
+
 export async function writeChallengeProgress(tx: Tx, run: Progress[]): Promise<void> {
-  const rows = new Map<string, Progress>();
+  const rows = new Map<string, FoldedProgress>();
   for (const p of run) {
     const k = rowKey(p.environmentId, p.challengeId, p.customerId, p.periodKey, p.cycle);
     const seen = rows.get(k);
+    const ops = p.contributions === null ? (seen?.ops ?? null) : foldContribution(seen?.ops ?? null, p.contributions);
     rows.set(
       k,
       seen === undefined
-        ? p
-        : { ...p, target: p.target ?? seen.target, completedAtMs: seen.completedAtMs ?? p.completedAtMs, atMs: Math.max(seen.atMs, p.atMs) },
+        ? { ...p, ops }
+        : { ...p, target: p.target ?? seen.target, completedAtMs: seen.completedAtMs ?? p.completedAtMs, atMs: Math.max(seen.atMs, p.atMs), ops },
     );
   }
-  for (const part of chunks([...rows.values()], rowsPerStatementMax)) await upsertProgress(tx, part);
+  const all = [...rows.values()];
+  for (const part of chunks(all, rowsPerStatementMax)) await upsertProgress(tx, part);
+  // After the upserts (the same transaction keeps the order): a new row starts from '{}'.
+  for (const part of contributionChunks(all.filter((r) => r.ops !== null))) await updateContributions(tx, part);
+}
+
+/** Parts of at most rowsPerStatementMax values (a merge's set carries up to a record's whole list). */
+function contributionChunks(rows: FoldedProgress[]): FoldedProgress[][] {
+  const out: FoldedProgress[][] = [];
+  let part: FoldedProgress[] = [];
+  let size = 0;
+  for (const r of rows) {
+    const n = 1 + (r.ops!.set?.length ?? 0) + r.ops!.add.length + r.ops!.remove.length;
+    if (part.length > 0 && size + n > rowsPerStatementMax) {
+      out.push(part);
+      part = [];
+      size = 0;
+    }
+    part.push(r);
+    size += n;
+  }
+  if (part.length > 0) out.push(part);
+  return out;
+}
+
+async function updateContributions(tx: Tx, part: FoldedProgress[]): Promise<void> {
+  const doc = JSON.stringify(
+    part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, k: p.periodKey, y: p.cycle, s: p.ops!.set, a: p.ops!.add, r: p.ops!.remove })),
+  );
+  await tx`
+    update challenge_progress as p
+    set contributions = array(
+          select b.x from unnest(coalesce(u.s, p.contributions)) with ordinality as b(x, o)
+          where not (b.x = any(u.a)) and not (b.x = any(u.r))
+          order by b.o
+        ) || u.a
+    from (
+      select v.e, v.h, v.c, v.k, v.y,
+             case when v.s is null or jsonb_typeof(v.s) = 'null' then null else array(select jsonb_array_elements_text(v.s)) end as s,
+             array(select jsonb_array_elements_text(v.a)) as a,
+             array(select jsonb_array_elements_text(v.r)) as r
+      from jsonb_to_recordset((${doc}::text)::jsonb) as v(e text, h text, c text, k text, y int, s jsonb, a jsonb, r jsonb)
+    ) as u
+    where p.environment_id = u.e and p.challenge_id = u.h and p.customer_id = u.c and p.period_key = u.k and p.cycle = u.y`;
 }
 
 async function upsertProgress(tx: Tx, part: Progress[]): Promise<void> {
@@ -139,6 +248,8 @@ export interface ProgressRow {
   count: number;
   target: number;
   status: string;
+  /** The distinct contribution values counted in this period and cycle, in the order counted; [] without contribution_key. */
+  contributions: string[];
   completedAtMs: number | null;
   updatedAtMs: number;
 }
@@ -160,12 +271,13 @@ function progressRow(r: Record<string, unknown>): ProgressRow {
     count: r.count as number,
     target: r.target as number,
     status: r.status as string,
+    contributions: (r.contributions as string[] | null) ?? [],
     completedAtMs: (r.completed_at_ms as number | null) ?? null,
     updatedAtMs: r.updated_at_ms as number,
   };
 }
 
-const progressColumns = `challenge_id, customer_id, period_key, cycle, count, target, status, ${ms('completed_at')} as completed_at_ms, ${ms('updated_at')} as updated_at_ms`;
+const progressColumns = `challenge_id, customer_id, period_key, cycle, count, target, status, contributions, ${ms('completed_at')} as completed_at_ms, ${ms('updated_at')} as updated_at_ms`;
 
 export class ChallengeReadModel {
   constructor(private readonly sql: Sql) {}
