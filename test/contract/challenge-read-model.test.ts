@@ -143,5 +143,14 @@ for (const kind of sqlKinds) {
     }
     await writer.apply(0, '7-0', merges);
     for (const c of ['cust_b1', 'cust_b2', 'cust_b3']) t.same((await list(c))[0]?.[2], big, `${c}: every value, in order`);
+
+    // Erasing a customer erases its values (event data), also those counted in the same batch.
+    await writer.apply(0, '8-0', [p('cust_k', 'late', 5), { kind: 'customer.erase', environmentId: env, id: 'cust_k', deletedAtMs: T0 + 999, version: 2 }]);
+    t.same(
+      (await list('cust_k')).map((r) => r[2]),
+      [[], []],
+      'no values left on any of its rows',
+    );
+    t.same((await list('cust_n'))[0]?.[2], ['m1', 'm2', 'm3'], "another customer's are kept");
   });
 }

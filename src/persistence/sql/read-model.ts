@@ -360,6 +360,9 @@ export class PgReadModel {
       ] as const) {
         if (byKind[kind].length > 0) await this.applyRun(statements.tx, byKind[kind]);
       }
+      // Contribution values are event data: erased with the customer, after this batch's progress
+      // rows (written after the erase above, they may still carry values).
+      if (byKind['customer.erase'].length > 0) await this.eraseContributions(statements.tx, byKind['customer.erase'] as Array<Of<'customer.erase'>>);
       await statements.flush();
       await tx`
         update projection_offsets o set "offset" = u.o
@@ -451,6 +454,15 @@ export class PgReadModel {
         update events ev set properties = null
         from unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
         where ev.environment_id = u.e and ev.customer_id = u.i and ev.properties is not null`;
+    }
+  }
+
+  private async eraseContributions(tx: Tx, run: Array<Of<'customer.erase'>>): Promise<void> {
+    for (const part of chunks(run, rowsPerStatementMax)) {
+      await tx`
+        update challenge_progress cp set contributions = '{}'
+        from unnest(${part.map((p) => text(p.environmentId))}::text[], ${part.map((p) => text(p.id))}::text[]) as u(e, i)
+        where cp.environment_id = u.e and cp.customer_id = u.i and cp.contributions <> '{}'`;
     }
   }
 
