@@ -245,13 +245,15 @@ export class CampaignCatalog {
   }
 
   /** Refused while active (invalid_state) or while a non-archived rule names it (resource_in_use). */
-  async delete(environmentId: string, id: string): Promise<void> {
+  /** DELETE; with If-Match, only the version it names (stale_write). */
+  async delete(environmentId: string, id: string, expected?: number): Promise<void> {
     // Read before the transaction (embedded mode has one connection).
     const others = Object.entries((await this.refs.otherUsers?.(environmentId, id)) ?? {}).filter(([, ids]) => ids.length > 0);
     await this.sql.begin(async (tx) => {
       const rows = await tx`select * from campaigns where environment_id = ${environmentId} and id = ${id} for update`;
       if (rows.length === 0) throw notFound(id);
       const c = (await this.withBudgets(environmentId, rows, tx as unknown as Sql))[0]!;
+      if (expected !== undefined && expected !== c.version) throw new ApiError('stale_write', { details: { current_version: c.version } });
       requireState(c, 'delete');
       const rules = await tx`
         select id from rules where environment_id = ${environmentId} and campaign_id = ${id} and status <> 'archived' order by id`;

@@ -155,12 +155,19 @@ export class ChallengeCatalog {
   }
 
   /** Deletes a draft or ended challenge; active and paused ones are invalid_state (end them first). */
-  async delete(environmentId: string, id: string): Promise<void> {
+  /** DELETE (draft or ended only); with If-Match, only the version it names (stale_write). */
+  async delete(environmentId: string, id: string, expectedVersion?: number): Promise<void> {
     const before = await this.get(environmentId, id);
+    if (expectedVersion !== undefined && expectedVersion !== before.version) {
+      throw new ApiError('stale_write', { details: { current_version: before.version } });
+    }
     if (before.status !== 'draft' && before.status !== 'ended') {
       throw new ApiError('invalid_state', { message: `A ${before.status} challenge cannot be deleted; end it first (PATCH status: ended).`, param: 'status' });
     }
-    await this.sql`delete from challenges where environment_id = ${environmentId} and id = ${id} and status in ('draft', 'ended')`;
+    const gone = await this.sql`
+      delete from challenges where environment_id = ${environmentId} and id = ${id} and status in ('draft', 'ended') and version = ${before.version}
+      returning id`;
+    if (gone.length === 0) throw new ApiError('stale_write', { message: 'The challenge changed while it was being deleted.' });
     await this.changed(environmentId);
   }
 

@@ -123,9 +123,13 @@ export class CounterCatalog {
     return row(rows[0]!);
   }
 
-  /** Deletes a definition no non-archived rule reads (draft or active version); else resource_in_use. */
-  async delete(environmentId: string, id: string): Promise<void> {
+  /**
+   * Deletes a definition no non-archived rule reads (draft or active version); else resource_in_use.
+   * With If-Match, only the version it names (stale_write).
+   */
+  async delete(environmentId: string, id: string, expected?: number): Promise<void> {
     const def = await this.get(environmentId, id);
+    if (expected !== undefined && expected !== def.version) throw new ApiError('stale_write', { details: { current_version: def.version } });
     const pattern = `customer\\.counters\\.${def.name.replace(/[^a-z0-9_]/g, '')}(\\.|")`;
     const readers = await this.sql`
       select r.id from rules r
@@ -141,7 +145,8 @@ export class CounterCatalog {
         details: { rules: ids },
       });
     }
-    await this.sql`delete from counter_definitions where environment_id = ${environmentId} and id = ${id}`;
+    const gone = await this.sql`delete from counter_definitions where environment_id = ${environmentId} and id = ${id} and version = ${def.version} returning id`;
+    if (gone.length === 0) throw new ApiError('stale_write', { message: 'The counter definition changed while it was being deleted.' });
     await this.changed(environmentId);
   }
 

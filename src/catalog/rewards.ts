@@ -169,13 +169,22 @@ export class RewardCatalog {
   }
 
   /** Archives (no new issuances; existing ones keep referring to it). Idempotent. */
-  async archive(environmentId: string, id: string): Promise<RewardRecord> {
-    await this.get(environmentId, id);
+  /** DELETE: archives (idempotent); with If-Match, only the version it names (stale_write). */
+  async archive(environmentId: string, id: string, expectedVersion?: number): Promise<RewardRecord> {
+    const before = await this.get(environmentId, id);
+    if (expectedVersion !== undefined && expectedVersion !== before.version) {
+      throw new ApiError('stale_write', { details: { current_version: before.version } });
+    }
     const [r] = await this.sql`
       update rewards set status = 'archived', version = version + case when status = 'archived' then 0 else 1 end,
         updated_at = case when status = 'archived' then updated_at else now() end
-      where environment_id = ${environmentId} and id = ${id} returning *`;
-    return row(r!);
+      where environment_id = ${environmentId} and id = ${id} and (${expectedVersion ?? null}::int is null or version = ${expectedVersion ?? null}::int)
+      returning *`;
+    if (r === undefined) {
+      const current = await this.get(environmentId, id);
+      throw new ApiError('stale_write', { details: { current_version: current.version } });
+    }
+    return row(r);
   }
 
   /**

@@ -199,11 +199,14 @@ export class SegmentCatalog {
     return row(rows[0]!);
   }
 
-  async delete(environmentId: string, id: string): Promise<void> {
+  /** DELETE; with If-Match, only the version it names (stale_write). */
+  async delete(environmentId: string, id: string, expected?: number): Promise<void> {
     const before = await this.get(environmentId, id);
+    if (expected !== undefined && expected !== before.version) throw new ApiError('stale_write', { details: { current_version: before.version } });
     await this.guardInUse(environmentId, before, 'delete');
     await this.sql.begin(async (tx) => {
-      await tx`delete from segments where environment_id = ${environmentId} and id = ${id}`;
+      const gone = await tx`delete from segments where environment_id = ${environmentId} and id = ${id} and version = ${before.version} returning id`;
+      if (gone.length === 0) throw new ApiError('stale_write', { message: 'The segment changed while it was being deleted.' });
       await tx`delete from segment_members where environment_id = ${environmentId} and segment_id = ${id}`;
     });
     await this.changed(environmentId);

@@ -173,7 +173,7 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       auth: writeAuth,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
-        await campaigns.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        await campaigns.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));
         return { status: 204 };
       },
     }),

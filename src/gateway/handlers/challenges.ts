@@ -327,7 +327,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       auth: writeAuth,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
-        await deps.challenges.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        await deps.challenges.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));
         return { status: 204 };
       },
     }),

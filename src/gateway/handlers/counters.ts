@@ -7,6 +7,7 @@ import type { CounterCatalog, CounterRecord } from '../../catalog/counters.js';
 import { ApiError } from '../../errors/api-error.js';
 import type { CounterBackfill } from '../../jobs/counter-backfill.js';
 import { limits } from '../../limits.js';
+import { expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
@@ -106,7 +107,7 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       auth: writeAuth,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
-        await deps.counters.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        await deps.counters.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));
         return { status: 204 };
       },
     }),

@@ -227,7 +227,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       auth: catalogWrite,
       responses: { 204: { description: 'Archived (empty body).' } },
       handler: async (ctx: RequestContext) => {
-        await deps.rewards.archive(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        await deps.rewards.archive(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));
         return { status: 204 };
       },
     }),

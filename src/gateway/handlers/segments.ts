@@ -181,7 +181,7 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       auth: writeAuth,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
-        await segments.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '');
+        await segments.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));
         return { status: 204 };
       },
     }),
