@@ -1,16 +1,30 @@
 // Idempotency-Key handling for creating POSTs (spec part 1, rules 1-4): key checks, the request
 // fingerprint (sha256 of method, path and canonical JSON body, so key order and whitespace do not
-// make a retry look different), the claim outcome as an ApiError or a stored replay, and which
-// results are stored. Results are stored only after the handler ran; a claim is released when
-// the request failed without a storable answer, so a retry can run again. Never stores a 5xx.
+// make a retry look different), the claim outcome as an ApiError or a stored replay, which
+// results are stored and which of their headers a replay repeats. Results are stored only after
+// the handler ran; a claim is released when the request failed without a storable answer, so a
+// retry can run again. A running request keeps its claim alive (ClaimKeeper), so only the claim
+// of a dead process goes stale and is taken over. Never stores a 5xx.
 import { createHash } from 'node:crypto';
 import { ApiError } from '../errors/api-error.js';
 import { limits } from '../limits.js';
 import type { IdempotencyRecord, IdempotencyStore } from '../persistence/ports.js';
 import type { Principal } from '../tenancy/types.js';
 
-/** An in_progress claim older than this belongs to a request that died; a retry takes it over. */
+/**
+ * An in_progress claim neither made nor touched for this long belongs to a process that died;
+ * a retry takes it over. A live request touches its claim every third of it (ClaimKeeper).
+ */
 export const idempotencyStaleAfterMs = 60_000;
+
+/**
+ * Response headers a replay repeats: what the client needs for its next call (the ETag for its
+ * If-Match, the Location of what was created). Not Request-Id (each answer has its own), not
+ * Retry-After (only on answers that are never stored), not Content-Type (the writer adds it).
+ */
+export const replayedHeaderNames: readonly string[] = ['etag', 'location'];
+
+const timerDelayMsMax = 2 ** 31 - 1;
 
 /** The Idempotency-Key header value, or idempotency_key_required when absent or out of 1..255. */
 export function idempotencyKeyOf(headers: Record<string, string>): string {
@@ -74,8 +88,9 @@ export async function claimIdempotency(
   scope: string,
   key: string,
   fingerprint: string,
+  staleAfterMs: number = idempotencyStaleAfterMs,
 ): Promise<(IdempotencyRecord & { status: number; body: string }) | null> {
-  const existing = await store.claim(scope, key, fingerprint, idempotencyStaleAfterMs);
+  const existing = await store.claim(scope, key, fingerprint, staleAfterMs);
   if (existing === null) return null;
   if (existing.fingerprint !== fingerprint) {
     throw new ApiError('idempotency_key_reused', { param: 'Idempotency-Key' });
@@ -84,6 +99,79 @@ export async function claimIdempotency(
     throw new ApiError('idempotency_in_progress', { param: 'Idempotency-Key', retryAfterSeconds: 1 });
   }
   return { ...existing, status: existing.status, body: existing.body };
+}
+
+/** The headers of an answer that a replay must repeat (lower-case names), or null when none. */
+export function replayedHeadersOf(headers: Readonly<Record<string, string>> | null): Record<string, string> | null {
+  if (headers === null) return null;
+  let out: Record<string, string> | null = null;
+  for (const name of replayedHeaderNames) {
+    const value = headers[name];
+    if (value !== undefined) (out ??= {})[name] = value;
+  }
+  return out;
+}
+
+/**
+ * Keeps the claim of a running request alive: touches it every `everyMs` (a third of the stale
+ * window) until stop(), so a repeat meets idempotency_in_progress however long the handler runs,
+ * and only a claim whose process died goes stale. The first touch comes after `everyMs`, so a
+ * request that finishes sooner (nearly all: milliseconds) writes nothing beyond claim and
+ * complete. One touch in flight at a time; a failed touch is reported and the next one is still
+ * scheduled; a touch that finds no claim any more (purged) is reported and stops the keeper.
+ */
+export class ClaimKeeper {
+  private timer: NodeJS.Timeout | null;
+  private stopped = false;
+  private readonly everyMs: number;
+
+  constructor(
+    private readonly store: IdempotencyStore,
+    private readonly scope: string,
+    private readonly key: string,
+    everyMs: number,
+    private readonly onProblem: (problem: 'touch_failed' | 'claim_lost', err?: unknown) => void,
+  ) {
+    // setTimeout fires at once for delays past 2^31-1 ms: a "never stale" window must not spin.
+    this.everyMs = Math.min(Math.max(everyMs, 1), timerDelayMsMax);
+    this.timer = setTimeout(this.tick, this.everyMs);
+    this.timer.unref();
+  }
+
+  /** Stops touching; a touch already in flight may still land (harmless: the row is done or gone). */
+  stop(): void {
+    this.stopped = true;
+    if (this.timer !== null) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+  }
+
+  private readonly tick = (): void => {
+    this.timer = null;
+    this.store.touch(this.scope, this.key).then(this.touched, this.failed);
+  };
+
+  private readonly touched = (alive: boolean): void => {
+    if (this.stopped) return;
+    if (!alive) {
+      this.stopped = true;
+      this.onProblem('claim_lost');
+      return;
+    }
+    this.schedule();
+  };
+
+  private readonly failed = (err: unknown): void => {
+    if (this.stopped) return;
+    this.onProblem('touch_failed', err);
+    this.schedule();
+  };
+
+  private schedule(): void {
+    this.timer = setTimeout(this.tick, this.everyMs);
+    this.timer.unref();
+  }
 }
 
 /**

@@ -15,11 +15,14 @@ import { HttpObserver, registry } from '../observability/metrics.js';
 import type { IdempotencyStore } from '../persistence/ports.js';
 import type { Principal } from '../tenancy/types.js';
 import {
+  ClaimKeeper,
   claimIdempotency,
   fingerprintOf,
   idempotencyKeyOf,
   idempotencyScopeOf,
+  idempotencyStaleAfterMs,
   isStorable,
+  replayedHeadersOf,
 } from './idempotency.js';
 import { buildOpenApiDocument } from './openapi.js';
 import type { AnyRoute, AuthSpec, Method, Reply, RequestContext } from './route.js';
@@ -41,6 +44,11 @@ export interface GatewayOptions {
   /** May throw ApiError (authentication_required, insufficient_scope, ...). */
   authenticate: Authenticate;
   idempotency: IdempotencyStore;
+  /**
+   * How long an in_progress Idempotency-Key claim may go untouched before a repeat takes it
+   * over (its process died); running requests touch theirs every third of it. Default 60 s.
+   */
+  idempotencyStaleAfterMs?: number;
   logger: Logger;
   ready: () => Promise<{ ok: boolean; checks: Record<string, boolean | string> }>;
   /** How long close() waits for in-flight requests. Default 10 s. */
@@ -166,6 +174,7 @@ function copyHeader(key: string, value: string): void {
 export function createGateway(opts: GatewayOptions): Gateway {
   const { authenticate, idempotency, logger } = opts;
   const drainTimeoutMs = opts.drainTimeoutMs ?? 10_000;
+  const staleAfterMs = opts.idempotencyStaleAfterMs ?? idempotencyStaleAfterMs;
   const router = new Router<Entry>();
 
   for (const r of opts.routes) {
@@ -341,17 +350,23 @@ export function createGateway(opts: GatewayOptions): Gateway {
     const fingerprint = fingerprintOf(inc.method, inc.path, json);
     let stored: Awaited<ReturnType<typeof claimIdempotency>>;
     try {
-      stored = await claimIdempotency(idempotency, scope, key, fingerprint);
+      stored = await claimIdempotency(idempotency, scope, key, fingerprint, staleAfterMs);
     } catch (err) {
       return errorOut(err, inc);
     }
-    if (stored !== null) return replayOut(route, stored.status, stored.body, inc);
+    if (stored !== null) return replayOut(route, stored.status, stored.body, stored.headers, inc);
 
+    // While the handler runs, its claim is touched so no repeat takes it for a dead one.
+    const keeper = new ClaimKeeper(idempotency, scope, key, staleAfterMs / 3, (problem, err) =>
+      logger.warn({ err, problem, request_id: inc.requestId, path: inc.path }, 'idempotency claim not kept alive'),
+    );
     let out: Out;
     try {
       out = replyOut(await route.handler(ctx), inc);
     } catch (err) {
       out = errorOut(err, inc);
+    } finally {
+      keeper.stop();
     }
     try {
       if (isStorable(out.status, out.code)) {
@@ -360,19 +375,25 @@ export function createGateway(opts: GatewayOptions): Gateway {
         if (route.replayTransform !== undefined && out.status < 300 && text.length > 0) {
           text = JSON.stringify(route.replayTransform(JSON.parse(text)));
         }
-        await idempotency.complete(scope, key, out.status, text, limits.idempotencyRetentionMs);
+        await idempotency.complete(scope, key, out.status, text, replayedHeadersOf(out.headers), limits.idempotencyRetentionMs);
       } else {
         await idempotency.release(scope, key);
       }
     } catch (err) {
       // The work is done; answer it. The claim goes stale and a retry may run again after
-      // idempotencyStaleAfterMs, which is why handlers also dedupe by their own ids.
+      // staleAfterMs, which is why handlers also dedupe by their own ids.
       logger.error({ err, request_id: inc.requestId, path: inc.path }, 'idempotency store write failed');
     }
     return out;
   }
 
-  function replayOut(route: AnyRoute, status: number, text: string, inc: Incoming): Out {
+  function replayOut(
+    route: AnyRoute,
+    status: number,
+    text: string,
+    stored: Record<string, string> | null,
+    inc: Incoming,
+  ): Out {
     let body = text.length === 0 ? undefined : text;
     if (body !== undefined && route.replayTransform !== undefined) {
       try {
@@ -381,7 +402,10 @@ export function createGateway(opts: GatewayOptions): Gateway {
         return errorOut(err, inc);
       }
     }
-    return { status, headers: { 'idempotent-replayed': 'true' }, text: body, contentType: jsonType, code: undefined };
+    // Answers stored before headers were have none: they replay as they did then.
+    const headers: Record<string, string> = stored === null ? {} : { ...stored };
+    headers['idempotent-replayed'] = 'true';
+    return { status, headers, text: body, contentType: jsonType, code: undefined };
   }
 
   // ---- in-flight accounting ---------------------------------------------------------------------

@@ -351,18 +351,36 @@ export interface IdempotencyRecord {
   state: 'in_progress' | 'done';
   status: number | null;
   body: string | null;
+  /**
+   * Response headers a replay repeats (etag, location), lower-case names; null while in progress
+   * and for answers stored before headers were (they replay without them).
+   */
+  headers: Record<string, string> | null;
 }
 
 export interface IdempotencyStore {
   /**
    * Atomically claims (scope, key) for a request with `fingerprint`: returns null when the claim
    * is new (the caller runs the request, then calls complete), or the existing record. An
-   * in_progress claim older than staleAfterMs counts as abandoned (its request died) and is
-   * handed to the new caller (null).
+   * in_progress claim neither made nor touched for more than staleAfterMs counts as abandoned
+   * (its process died) and is handed to the new caller (null).
    */
   claim(scope: string, key: string, fingerprint: string, staleAfterMs: number): Promise<IdempotencyRecord | null>;
-  /** Stores the final answer; kept at least retentionMs. */
-  complete(scope: string, key: string, status: number, body: string, retentionMs: number): Promise<void>;
+  /**
+   * Marks the in_progress claim of (scope, key) alive now: a request still running touches its
+   * claim well within staleAfterMs, so it is never taken over. Returns false when there is no
+   * in_progress claim any more (completed, released, purged). One statement; no read first.
+   */
+  touch(scope: string, key: string): Promise<boolean>;
+  /** Stores the final answer with the headers a replay repeats (null: none); kept at least retentionMs. */
+  complete(
+    scope: string,
+    key: string,
+    status: number,
+    body: string,
+    headers: Record<string, string> | null,
+    retentionMs: number,
+  ): Promise<void>;
   /** Drops an in_progress claim whose request failed before changing anything (5xx, validation). */
   release(scope: string, key: string): Promise<void>;
   /**

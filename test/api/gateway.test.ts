@@ -1,6 +1,7 @@
 // Black-box tests of the gateway over real HTTP (fetch) on port 0, with test routes, a fake
-// authenticate and an in-test IdempotencyStore. Every code this layer produces is exercised;
-// invoke() is checked against HTTP answer for answer; close() is checked to drain.
+// authenticate and an in-test IdempotencyStore (the in-memory twin where claims must go stale in
+// real time). Every code this layer produces is exercised; invoke() is checked against HTTP
+// answer for answer; close() is checked to drain.
 import { connect } from 'node:net';
 import { pino } from 'pino';
 import t from 'tap';
@@ -8,28 +9,36 @@ import { z } from 'zod';
 import { ApiError } from '../../src/errors/api-error.js';
 import { errorTable } from '../../src/errors/codes.js';
 import { checkIfMatch, etagHeader } from '../../src/gateway/etag.js';
-import { pageQuerySchema, pageRequest } from '../../src/gateway/pagination.js';
+import { fingerprintOf } from '../../src/gateway/idempotency.js';
+import { encodeCursor, pageQuerySchema, pageRequest } from '../../src/gateway/pagination.js';
 import { type AnyRoute, type AuthSpec, route } from '../../src/gateway/route.js';
 import { type Authenticate, createGateway, type Gateway, type InvokeRequest } from '../../src/gateway/server.js';
 import { limits } from '../../src/limits.js';
+import { MemoryIdempotencyStore } from '../../src/persistence/memory/idempotency-store.js';
 import type { IdempotencyRecord, IdempotencyStore } from '../../src/persistence/ports.js';
 import type { Principal } from '../../src/tenancy/types.js';
 
-/** Keeps the port's contract: atomic claim, stale takeover, complete, release. */
+/** Keeps the port's contract: atomic claim, stale takeover, touch, complete, release. */
 class TestIdempotencyStore implements IdempotencyStore {
   readonly rows = new Map<string, IdempotencyRecord & { claimedAtMs: number }>();
   async claim(scope: string, key: string, fingerprint: string, staleAfterMs: number) {
     const id = `${scope}\u0000${key}`;
     const row = this.rows.get(id);
     if (row === undefined || (row.state === 'in_progress' && Date.now() - row.claimedAtMs > staleAfterMs)) {
-      this.rows.set(id, { fingerprint, state: 'in_progress', status: null, body: null, claimedAtMs: Date.now() });
+      this.rows.set(id, { fingerprint, state: 'in_progress', status: null, body: null, headers: null, claimedAtMs: Date.now() });
       return null;
     }
-    return { fingerprint: row.fingerprint, state: row.state, status: row.status, body: row.body };
+    return { fingerprint: row.fingerprint, state: row.state, status: row.status, body: row.body, headers: row.headers };
   }
-  async complete(scope: string, key: string, status: number, body: string) {
+  async touch(scope: string, key: string) {
     const row = this.rows.get(`${scope}\u0000${key}`);
-    if (row !== undefined) Object.assign(row, { state: 'done', status, body });
+    if (row?.state !== 'in_progress') return false;
+    row.claimedAtMs = Date.now();
+    return true;
+  }
+  async complete(scope: string, key: string, status: number, body: string, headers: Record<string, string> | null) {
+    const row = this.rows.get(`${scope}\u0000${key}`);
+    if (row !== undefined) Object.assign(row, { state: 'done', status, body, headers });
   }
   async release(scope: string, key: string) {
     this.rows.delete(`${scope}\u0000${key}`);
@@ -120,6 +129,25 @@ const routes: AnyRoute[] = [
     handler: async (ctx) => {
       state.creates++;
       return { status: 201, body: { id: `thing_${state.creates}`, name: ctx.body.name } };
+    },
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/widgets',
+    summary: 'Create a widget (answers ETag, Location and a header a replay must not repeat)',
+    tag: 'things',
+    auth: cred,
+    body: z.object({ name: z.string() }),
+    idempotent: true,
+    responses: { 201: { description: 'Created.' } },
+    handler: (ctx) => {
+      state.creates++;
+      const id = `widget_${state.creates}`;
+      return {
+        status: 201,
+        body: { id, name: ctx.body.name },
+        headers: { ...etagHeader(1), Location: `/v1/widgets/${id}`, 'X-Served-By': `node-${state.creates}` },
+      };
     },
   }),
   route({
@@ -465,11 +493,13 @@ t.test('an empty POST body counts as {} when the schema accepts it', async (t) =
   t.equal(required.json.error.param, 'name');
 });
 
-t.test('invalid_cursor from pagination', async (t) => {
-  const r = await call('GET', '/v1/things?cursor=not-a-cursor!');
-  t.equal(r.status, 400);
-  t.equal(r.json.error.code, 'invalid_cursor');
-  t.equal(r.json.error.param, 'cursor');
+t.test('invalid_cursor from pagination, for an empty or overlong cursor too', async (t) => {
+  for (const cursor of ['not-a-cursor!', '', 'A'.repeat(limits.cursorCharsMax + 1), encodeCursor(['a\u0000'])]) {
+    const r = await call('GET', `/v1/things?cursor=${cursor}`);
+    t.equal(r.status, 400, cursor.slice(0, 20));
+    t.equal(r.json.error.code, 'invalid_cursor', cursor.slice(0, 20));
+    t.equal(r.json.error.param, 'cursor');
+  }
 });
 
 t.test('idempotency: key required, replay, reuse, scope per environment', async (t) => {
@@ -526,6 +556,134 @@ t.test('idempotency_in_progress while the first request runs, then a replay', as
   t.equal(third.status, 201);
   t.equal(third.headers.get('idempotent-replayed'), 'true');
   t.equal(third.text, first.text);
+});
+
+t.test('a replay repeats the ETag and Location of the first answer, and no other header', async (t) => {
+  const body = '{"name":"w"}';
+  const first = await call('POST', '/v1/widgets', { body, headers: { 'idempotency-key': 'w-1' } });
+  t.equal(first.status, 201);
+  t.equal(first.headers.get('etag'), '"1"');
+  const location = first.headers.get('location');
+  t.equal(location, `/v1/widgets/${first.json.id}`);
+  t.ok(first.headers.get('x-served-by'));
+  const replay = await call('POST', '/v1/widgets', { body, headers: { 'idempotency-key': 'w-1' } });
+  t.equal(replay.status, 201);
+  t.equal(replay.text, first.text);
+  t.equal(replay.headers.get('idempotent-replayed'), 'true');
+  t.equal(replay.headers.get('etag'), '"1"', 'the ETag for the next If-Match');
+  t.equal(replay.headers.get('location'), location);
+  t.equal(replay.headers.get('x-served-by'), null, 'only the headers a replay must repeat are stored');
+  t.same(store.rows.get('env_1\u0000w-1')?.headers, { etag: '"1"', location }, 'stored with lower-case names');
+  const viaInvoke = await gateway.invoke({
+    method: 'POST',
+    path: '/v1/widgets',
+    headers: { authorization: 'Bearer good', 'idempotency-key': 'w-1' },
+    body: { name: 'w' },
+  });
+  t.match(viaInvoke.headers, { etag: '"1"', location, 'idempotent-replayed': 'true' }, 'invoke() (gRPC) replays them too');
+  t.not(viaInvoke.headers['request-id'], first.headers.get('request-id'));
+});
+
+t.test('an answer stored before headers were stored still replays, without them', async (t) => {
+  store.rows.set('env_1\u0000w-old', {
+    fingerprint: fingerprintOf('POST', '/v1/widgets', { name: 'old' }),
+    state: 'done',
+    status: 201,
+    body: '{"id":"widget_old","name":"old"}',
+    headers: null,
+    claimedAtMs: Date.now(),
+  });
+  const before = state.creates;
+  const r = await call('POST', '/v1/widgets', { body: '{"name":"old"}', headers: { 'idempotency-key': 'w-old' } });
+  t.equal(r.status, 201);
+  t.same(r.json, { id: 'widget_old', name: 'old' });
+  t.equal(r.headers.get('idempotent-replayed'), 'true');
+  t.equal(r.headers.get('etag'), null);
+  t.equal(state.creates, before, 'not run again');
+});
+
+t.test('a request running past the stale window keeps its claim; a dead claim is still taken over', async (t) => {
+  // A short window so the test runs in real time: touches every 100 ms.
+  const staleAfterMs = 300;
+  const touches: string[] = [];
+  class CountingStore extends MemoryIdempotencyStore {
+    override async touch(scope: string, key: string): Promise<boolean> {
+      touches.push(key);
+      return super.touch(scope, key);
+    }
+  }
+  const memory = new CountingStore();
+  let runs = 0;
+  let started = deferred();
+  let release = deferred();
+  const long = route({
+    method: 'POST',
+    path: '/v1/long',
+    summary: 'Runs until the test releases it',
+    tag: 'test',
+    auth: cred,
+    body: z.object({}),
+    idempotent: true,
+    responses: { 201: { description: 'Done.' } },
+    handler: async () => {
+      runs++;
+      started.resolve();
+      await release.promise;
+      return { status: 201, body: { run: runs } };
+    },
+  });
+  const g = createGateway({
+    routes: [long],
+    authenticate,
+    idempotency: memory,
+    idempotencyStaleAfterMs: staleAfterMs,
+    logger,
+    ready: async () => ({ ok: true, checks: {} }),
+  });
+  t.teardown(() => g.close());
+  const post = (key: string) =>
+    g.invoke({ method: 'POST', path: '/v1/long', headers: { authorization: 'Bearer good', 'idempotency-key': key }, body: {} });
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  const fast = post('fast');
+  await started.promise;
+  release.resolve();
+  t.equal((await fast).status, 201);
+  t.same(touches, [], 'a request that ends within a third of the window writes no touch');
+
+  started = deferred();
+  release = deferred();
+  const first = post('slow');
+  await started.promise;
+  await sleep(staleAfterMs * 3);
+  const repeatP = post('slow');
+  // A repeat that took the claim over would run the handler and wait for the release too.
+  const repeat = await Promise.race([repeatP, sleep(2000).then(() => null)]);
+  t.equal(runs, 2, 'the handler did not run again');
+  t.equal(repeat?.status, 409, 'three windows later the first request still holds the key');
+  t.match(repeat?.body, { error: { code: 'idempotency_in_progress' } });
+  t.ok(touches.filter((k) => k === 'slow').length >= 5, `touched while running (${touches.length})`);
+  release.resolve();
+  await repeatP;
+  t.same((await first).body, { run: 2 });
+  const touchesAtEnd = touches.length;
+  await sleep(staleAfterMs);
+  t.equal(touches.length, touchesAtEnd, 'no touch after the answer was stored');
+  const replay = await post('slow');
+  t.equal(replay.headers['idempotent-replayed'], 'true');
+  t.same(replay.body, { run: 2 });
+
+  // A claim left by a process that died is never touched: it goes stale and a repeat runs.
+  t.equal(await memory.claim('env_1', 'orphan', fingerprintOf('POST', '/v1/long', {}), staleAfterMs), null);
+  const early = await post('orphan');
+  t.equal(early.status, 409, 'not stale yet');
+  await sleep(staleAfterMs + 50);
+  started = deferred();
+  release = deferred();
+  release.resolve();
+  const taken = await post('orphan');
+  t.equal(taken.status, 201, 'the dead claim is taken over');
+  t.same(taken.body, { run: 3 });
 });
 
 t.test('a 4xx from the handler is stored and replayed; a 500 is released and retried', async (t) => {
@@ -636,6 +794,11 @@ t.test('/v1/openapi.json describes every route from the same schemas', async (t)
   t.same(
     doc.paths['/v1/things'].get.parameters.map((x: { name: string }) => x.name),
     ['limit', 'cursor'],
+  );
+  t.match(
+    doc.paths['/v1/things'].get.parameters[1].schema,
+    { type: 'string', minLength: 1, maxLength: limits.cursorCharsMax },
+    'the cursor bounds stay documented though decodeCursor checks them',
   );
   t.same(doc.paths['/v1/things/{id}'].get.responses['200'].content['application/json'].schema.required, ['id', 'name']);
   t.same(doc.components.schemas.Error.properties.error.properties.code.enum.sort(), Object.keys(errorTable).sort());

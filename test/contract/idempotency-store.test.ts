@@ -1,38 +1,50 @@
 // IdempotencyStore contract, run against PostgreSQL, embedded PGlite and the in-memory twin with
-// the same fake clock: claim/complete/replay/release, stale in_progress hand-over to exactly one
-// claimer, expiry (an expired row is absent), scopes, purgeExpired.
+// the same fake clock: claim/complete/replay (with the stored headers)/release, touch keeping a
+// running claim alive, stale in_progress hand-over to exactly one claimer, expiry (an expired row
+// is absent), scopes, purgeExpired; on SQL, rows written by the build before headers and touches.
 // Time moves only through the injected clock; no test sleeps.
 import t from 'tap';
 import { MemoryIdempotencyStore } from '../../src/persistence/memory/idempotency-store.js';
 import type { IdempotencyStore } from '../../src/persistence/ports.js';
 import { idempotencyClaimTtlMs, PgIdempotencyStore } from '../../src/persistence/sql/idempotency-store.js';
+import type { Sql } from '../../src/persistence/sql/db.js';
 import { sqlForTest, sqlKinds, type Teardown } from '../helpers/sql.js';
 
 type Store = IdempotencyStore & { purgeExpired(): Promise<number> };
 
 interface Adapter {
   name: string;
-  make(t: Teardown, clock: () => number): Promise<Store>;
+  /** `sql` only for the SQL adapters (rows written by an earlier build). */
+  make(t: Teardown, clock: () => number): Promise<{ store: Store; sql: Sql | null }>;
 }
 
 const adapters: Adapter[] = [
-  { name: 'memory', make: async (_t, clock) => new MemoryIdempotencyStore(clock) },
+  { name: 'memory', make: async (_t, clock) => ({ store: new MemoryIdempotencyStore(clock), sql: null }) },
   ...sqlKinds.map(
     (kind): Adapter => ({
       name: kind,
-      make: async (t, clock) => new PgIdempotencyStore((await sqlForTest(t, kind)).sql, clock),
+      make: async (t, clock) => {
+        const { sql } = await sqlForTest(t, kind);
+        return { store: new PgIdempotencyStore(sql, clock), sql };
+      },
     }),
   ),
 ];
 
 const stale = 30_000;
-const inProgress = (fingerprint: string) => ({ fingerprint, state: 'in_progress', status: null, body: null });
-const done = (fingerprint: string, status: number, body: string) => ({ fingerprint, state: 'done', status, body });
+const inProgress = (fingerprint: string) => ({ fingerprint, state: 'in_progress', status: null, body: null, headers: null });
+const done = (fingerprint: string, status: number, body: string, headers: Record<string, string> | null = null) => ({
+  fingerprint,
+  state: 'done',
+  status,
+  body,
+  headers,
+});
 
 for (const adapter of adapters) {
   t.test(`idempotency store on ${adapter.name}`, async (t) => {
     let nowMs = Date.UTC(2030, 0, 1);
-    const store = await adapter.make(t, () => nowMs);
+    const { store, sql } = await adapter.make(t, () => nowMs);
 
     t.test('first claim runs the request; repeats see it in progress, then done', async (t) => {
       t.equal(await store.claim('env_1', 'k1', 'fp-a', stale), null, 'new claim');
@@ -40,7 +52,7 @@ for (const adapter of adapters) {
       t.same(await store.claim('env_1', 'k1', 'fp-b', stale), inProgress('fp-a'), 'a different body sees the first fingerprint');
       nowMs += 10;
       const body = JSON.stringify({ id: 'cust_1', name: 'Zoë "quoted" \\ ✓' });
-      await store.complete('env_1', 'k1', 201, body, 60_000);
+      await store.complete('env_1', 'k1', 201, body, null, 60_000);
       t.same(await store.claim('env_1', 'k1', 'fp-a', stale), done('fp-a', 201, body), 'replay');
       t.same(await store.claim('env_1', 'k1', 'fp-b', stale), done('fp-a', 201, body), 'reuse is detectable');
     });
@@ -56,7 +68,7 @@ for (const adapter of adapters) {
       await store.release('env_1', 'rel');
       t.equal(await store.claim('env_1', 'rel', 'fp-2', stale), null, 'claimable again, by another body too');
       t.same(await store.claim('env_1', 'rel', 'fp-1', stale), inProgress('fp-2'));
-      await store.complete('env_1', 'rel', 200, '{}', 60_000);
+      await store.complete('env_1', 'rel', 200, '{}', null, 60_000);
       await store.release('env_1', 'rel');
       t.same(await store.claim('env_1', 'rel', 'fp-2', stale), done('fp-2', 200, '{}'));
       await store.release('env_1', 'never-claimed');
@@ -71,7 +83,7 @@ for (const adapter of adapters) {
         ['env_g', 'a', answer('cust_GONE')],
       ] as const) {
         t.equal(await store.claim(scope, key, `fp-${key}`, stale), null);
-        await store.complete(scope, key, 201, body, 60_000);
+        await store.complete(scope, key, 201, body, null, 60_000);
       }
       t.equal(await store.claim('env_f', 'running', 'fp-r', stale), null, 'an in-progress claim has no answer yet');
       t.equal(await store.forget('env_f', ['cust_GONE', 'cust_NEVER']), 2);
@@ -92,7 +104,7 @@ for (const adapter of adapters) {
       t.equal(await store.claim('env_1', 'st', 'fp-new', stale), null, 'older than staleAfterMs: handed over');
       t.same(await store.claim('env_1', 'st', 'fp-new', stale), inProgress('fp-new'), 'the new claim is fresh');
       nowMs += 5;
-      await store.complete('env_1', 'st', 201, 'answer', 60_000);
+      await store.complete('env_1', 'st', 201, 'answer', null, 60_000);
       nowMs += stale * 2;
       t.same(await store.claim('env_1', 'st', 'fp-other', stale), done('fp-new', 201, 'answer'), 'a done row is never stale');
     });
@@ -112,9 +124,9 @@ for (const adapter of adapters) {
 
     t.test('an expired answer counts as absent and purgeExpired drops it', async (t) => {
       t.equal(await store.claim('env_3', 'exp', 'fp-1', stale), null);
-      await store.complete('env_3', 'exp', 201, 'first', 1000);
+      await store.complete('env_3', 'exp', 201, 'first', null, 1000);
       t.equal(await store.claim('env_3', 'keep', 'fp-k', stale), null);
-      await store.complete('env_3', 'keep', 201, 'kept', 10_000);
+      await store.complete('env_3', 'keep', 201, 'kept', null, 10_000);
       nowMs += 1000;
       t.same(await store.claim('env_3', 'exp', 'fp-2', stale), done('fp-1', 201, 'first'), 'kept for at least retentionMs');
       nowMs += 1;
@@ -137,8 +149,66 @@ for (const adapter of adapters) {
       t.equal(await store.claim('env_4', 'lost', 'fp2', Number.MAX_SAFE_INTEGER), null, 'gone although never stale');
     });
 
+    t.test('the stored headers come back with the answer, as a copy', async (t) => {
+      t.equal(await store.claim('env_h', 'h1', 'fp', stale), null);
+      const headers = { etag: '"1"', location: '/v1/customers/cust_1' };
+      await store.complete('env_h', 'h1', 201, '{"id":"cust_1"}', headers, 60_000);
+      headers.etag = '"2"';
+      const replay = await store.claim('env_h', 'h1', 'fp', stale);
+      t.same(replay, done('fp', 201, '{"id":"cust_1"}', { etag: '"1"', location: '/v1/customers/cust_1' }));
+      replay!.headers!.etag = 'changed';
+      t.same((await store.claim('env_h', 'h1', 'fp', stale))?.headers, { etag: '"1"', location: '/v1/customers/cust_1' });
+      t.equal(await store.claim('env_h', 'h2', 'fp', stale), null);
+      await store.complete('env_h', 'h2', 409, '{"error":{}}', null, 60_000);
+      t.same(await store.claim('env_h', 'h2', 'fp', stale), done('fp', 409, '{"error":{}}', null), 'no headers: null');
+    });
+
+    t.test('a touched claim is never stale while its request runs; an untouched one still goes stale', async (t) => {
+      t.equal(await store.claim('env_t', 'run', 'fp-run', stale), null);
+      for (let i = 0; i < 5; i++) {
+        nowMs += stale / 3;
+        t.equal(await store.touch('env_t', 'run'), true, `touch ${i + 1}`);
+      }
+      nowMs += stale;
+      t.same(await store.claim('env_t', 'run', 'fp-run', stale), inProgress('fp-run'), 'staleAfterMs since the last touch: kept');
+      nowMs += 1;
+      t.equal(await store.claim('env_t', 'run', 'fp-next', stale), null, 'untouched for longer: its process died, taken over');
+      t.same(await store.claim('env_t', 'run', 'fp-run', stale), inProgress('fp-next'));
+    });
+
+    t.test('touch finds no claim once it is completed, released, expired or never made', async (t) => {
+      t.equal(await store.claim('env_t', 'c', 'fp', stale), null);
+      await store.complete('env_t', 'c', 201, 'x', { etag: '"1"' }, 60_000);
+      t.equal(await store.touch('env_t', 'c'), false, 'completed');
+      t.same(await store.claim('env_t', 'c', 'fp', stale), done('fp', 201, 'x', { etag: '"1"' }), 'the answer is untouched');
+      t.equal(await store.claim('env_t', 'r', 'fp', stale), null);
+      await store.release('env_t', 'r');
+      t.equal(await store.touch('env_t', 'r'), false, 'released');
+      t.equal(await store.claim('env_t', 'r', 'fp', stale), null, 'and not recreated by the touch');
+      t.equal(await store.touch('env_t', 'never'), false, 'never claimed');
+      t.equal(await store.claim('env_t', 'exp', 'fp', stale), null);
+      nowMs += idempotencyClaimTtlMs + 1;
+      t.equal(await store.touch('env_t', 'exp'), false, 'expired');
+      t.equal(await store.claim('env_t', 'exp', 'fp2', stale), null, 'still absent');
+    });
+
+    if (sql !== null) {
+      t.test('rows written before headers and touches: they replay without headers and go stale from created_at', async (t) => {
+        const at = (ms: number) => new Date(ms);
+        await sql`
+          insert into idempotency_keys (scope, key, fingerprint, state, status, body, created_at, expires_at)
+          values ('env_old', 'done', 'fp', 'done', 201, '{"id":"cust_9"}', ${at(nowMs)}, ${at(nowMs + 60_000)}),
+                 ('env_old', 'running', 'fp', 'in_progress', null, null, ${at(nowMs)}, ${at(nowMs + idempotencyClaimTtlMs)})`;
+        t.same(await store.claim('env_old', 'done', 'fp', stale), done('fp', 201, '{"id":"cust_9"}', null));
+        nowMs += stale;
+        t.same(await store.claim('env_old', 'running', 'fp', stale), inProgress('fp'));
+        nowMs += 1;
+        t.equal(await store.claim('env_old', 'running', 'fp', stale), null, 'stale from created_at');
+      });
+    }
+
     t.test('complete without a claim is refused', async (t) => {
-      await t.rejects(store.complete('env_5', 'nobody', 200, '{}', 1000));
+      await t.rejects(store.complete('env_5', 'nobody', 200, '{}', null, 1000));
       t.equal(await store.claim('env_5', 'nobody', 'fp', stale), null, 'and stores nothing');
     });
   });

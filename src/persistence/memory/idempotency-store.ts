@@ -1,12 +1,14 @@
 // MemoryIdempotencyStore: the in-memory twin of PgIdempotencyStore for tests and simulations.
 // Same semantics, checked by the same contract suite: a row past its expiry counts as absent,
-// an in_progress claim older than staleAfterMs is handed to exactly one new claimer.
+// an in_progress claim neither made nor touched for more than staleAfterMs is handed to exactly
+// one new claimer. Stored headers are copied in and out, never shared with the caller.
 // Time comes only from the injected clock; nothing here survives the process.
 import type { IdempotencyRecord, IdempotencyStore } from '../ports.js';
 import { idempotencyClaimTtlMs, idempotencyPurgeBatchMax } from '../sql/idempotency-store.js';
 
 interface Row extends IdempotencyRecord {
-  createdAtMs: number;
+  /** Claimed or last touched: the claim's last sign of life. */
+  touchedAtMs: number;
   expiresAtMs: number;
 }
 
@@ -24,27 +26,45 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const id = MemoryIdempotencyStore.id(scope, key);
     const row = this.rows.get(id);
     const free =
-      !row || row.expiresAtMs < nowMs || (row.state === 'in_progress' && row.createdAtMs < nowMs - staleAfterMs);
+      !row || row.expiresAtMs < nowMs || (row.state === 'in_progress' && row.touchedAtMs < nowMs - staleAfterMs);
     if (free) {
       this.rows.set(id, {
         fingerprint,
         state: 'in_progress',
         status: null,
         body: null,
-        createdAtMs: nowMs,
+        headers: null,
+        touchedAtMs: nowMs,
         expiresAtMs: nowMs + idempotencyClaimTtlMs,
       });
       return null;
     }
-    return { fingerprint: row.fingerprint, state: row.state, status: row.status, body: row.body };
+    const headers = row.headers === null ? null : { ...row.headers };
+    return { fingerprint: row.fingerprint, state: row.state, status: row.status, body: row.body, headers };
   }
 
-  async complete(scope: string, key: string, status: number, body: string, retentionMs: number): Promise<void> {
+  async touch(scope: string, key: string): Promise<boolean> {
+    const nowMs = this.clock();
+    const row = this.rows.get(MemoryIdempotencyStore.id(scope, key));
+    if (row?.state !== 'in_progress' || row.expiresAtMs < nowMs) return false;
+    row.touchedAtMs = nowMs;
+    return true;
+  }
+
+  async complete(
+    scope: string,
+    key: string,
+    status: number,
+    body: string,
+    headers: Record<string, string> | null,
+    retentionMs: number,
+  ): Promise<void> {
     const row = this.rows.get(MemoryIdempotencyStore.id(scope, key));
     if (!row) throw new Error(`idempotency complete ${scope}/${key}: no claim`);
     row.state = 'done';
     row.status = status;
     row.body = body;
+    row.headers = headers === null ? null : { ...headers };
     row.expiresAtMs = this.clock() + retentionMs;
   }
 

@@ -1,6 +1,8 @@
 // PgIdempotencyStore: the IdempotencyStore port on PostgreSQL or embedded PGlite.
 // A claim is ONE statement (insert, or take over an expired/abandoned row, under the row lock),
-// so of concurrent claimers exactly one gets null. A row past expires_at counts as absent.
+// so of concurrent claimers exactly one gets null. A row past expires_at counts as absent; an
+// in_progress row is abandoned once its last sign of life (touched_at, else created_at for rows
+// claimed before that column) is older than the stale window. Headers are stored as JSON text.
 // Time comes from the injected clock (ms), not the database's now(), so the contract suite
 // drives every adapter with the same fake clock; node clocks only need to agree within seconds.
 import { limits } from '../../limits.js';
@@ -28,18 +30,20 @@ export class PgIdempotencyStore implements IdempotencyStore {
       // Clamped: a huge staleAfterMs ("never stale") must not produce an out-of-range timestamp.
       const staleBeforeMs = Math.max(nowMs - staleAfterMs, 0);
       const claimed = await this.sql`
-        insert into idempotency_keys as i (scope, key, fingerprint, state, status, body, created_at, expires_at)
-        values (${scope}, ${key}, ${fingerprint}, 'in_progress', null, null,
-                to_timestamp(${nowMs}::float8 / 1000), to_timestamp(${nowMs + idempotencyClaimTtlMs}::float8 / 1000))
+        insert into idempotency_keys as i (scope, key, fingerprint, state, status, body, headers, created_at, touched_at, expires_at)
+        values (${scope}, ${key}, ${fingerprint}, 'in_progress', null, null, null,
+                to_timestamp(${nowMs}::float8 / 1000), to_timestamp(${nowMs}::float8 / 1000),
+                to_timestamp(${nowMs + idempotencyClaimTtlMs}::float8 / 1000))
         on conflict (scope, key) do update
-        set fingerprint = excluded.fingerprint, state = 'in_progress', status = null, body = null,
-            created_at = excluded.created_at, expires_at = excluded.expires_at
+        set fingerprint = excluded.fingerprint, state = 'in_progress', status = null, body = null, headers = null,
+            created_at = excluded.created_at, touched_at = excluded.touched_at, expires_at = excluded.expires_at
         where i.expires_at < to_timestamp(${nowMs}::float8 / 1000)
-           or (i.state = 'in_progress' and i.created_at < to_timestamp(${staleBeforeMs}::float8 / 1000))
+           or (i.state = 'in_progress'
+               and coalesce(i.touched_at, i.created_at) < to_timestamp(${staleBeforeMs}::float8 / 1000))
         returning 1`;
       if (claimed.length === 1) return null;
       const [row] = await this.sql`
-        select fingerprint, state, status, body from idempotency_keys
+        select fingerprint, state, status, body, headers from idempotency_keys
         where scope = ${scope} and key = ${key} and expires_at >= to_timestamp(${nowMs}::float8 / 1000)`;
       if (row) {
         return {
@@ -47,17 +51,35 @@ export class PgIdempotencyStore implements IdempotencyStore {
           state: row.state as IdempotencyRecord['state'],
           status: row.status as number | null,
           body: row.body as string | null,
+          headers: row.headers === null ? null : (JSON.parse(row.headers as string) as Record<string, string>),
         };
       }
     }
     throw new Error(`idempotency claim ${scope}/${key}: row kept changing under ${claimAttemptsMax} attempts`);
   }
 
-  async complete(scope: string, key: string, status: number, body: string, retentionMs: number): Promise<void> {
+  async touch(scope: string, key: string): Promise<boolean> {
+    const nowMs = this.clock();
+    const touched = await this.sql`
+      update idempotency_keys set touched_at = to_timestamp(${nowMs}::float8 / 1000)
+      where scope = ${scope} and key = ${key} and state = 'in_progress'
+        and expires_at >= to_timestamp(${nowMs}::float8 / 1000)
+      returning 1`;
+    return touched.length === 1;
+  }
+
+  async complete(
+    scope: string,
+    key: string,
+    status: number,
+    body: string,
+    headers: Record<string, string> | null,
+    retentionMs: number,
+  ): Promise<void> {
     const nowMs = this.clock();
     const done = await this.sql`
       update idempotency_keys
-      set state = 'done', status = ${status}, body = ${body},
+      set state = 'done', status = ${status}, body = ${body}, headers = ${headers === null ? null : JSON.stringify(headers)},
           expires_at = to_timestamp(${nowMs + retentionMs}::float8 / 1000)
       where scope = ${scope} and key = ${key}
       returning 1`;
