@@ -19,7 +19,7 @@ import type { AuditLog } from '../../persistence/sql/audit-log.js';
 import type { ChallengeReadModel, ProgressRow } from '../../persistence/sql/challenge-read-model.js';
 import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
-import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
+import { cursorInt, cursorInt4Max, decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { customerTarget, iso, unwrap } from '../wire.js';
 import type { CampaignGate } from '../../domain/campaigns.js';
@@ -404,10 +404,8 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
         let after: [string, string, number] | null = null;
         if (q.cursor !== undefined) {
           const [cust, period, cycle] = decodeCursor(q.cursor);
-          if (cust === undefined || period === undefined || cycle === undefined || !/^\d+$/.test(cycle)) {
-            throw new ApiError('invalid_cursor', { param: 'cursor' });
-          }
-          after = [cust, period, Number(cycle)];
+          if (cust === undefined || period === undefined) throw new ApiError('invalid_cursor', { param: 'cursor' });
+          after = [cust, period, cursorInt(cycle, 0, cursorInt4Max)];
         }
         const customer = q.customer_id === undefined ? null : await resolveCustomer(env, q.customer_id, 'customer_id');
         await deps.drainProjector();

@@ -12,7 +12,7 @@ import { ledgerLimits } from '../../domain/ledger.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { LedgerRow } from '../../persistence/sql/read-model.js';
-import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
+import { cursorEpochMsMax, cursorInt, decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
 import { balanceWire, customerTarget, iso, ledgerEntryWire, unwrap } from '../wire.js';
 
@@ -162,8 +162,8 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
         let before: { createdAtMs: number; id: string } | null = null;
         if (q.cursor !== undefined) {
           const [at, entryId] = decodeCursor(q.cursor);
-          if (at === undefined || entryId === undefined || !/^\d+$/.test(at)) throw new ApiError('invalid_cursor', { param: 'cursor' });
-          before = { createdAtMs: Number(at), id: entryId };
+          if (entryId === undefined) throw new ApiError('invalid_cursor', { param: 'cursor' });
+          before = { createdAtMs: cursorInt(at, 0, cursorEpochMsMax), id: entryId };
         }
         await deps.drainProjector();
         const rows = await deps.readModel.listLedgerEntries(env, view.customer.id, { limit: q.limit + 1, before });
