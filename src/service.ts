@@ -393,6 +393,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         pool,
         campaignExists: (env, id) => campaigns.exists(env, id),
         subject: (env, ref, ruleId) => simulationSubject({ engine, now, counters, segments, tiers }, env, ref, ruleId),
+        campaigns: { gates: (env) => campaigns.gates(env), nowMs: now },
       }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...rewardRoutes({ engine, now, rewards, currencies, tiers, readModel, drainProjector: () => projector.drain() }),

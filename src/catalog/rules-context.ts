@@ -4,9 +4,8 @@
 import type { CurrencyConfig } from '../domain/ledger.js';
 import type { RulesContext } from '../domain/rule-effects.js';
 import type { CampaignGate } from '../domain/campaigns.js';
+import { withAudienceSegment } from '../domain/rules/compile.js';
 import type { RulePlan } from '../domain/rules/index.js';
-import { PathSource } from '../domain/rules/paths.js';
-import { Op } from '../domain/rules/ops.js';
 import type { SegmentDef } from '../domain/segments.js';
 import type { TierProgram } from '../domain/tiers.js';
 import type { ChallengeSet } from './challenges.js';
@@ -67,19 +66,7 @@ interface Memo {
  * is the campaign's current one, not the one at publish time.
  */
 export function withAudience(plan: RulePlan, campaigns: Readonly<Record<string, CampaignGate>>): RulePlan {
-  const audience = plan.campaignId != null ? campaigns[plan.campaignId]?.audienceSegment : null;
-  if (audience == null) return plan;
-  const leaf = {
-    k: 0 as const,
-    at: 'campaign.audience',
-    path: 'customer.segments',
-    src: PathSource.segments,
-    seg: [],
-    op: Op.contains,
-    opName: 'contains',
-    v: audience,
-  };
-  return { ...plan, segments: [leaf, ...plan.segments.filter((s) => s.at !== 'campaign.audience')] };
+  return withAudienceSegment(plan, plan.campaignId != null ? (campaigns[plan.campaignId]?.audienceSegment ?? null) : null);
 }
 
 export class RulesContexts {

@@ -367,3 +367,31 @@ t.test('simulateRule: a dry run with the actions it would apply, from plain-data
   t.match(notReady.trace.outcome, { fired: false, reason: 'counter_not_ready', param: 'orders' });
   t.match(notReady.trace.steps.find((s) => s.check === 'counter'), { actual: 'not_ready', pass: false });
 });
+
+t.test("simulateRule with the rule's campaign: not running is campaign_inactive; its audience is a segment check", async (t) => {
+  const p = plan({});
+  const snapshot = {
+    event: { name: 'order.completed', properties: {}, trust: 'merchant_asserted' },
+    customer: { attributes: {}, counters: {}, readyCounters: [], segments: ['vip'], tiers: {}, externalId: 'u1' },
+    limitCounts: [] as { limitId: string; scopeKey: string; count: number }[],
+  };
+  const gate = { id: 'cmp_1', status: 'active' as const, startsAtMs: null, endsAtMs: null, audienceSegment: 'vip', capped: [] };
+  const running = simulateRule(p, snapshot, { id: 'cmp_1', gate, nowMs: 1000 });
+  t.match(running, { plan: [{ type: 'points.award' }], trace: { outcome: { fired: true } } });
+  t.match(running.trace.steps.slice(0, 2), [{ check: 'trigger' }, { check: 'campaign', expected: 'cmp_1', actual: 'running', found: true, pass: true }]);
+  t.match(running.trace.steps.find((s) => s.at === 'campaign.audience'), { check: 'segment', expected: 'vip', pass: true });
+
+  const outsider = simulateRule(p, { ...snapshot, customer: { ...snapshot.customer, segments: [] } }, { id: 'cmp_1', gate, nowMs: 1000 });
+  t.match(outsider.trace.outcome, { fired: false, reason: 'segment_not_matched' });
+
+  const paused = simulateRule(p, snapshot, { id: 'cmp_1', gate: { ...gate, status: 'paused' }, nowMs: 1000 });
+  t.same(paused.plan, []);
+  t.match(paused.trace.outcome, { fired: false, reason: 'campaign_inactive', detail: 'The campaign is paused.', param: 'campaign_id' });
+  const over = simulateRule(p, snapshot, { id: 'cmp_1', gate: { ...gate, endsAtMs: 500 }, nowMs: 1000 });
+  t.match(over.trace.outcome, { reason: 'campaign_inactive', detail: /over/ });
+  const gone = simulateRule(p, snapshot, { id: 'cmp_1', gate: undefined, nowMs: 1000 });
+  t.match(gone.trace.outcome, { reason: 'campaign_inactive', detail: /does not exist/ });
+  t.match(gone.trace.steps[1], { check: 'campaign', found: false, pass: false });
+  const otherEvent = simulateRule(p, { ...snapshot, event: { ...snapshot.event, name: 'x.y' } }, { id: 'cmp_1', gate: { ...gate, status: 'paused' }, nowMs: 1000 });
+  t.match(otherEvent.trace.outcome, { reason: 'trigger_mismatch' }, 'the trigger is checked first, as the engine does');
+});

@@ -158,6 +158,20 @@ function compileAction(a: RuleAction, at: string, counters: Set<string>): PlanAc
   }
 }
 
+/** The campaign audience check: the customer must be in the segment (the plan's first segment check). */
+function audienceLeaf(segment: string): PlanLeaf {
+  return { k: 0, at: 'campaign.audience', path: 'customer.segments', src: PathSource.segments, seg: [], op: Op.contains, opName: 'contains', v: segment };
+}
+
+/**
+ * The plan with `audience` as its first hoisted segment check (replacing one it had), so
+ * evaluation skips non-members with segment_not_matched; the plan itself when there is none.
+ */
+export function withAudienceSegment(plan: RulePlan, audience: string | null): RulePlan {
+  if (audience === null) return plan;
+  return { ...plan, segments: [audienceLeaf(audience), ...plan.segments.filter((s) => s.at !== 'campaign.audience')] };
+}
+
 /** Compiles a definition that validateRule accepted. */
 export function compileRule(definition: RuleDefinition, meta: RuleMeta): RulePlan {
   const counters = new Set<string>();
@@ -171,18 +185,7 @@ export function compileRule(definition: RuleDefinition, meta: RuleMeta): RulePla
 
   // Hoist mandatory segment checks: the root itself, or direct members of a root `all`.
   const segments: PlanLeaf[] = [];
-  if (meta.audienceSegment != null) {
-    segments.push({
-      k: 0,
-      at: 'campaign.audience',
-      path: 'customer.segments',
-      src: PathSource.segments,
-      seg: [],
-      op: Op.contains,
-      opName: 'contains',
-      v: meta.audienceSegment,
-    });
-  }
+  if (meta.audienceSegment != null) segments.push(audienceLeaf(meta.audienceSegment));
   if (root !== null && isSegmentCheck(root)) {
     segments.push(root);
     root = null;

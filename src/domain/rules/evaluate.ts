@@ -33,9 +33,13 @@ export interface EvalInput {
   limitCounts: (limitId: string, scopeKey: string) => number;
 }
 
-/** In check order: the first failing check names the reason. */
+/**
+ * In check order: the first failing check names the reason. campaign_inactive is decided before
+ * the plan is evaluated (the rule's campaign is not running), by the engine and by simulate.
+ */
 export const skipReasons = [
   'trigger_mismatch',
+  'campaign_inactive',
   'trust_below_minimum',
   'counter_not_ready',
   'limit_reached',
@@ -244,7 +248,7 @@ export function evaluatePlan(plan: RulePlan, input: EvalInput): RuleOutcome {
   return { fired: true, actions, limitKeys };
 }
 
-export type TraceCheck = 'trigger' | 'trust' | 'counter' | 'limit' | 'segment' | 'condition' | 'group' | 'amount';
+export type TraceCheck = 'trigger' | 'campaign' | 'trust' | 'counter' | 'limit' | 'segment' | 'condition' | 'group' | 'amount';
 
 /** One check of a trace. JSON-safe: an absent actual value is null with found: false. */
 export interface TraceStep {

@@ -1,8 +1,9 @@
 // POST /rules/{id}/simulate as a pure function: trace a plan against an event and a snapshot of
 // the customer, changing nothing. The input is plain data (sets as arrays, limit counts as rows)
 // so it can cross a worker-thread boundary; simulateRule builds the lookups and calls traceRule.
-import type { ResolvedAction, RulePlan } from './compile.js';
-import { type EvalInput, type RuleTrace, traceRule } from './evaluate.js';
+import { type CampaignGate, campaignInactiveReason } from '../campaigns.js';
+import { type ResolvedAction, type RulePlan, withAudienceSegment } from './compile.js';
+import { type EvalInput, type RuleTrace, type TraceStep, traceRule } from './evaluate.js';
 
 export interface SimulationInput {
   event: { name: string; properties: Record<string, unknown>; trust: string };
@@ -46,8 +47,41 @@ export function toEvalInput(s: SimulationInput): EvalInput {
   };
 }
 
-export function simulateRule(plan: RulePlan, input: SimulationInput | EvalInput): SimulationResult {
+/**
+ * The campaign a rule belongs to, as events meet it: `gate` undefined when the campaign no longer
+ * exists. Its audience is checked with the rule's segment checks (segment_not_matched) and, when
+ * the campaign is not running at `nowMs`, the rule is skipped with campaign_inactive, as the
+ * engine does.
+ */
+export interface SimulatedCampaign {
+  id: string;
+  gate: CampaignGate | undefined;
+  nowMs: number;
+}
+
+export function simulateRule(plan: RulePlan, input: SimulationInput | EvalInput, campaign?: SimulatedCampaign): SimulationResult {
   const evalInput = typeof input.limitCounts === 'function' ? (input as EvalInput) : toEvalInput(input as SimulationInput);
-  const trace = traceRule(plan, evalInput);
+  if (campaign === undefined) {
+    const trace = traceRule(plan, evalInput);
+    return { simulated: true, plan: trace.outcome.fired ? [...trace.outcome.actions] : [], trace };
+  }
+  const traced = traceRule(withAudienceSegment(plan, campaign.gate?.audienceSegment ?? null), evalInput);
+  const inactive = campaignInactiveReason(campaign.gate, campaign.nowMs);
+  const running: TraceStep = {
+    check: 'campaign',
+    at: 'campaign_id',
+    path: null,
+    op: 'running',
+    expected: campaign.id,
+    actual: inactive ?? 'running',
+    found: campaign.gate !== undefined,
+    pass: inactive === null,
+  };
+  // The engine skips a rule of a campaign that is not running before anything else is checked.
+  const steps = [traced.steps[0]!, running, ...traced.steps.slice(1)];
+  const trace: RuleTrace =
+    inactive !== null && traced.steps[0]!.pass
+      ? { outcome: { fired: false, reason: 'campaign_inactive', detail: inactive, param: 'campaign_id' }, steps }
+      : { outcome: traced.outcome, steps };
   return { simulated: true, plan: trace.outcome.fired ? [...trace.outcome.actions] : [], trace };
 }

@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import type { Rule, RuleCatalog, RuleVersion } from '../../catalog/rules.js';
 import { ruleStatuses } from '../../catalog/rules.js';
+import type { CampaignGate } from '../../domain/campaigns.js';
 import type { ResolvedAction, RuleCompilation, RuleMeta, RulePlan } from '../../domain/rules/compile.js';
 import type { RuleTrace } from '../../domain/rules/evaluate.js';
 import { type RuleProblem, validateRule } from '../../domain/rules/schema.js';
@@ -28,6 +29,14 @@ export interface RulesDeps {
   campaignExists?: (environmentId: string, id: string) => Promise<boolean>;
   /** The customer a simulation with customer_id traces against; absent: an empty customer. */
   subject?: (environmentId: string, customerRef: string, ruleId: string) => Promise<SimulationSubject>;
+  /**
+   * The environment's campaigns as events meet them, and its clock: a campaign rule's simulation
+   * checks its audience and whether it runs now. Absent: campaigns are not simulated.
+   */
+  campaigns?: {
+    gates(environmentId: string): Promise<Readonly<Record<string, CampaignGate>>>;
+    nowMs(environmentId: string): number | Promise<number>;
+  };
 }
 
 const definitionField = z.custom<unknown>((v) => v !== undefined && v !== null, 'A rule definition document is required.');
@@ -317,12 +326,21 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
         const subject = ref === undefined || deps.subject === undefined ? emptySubject : await deps.subject(env, ref, rule.id);
         const c = await compiled;
         if (!c.ok) throw ruleInvalid(c.problems);
+        const campaignId = rule.campaignId;
+        const campaign =
+          campaignId === null || deps.campaigns === undefined
+            ? undefined
+            : { id: campaignId, gate: (await deps.campaigns.gates(env))[campaignId], nowMs: await deps.campaigns.nowMs(env) };
         // The trace is pure and short: it runs here, on the request thread.
-        const r = simulateRule(c.plan, {
-          event: { name: ctx.body.event.name, properties: ctx.body.event.properties, trust: ctx.body.event.trust },
-          customer: subject.customer,
-          limitCounts: subject.limitCounts,
-        });
+        const r = simulateRule(
+          c.plan,
+          {
+            event: { name: ctx.body.event.name, properties: ctx.body.event.properties, trust: ctx.body.event.trust },
+            customer: subject.customer,
+            limitCounts: subject.limitCounts,
+          },
+          campaign,
+        );
         return { status: 200, body: { simulated: true, plan: r.plan.map(actionWire), trace: traceWire(r.trace) } };
       },
     }),
