@@ -56,6 +56,7 @@ export type ReplyView =
   | { kind: 'erased'; mergedFrom: string[]; aliases: string[] }
   | { kind: 'events_to_erase'; records: number[] }
   | ({ kind: 'handover' } & MergeHandover)
+  | { kind: 'merged_from'; mergedFrom: string[] }
   | { kind: 'done' };
 
 export type CallResult =
@@ -515,7 +516,13 @@ export class Partition {
       resolve({ ok: false, code: 'rate_limited', message: 'Too many commands for this customer.', retryAfterSeconds: 1 });
       return;
     }
-    if (state.mergedInto !== null && cmd.kind !== 'customer.view' && cmd.kind !== 'customer.erase_merged' && cmd.kind !== 'customer.handover') {
+    if (
+      state.mergedInto !== null &&
+      cmd.kind !== 'customer.view' &&
+      cmd.kind !== 'customer.erase_merged' &&
+      cmd.kind !== 'customer.handover' &&
+      cmd.kind !== 'customer.merged_from'
+    ) {
       return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
     }
     if (cmd.kind === 'customer.view') {
@@ -620,6 +627,7 @@ export class Partition {
       case 'erased':
       case 'events_to_erase':
       case 'handover':
+      case 'merged_from':
         return reply;
       case 'deleted':
         return { kind: 'done' };

@@ -147,6 +147,11 @@ export type Command =
    * itself, not redirected; no facts.
    */
   | { kind: 'customer.handover'; survivorId: string }
+  /**
+   * Reads which customers were merged into a customer merged into `survivorId` (the survivor's
+   * export follows merges through them). Run by the merged customer itself, not redirected.
+   */
+  | { kind: 'customer.merged_from'; survivorId: string }
   | {
       kind: 'event.record';
       /** Used when the customer does not exist yet (created on first sight). */
@@ -278,9 +283,13 @@ export type Reply =
   | { kind: 'deleted' }
   /** customer.delete: the recorded events past its eventsErased (SeenEvents records) to erase first. */
   | { kind: 'events_to_erase'; records: number[] }
-  /** A merged customer erased: the customers merged into it before, to erase in turn. */
-  /** `aliases`: the merged customer's own aliases (still bound to it), for the caller to release. */
+  /**
+   * A merged customer erased: the customers merged into it before, to erase in turn, and its own
+   * aliases (still bound to it), for the caller to release.
+   */
   | { kind: 'erased'; mergedFrom: string[]; aliases: string[] }
+  /** customer.merged_from: the customers merged into a merged customer before its own merge. */
+  | { kind: 'merged_from'; mergedFrom: string[] }
   | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'ledger'; reply: ledger.LedgerReply }
   | { kind: 'reward'; reply: rewards.RewardReply }
@@ -420,6 +429,9 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     case 'customer.handover':
       if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');
       return { ok: true, facts: noFacts, reply: { kind: 'handover', ...mergeHandover(state) } };
+    case 'customer.merged_from':
+      if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');
+      return { ok: true, facts: noFacts, reply: { kind: 'merged_from', mergedFrom: [...state.mergedFrom] } };
     case 'event.record': {
       const seen = state.events.get(cmd.clientEventId);
       if (seen !== undefined) {

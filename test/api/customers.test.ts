@@ -247,6 +247,25 @@ t.test('customers', async (t) => {
     t.equal(ev.body.properties, null, 'deleting the survivor erases the merged customer: the merge was recorded on it');
   });
 
+  await t.test("a survivor's export holds the events of the customers merged into it, through earlier merges", async (t) => {
+    const sent = async (id: string, customer: string) =>
+      (await api.post('/v1/events', { id, name: 'app.opened', customer_id: customer, occurred_at: now(), properties: { device: id } })).body.id as string;
+    const ofX = await sent('chain-x-1', 'chain-x');
+    const y = (await api.post('/v1/customers', { external_id: 'chain-y' }, idem())).body;
+    t.equal((await api.post(`/v1/customers/${y.id}/aliases`, { alias: 'chain-x' }, idem())).status, 201, 'x merged into y');
+    const ofY = await sent('chain-y-1', 'chain-y');
+    const z = (await api.post('/v1/customers', { external_id: 'chain-z' }, idem())).body;
+    t.equal((await api.post(`/v1/customers/${z.id}/aliases`, { alias: 'chain-y' }, idem())).status, 201, 'y merged into z');
+    const ofZ = await sent('chain-z-1', 'chain-z');
+    const exported = (await api.get(`/v1/customers/${z.id}/export`)).body;
+    t.same(
+      (exported.events as Array<{ id: string; properties: unknown }>).map((e) => e.id).sort(),
+      [ofX, ofY, ofZ].sort(),
+      'its own, the merged customer y, and x merged into y before',
+    );
+    t.match(exported.events.find((e: { id: string }) => e.id === ofX), { properties: { device: 'chain-x-1' } });
+  });
+
   await t.test('deleting a survivor erases the customers merged into it, and frees their external ids', async (t) => {
     const pA = (await api.post('/v1/customers', { external_id: 'mrg-a', attributes: { email: 'a@example.com' } }, idem())).body;
     // An alias of the customer that is merged away: it stays bound to that customer.

@@ -70,9 +70,10 @@ export interface CustomerReadModel {
     }>
   >;
   listLedgerEntries(environmentId: string, customerId: string, q: { limit: number; before: null }): Promise<LedgerRow[]>;
+  /** Events of these customers (a survivor and the customers merged into it), newest first. */
   listCustomerEvents(
     environmentId: string,
-    customerId: string,
+    customerIds: readonly string[],
     q: { limit: number },
   ): Promise<
     Array<{ id: string; name: string; occurredAtMs: number; receivedAtMs: number; properties: Record<string, unknown> | null }>
@@ -191,6 +192,17 @@ async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, 
     }),
   );
   return erased.flat();
+}
+
+/** The customers merged into `survivorId`, depth first through the merges into them. */
+async function mergedInto(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
+  const found = await Promise.all(
+    mergedFrom.map(async (id) => {
+      const r = await call(deps, env, { by: 'id', id }, { kind: 'customer.merged_from', survivorId });
+      return r.kind === 'merged_from' && r.mergedFrom.length > 0 ? [id, ...(await mergedInto(deps, env, id, r.mergedFrom))] : [id];
+    }),
+  );
+  return found.flat();
 }
 
 /** Aliases live in their own partitions: each binding that still names `customerId` is released. */
@@ -522,9 +534,11 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
+        // The events of customers merged into this one (and into those) were this person's too.
+        const merged = await mergedInto(deps, env, c.id, c.mergedFrom);
         await deps.drainProjector();
         const [events, entries, progress, segmentDefs] = await Promise.all([
-          deps.readModel.listCustomerEvents(env, c.id, { limit: exportEventsMax + 1 }),
+          deps.readModel.listCustomerEvents(env, [c.id, ...merged], { limit: exportEventsMax + 1 }),
           deps.readModel.listLedgerEntries(env, c.id, { limit: exportEventsMax, before: null }),
           deps.challengeProgress?.(env, c.id) ?? [],
           deps.segments?.(env) ?? [],

@@ -820,14 +820,15 @@ export class PgReadModel {
   }
 
   /**
-   * A customer's events, newest first (received_at, then id, descending). With
+   * A customer's events (or several customers': a survivor and those merged into it), newest
+   * first (received_at, then id, descending). With
    * beforeReceivedAtMs only older events; with beforeId as well, the keyset (receivedAtMs, id)
    * of the last row of the previous page, so events sharing a timestamp are neither lost nor
    * repeated. Returns up to limit + 1 rows.
    */
   async listCustomerEvents(
     environmentId: string,
-    customerId: string,
+    customerIds: string | readonly string[],
     page: { limit: number; beforeReceivedAtMs?: number; beforeId?: string },
   ): Promise<EventRow[]> {
     const sql = this.sql;
@@ -837,9 +838,11 @@ export class PgReadModel {
         : page.beforeId === undefined
           ? sql`and received_at < to_timestamp(${page.beforeReceivedAtMs}::float8 / 1000)`
           : sql`and (received_at, id) < (to_timestamp(${page.beforeReceivedAtMs}::float8 / 1000), ${page.beforeId})`;
+    const who =
+      typeof customerIds === 'string' ? sql`customer_id = ${customerIds}` : sql`customer_id = any(${[...customerIds]}::text[])`;
     const rows = await sql`
       select ${sql.unsafe(eventColumns)} from events
-      where environment_id = ${environmentId} and customer_id = ${customerId} ${before}
+      where environment_id = ${environmentId} and ${who} ${before}
       order by received_at desc, id desc
       limit ${page.limit + 1}`;
     return rows.map(eventRow);
