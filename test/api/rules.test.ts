@@ -149,6 +149,11 @@ t.test('rules', async (t) => {
   });
 
   await t.test('simulate traces the rule against an event and changes nothing', async (t) => {
+    // The rule is in Campaign 1: while that is a draft, events (and simulate) skip it with
+    // campaign_inactive (test/api/campaigns.test.ts); running, its own checks decide.
+    const inactive = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: { total: 25 } } });
+    t.match(inactive.body.trace.outcome, { fired: false, reason: 'campaign_inactive' });
+    t.equal((await api.post(`/v1/campaigns/${camp1}/activate`, {})).status, 200);
     const before = (await api.get(`/v1/rules/${ruleId}`)).body;
     const fire = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: { total: 25 } } });
     t.equal(fire.status, 200);
