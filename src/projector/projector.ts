@@ -452,6 +452,8 @@ export function toProjections(records: JournalRecord[], out: Projection[]): void
           out.push({ kind: 'alias.upsert', environmentId, alias: f.alias, customerId, aliasKind: f.aliasKind, createdAtMs: f.atMs });
           break;
         case 'customer.merged':
+          out.push({ kind: 'customer.merge', environmentId, id: customerId, into: f.into });
+          break;
         case 'reward.reservation_voided':
         case 'item.granted':
           break;

@@ -264,6 +264,12 @@ t.test('customers', async (t) => {
       'its own, the merged customer y, and x merged into y before',
     );
     t.match(exported.events.find((e: { id: string }) => e.id === ofX), { properties: { device: 'chain-x-1' } });
+    // Lists leave merged customers out: their ids and external ids answer as the survivor.
+    const listed = (await api.get('/v1/customers?limit=200')).body.data.map((c: { id: string }) => c.id);
+    const x = (await api.get('/v1/customers?external_id=chain-x')).body.data[0];
+    t.equal(x.id, z.id, 'chain-x answers as z');
+    t.ok(listed.includes(z.id), 'the survivor is listed');
+    t.notOk(listed.includes(y.id), 'y, merged into z, is not');
   });
 
   await t.test('deleting a survivor erases the customers merged into it, and frees their external ids', async (t) => {

@@ -106,6 +106,17 @@ for (const kind of sqlKinds) {
       t.equal(await rm.eventAnswer('env_b', 'ans-1'), null, 'another environment');
     });
 
+    t.test('a merged customer is left out of lists that ask so, and kept for the others', async (t) => {
+      const p = next();
+      await rm.apply(p, '1-0', [upsert('mg-a', 1), upsert('mg-b', 1)]);
+      await rm.apply(p, '2-0', [{ kind: 'customer.merge', environmentId: 'env_a', id: 'mg-a', into: 'mg-b' }]);
+      const ids = async (withoutMerged: boolean) =>
+        (await rm.listCustomers('env_a', { limit: 200, after: null, withoutMerged })).map((c) => c.id).filter((id) => id.startsWith('mg-'));
+      t.same(await ids(true), ['mg-b']);
+      t.same(await ids(false), ['mg-a', 'mg-b'], 'a merge still finds the merged customer by its external id');
+      t.same((await rm.listCustomers('env_a', { limit: 5, after: null, externalId: 'ext-mg-a' })).map((c) => c.id), ['mg-a']);
+    });
+
     t.test('re-applying the same batch, or re-delivering its facts later, changes nothing', async (t) => {
       const p = next();
       const batch = [upsert('r1', 1), upsert('r1', 2), event('re1', 'r1', T0 + 1), event('re2', 'r1', T0 + 2), alias('r-alias', 'r1')];

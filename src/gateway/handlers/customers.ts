@@ -57,7 +57,7 @@ const customerSchema = z.object({
 export interface CustomerReadModel {
   listCustomers(
     environmentId: string,
-    q: { limit: number; after: string | null; externalId?: string | null },
+    q: { limit: number; after: string | null; externalId?: string | null; withoutMerged?: boolean },
   ): Promise<
     Array<{
       id: string;
@@ -389,7 +389,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         }
         // Read-your-writes on this node: everything acknowledged here is projected first.
         await deps.drainProjector();
-        const rows = await deps.readModel.listCustomers(env, { limit: page.limit + 1, after: page.after?.[0] ?? null });
+        // A merged customer is left out: its id and external id answer as its survivor.
+        const rows = await deps.readModel.listCustomers(env, { limit: page.limit + 1, after: page.after?.[0] ?? null, withoutMerged: true });
         return {
           status: 200,
           body: toPage(rows, page.limit, (r) => [r.id], (r) =>

@@ -117,7 +117,9 @@ export type Projection =
   /** Static segment membership: the last fact per (segment, customer) wins. */
   | { kind: 'segment_member.set'; environmentId: string; segmentId: string; customerId: string; member: boolean; atMs: number }
   /** What a campaign's rules awarded: added to campaign_spend. */
-  | { kind: 'campaign.spent'; environmentId: string; campaignId: string; currency: string; amount: number };
+  | { kind: 'campaign.spent'; environmentId: string; campaignId: string; currency: string; amount: number }
+  /** A customer merged into another: lists leave it out. */
+  | { kind: 'customer.merge'; environmentId: string; id: string; into: string };
 
 export interface CustomerRow {
   environmentId: string;
@@ -334,6 +336,7 @@ export class PgReadModel {
         'tier.set': [],
         'segment_member.set': [],
         'campaign.spent': [],
+        'customer.merge': [],
       };
       const moved: Array<{ partition: number; offset: Offset }> = [];
       for (const b of batches) {
@@ -357,6 +360,7 @@ export class PgReadModel {
         'tier.set',
         'segment_member.set',
         'campaign.spent',
+        'customer.merge',
       ] as const) {
         if (byKind[kind].length > 0) await this.applyRun(statements.tx, byKind[kind]);
       }
@@ -397,6 +401,8 @@ export class PgReadModel {
         return this.setSegmentMembers(tx, run as Array<Of<'segment_member.set'>>);
       case 'campaign.spent':
         return this.addCampaignSpend(tx, run as Array<Of<'campaign.spent'>>);
+      case 'customer.merge':
+        return this.markMerged(tx, run as Array<Of<'customer.merge'>>);
     }
   }
 
@@ -454,6 +460,15 @@ export class PgReadModel {
         update events ev set properties = null
         from unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
         where ev.environment_id = u.e and ev.customer_id = u.i and ev.properties is not null`;
+    }
+  }
+
+  private async markMerged(tx: Tx, run: Array<Of<'customer.merge'>>): Promise<void> {
+    for (const part of chunks(run, rowsPerStatementMax)) {
+      await tx`
+        update customers c set merged_into = u.m
+        from unnest(${part.map((p) => text(p.environmentId))}::text[], ${part.map((p) => text(p.id))}::text[], ${part.map((p) => text(p.into))}::text[]) as u(e, i, m)
+        where c.environment_id = u.e and c.id = u.i`;
     }
   }
 
@@ -780,12 +795,13 @@ export class PgReadModel {
    */
   async listCustomers(
     environmentId: string,
-    page: { limit: number; after: string | null; externalId?: string | null },
+    page: { limit: number; after: string | null; externalId?: string | null; withoutMerged?: boolean },
   ): Promise<CustomerRow[]> {
     const sql = this.sql;
     const rows = await sql`
       select ${sql.unsafe(customerColumns)} from customers
       where environment_id = ${environmentId}
+      ${page.withoutMerged === true ? sql`and merged_into is null` : sql``}
       ${page.after === null ? sql`` : sql`and id > ${page.after}`}
       ${page.externalId == null ? sql`` : sql`and external_id = ${page.externalId}`}
       order by id
