@@ -51,37 +51,25 @@ export function challengeProjection(environmentId: string, customerId: string, f
     case 'challenge.unenrolled':
       return { kind: 'challenge.enrollment', environmentId, customerId, challengeId: f.challengeId, enrolledAtMs: null };
     case 'challenge.progressed':
-      return {
-        kind: 'challenge.progress',
-        environmentId,
-        customerId,
-        challengeId: f.challengeId,
-        periodKey: f.periodKey,
-        cycle: f.cycle,
-        count: f.count,
-        target: f.target,
-        completedAtMs: null,
-        atMs: f.atMs,
-        contributions: f.contribution === null ? null : { add: f.contribution },
-      };
+      return progressProjection(environmentId, customerId, f, f.target, null, f.contribution === null ? null : { add: f.contribution });
     case 'challenge.completed':
-      return { kind: 'challenge.progress', environmentId, customerId, challengeId: f.challengeId, periodKey: f.periodKey, cycle: f.cycle, count: f.count, target: f.target, completedAtMs: f.atMs, atMs: f.atMs, contributions: null };
+      return progressProjection(environmentId, customerId, f, f.target, f.atMs, null);
     case 'challenge.revoked':
       // Without a contribution key the value was never stored: removing it changes nothing, as in evolve.
-      return {
-        kind: 'challenge.progress',
-        environmentId,
-        customerId,
-        challengeId: f.challengeId,
-        periodKey: f.periodKey,
-        cycle: f.cycle,
-        count: f.count,
-        target: null,
-        completedAtMs: null,
-        atMs: f.atMs,
-        contributions: { remove: f.contribution },
-      };
+      return progressProjection(environmentId, customerId, f, null, null, { remove: f.contribution });
   }
+}
+
+/** A progress fact's row: target null keeps the stored one; completedAtMs set by a completion only. */
+function progressProjection(
+  environmentId: string,
+  customerId: string,
+  f: { challengeId: string; periodKey: string; cycle: number; count: number; atMs: number },
+  target: number | null,
+  completedAtMs: number | null,
+  contributions: ContributionChange | null,
+): ChallengeProjection {
+  return { kind: 'challenge.progress', environmentId, customerId, challengeId: f.challengeId, periodKey: f.periodKey, cycle: f.cycle, count: f.count, target, completedAtMs, atMs: f.atMs, contributions };
 }
 
 /** The rows a merge's challenge.merged writes for the survivor: its new enrollments and adopted progress records. */
