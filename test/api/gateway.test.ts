@@ -329,14 +329,13 @@ const seenRequestIds = new Set<string>();
 async function call(
   method: string,
   path: string,
-  opts: { headers?: Record<string, string>; body?: string | Uint8Array | ReadableStream; auth?: string | null } = {},
+  opts: { headers?: Record<string, string>; body?: string | Uint8Array; auth?: string | null } = {},
 ): Promise<Answer> {
   const headers: Record<string, string> = { ...(opts.headers ?? {}) };
   if (opts.auth !== null) headers.authorization = opts.auth ?? 'Bearer good';
   if (typeof opts.body === 'string' && headers['content-type'] === undefined) headers['content-type'] = 'application/json';
-  const init: RequestInit & { duplex?: 'half' } = { method, headers };
+  const init: RequestInit = { method, headers };
   if (opts.body !== undefined) init.body = opts.body as BodyInit;
-  if (opts.body instanceof ReadableStream) init.duplex = 'half';
   const res = await fetch(base + path, init);
   const text = await res.text();
   const rid = res.headers.get('request-id');
