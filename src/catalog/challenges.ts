@@ -16,7 +16,7 @@ import type { PeriodKind } from '../domain/periods.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
-import type { Sql } from '../persistence/sql/db.js';
+import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 
 export interface ChallengeRecord extends ChallengeConfig {
   campaignId: string | null;
@@ -38,9 +38,6 @@ export interface ChallengeSet {
 
 const channel = 'challenges.changed';
 
-function json<T>(v: unknown): T {
-  return (typeof v === 'string' ? JSON.parse(v) : v) as T;
-}
 
 function msOf(v: unknown): number | null {
   return v === null || v === undefined ? null : (v as Date).getTime();
@@ -50,13 +47,13 @@ function row(r: Record<string, unknown>): ChallengeRecord {
   return {
     id: r.id as string,
     name: r.name as string,
-    qualifying: json<{ event: string; conditions?: unknown }>(r.qualifying),
+    qualifying: jsonColumn<{ event: string; conditions?: unknown }>(r.qualifying),
     target: r.target as number,
     period: r.period as PeriodKind,
     contributionKey: (r.contribution_key as string | null) ?? null,
     enrollment: r.enrollment as EnrollmentMode,
     repeatable: r.repeatable as boolean,
-    completionActions: json<unknown[]>(r.completion_actions),
+    completionActions: jsonColumn<unknown[]>(r.completion_actions),
     campaignId: (r.campaign_id as string | null) ?? null,
     startsAtMs: msOf(r.starts_at),
     endsAtMs: msOf(r.ends_at),

@@ -15,7 +15,7 @@ import {
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
-import type { Sql } from '../persistence/sql/db.js';
+import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 
 export interface CounterRecord {
   id: string;
@@ -40,17 +40,14 @@ export interface CounterInput {
 
 const channel = 'counter_definitions.changed';
 
-function json<T>(v: unknown): T {
-  return (typeof v === 'string' ? JSON.parse(v) : v) as T;
-}
 
 function row(r: Record<string, unknown>): CounterRecord {
   return {
     id: r.id as string,
     name: r.name as string,
     event: r.event as string,
-    window: json<CounterWindow>(r.time_window),
-    filter: r.filter === null || r.filter === undefined ? null : json<unknown>(r.filter),
+    window: jsonColumn<CounterWindow>(r.time_window),
+    filter: r.filter === null || r.filter === undefined ? null : jsonColumn<unknown>(r.filter),
     status: r.status as CounterStatus,
     backfillStartedAtMs: r.backfill_started_at === null ? null : (r.backfill_started_at as Date).getTime(),
     version: r.version as number,

@@ -10,7 +10,7 @@ import type { Condition } from '../domain/rules/schema.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
-import type { Sql } from '../persistence/sql/db.js';
+import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 
 export interface Segment {
   id: string;
@@ -42,16 +42,6 @@ function row(r: Record<string, unknown>): Segment {
     createdAtMs: (r.created_at as Date).getTime(),
     updatedAtMs: (r.updated_at as Date).getTime(),
   };
-}
-
-/** A jsonb column as the driver hands it: parsed already, or text (qualifying is `{event, conditions?}`). */
-function jsonValue(v: unknown): unknown {
-  if (typeof v !== 'string') return v;
-  try {
-    return JSON.parse(v);
-  } catch {
-    return null;
-  }
 }
 
 function notFound(id: string): ApiError {
@@ -144,7 +134,7 @@ export class SegmentCatalog {
       select id, qualifying from challenges
       where environment_id = ${environmentId} and status <> 'ended' and qualifying::text like ${`%${name}%`}
       order by id`;
-    const challengeIds = challenges.filter((c) => segmentsReferenced(jsonValue(c.qualifying)).includes(name)).map((c) => c.id as string);
+    const challengeIds = challenges.filter((c) => segmentsReferenced(jsonColumn<unknown>(c.qualifying)).includes(name)).map((c) => c.id as string);
     return { rules: ruleIds.sort(), campaigns: campaigns.map((c) => c.id as string), challenges: challengeIds };
   }
 

@@ -8,7 +8,7 @@ import { checkTierProgramEdit, needsReevaluation, type TierBasis, type TierLevel
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
-import type { Sql } from '../persistence/sql/db.js';
+import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 import type { CurrencyCatalog } from './currencies.js';
 
 export interface TierProgramRecord extends TierProgram {
@@ -63,9 +63,6 @@ export type ReevaluateHolders = (environmentId: string, program: TierProgramReco
 
 const channel = 'tier_programs.changed';
 
-function json<T>(v: unknown): T {
-  return (typeof v === 'string' ? JSON.parse(v) : v) as T;
-}
 
 function row(r: Record<string, unknown>): TierProgramRecord {
   return {
@@ -75,8 +72,8 @@ function row(r: Record<string, unknown>): TierProgramRecord {
     currency: r.currency as string,
     basis: r.basis as TierBasis,
     rollingDays: (r.rolling_days as number | null) ?? null,
-    levels: json<TierLevel[]>(r.levels),
-    downgradeCheck: json<{ everyDays: number } | null>(r.downgrade_check) ?? null,
+    levels: jsonColumn<TierLevel[]>(r.levels),
+    downgradeCheck: jsonColumn<{ everyDays: number } | null>(r.downgrade_check) ?? null,
     version: r.version as number,
     createdAtMs: (r.created_at as Date).getTime(),
     updatedAtMs: (r.updated_at as Date).getTime(),

@@ -30,6 +30,7 @@ import {
   type IngestStreamResponse,
 } from './gen/public/v1/events.js';
 import { MatchesService, type ReportRequest, type ReportResponse } from './gen/public/v1/matches.js';
+import { isRecord } from '../util/is-record.js';
 
 /** The gateway pipeline without HTTP (gateway.invoke). */
 export type { InvokeRequest, InvokeResponse };
@@ -88,10 +89,6 @@ interface WireError {
   param?: string;
   details?: unknown;
   request_id?: string;
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** The `error` object of an HTTP error body (or of a batch item); internal_error when absent. */

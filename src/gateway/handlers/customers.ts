@@ -177,32 +177,39 @@ const read = ['secret', 'pat', 'session'] as const;
 const readOrCustomer = ['secret', 'pat', 'session', 'customer'] as const;
 
 /**
+ * The customers merged into `survivorId`, depth first through the merges into them: `visit` runs
+ * on each (its survivor named) and answers the customers merged into it in turn. Their ids.
+ */
+async function eachMerged(
+  survivorId: string,
+  mergedFrom: readonly string[],
+  visit: (id: string, survivorId: string) => Promise<readonly string[]>,
+): Promise<string[]> {
+  const found = await Promise.all(mergedFrom.map(async (id) => [id, ...(await eachMerged(id, await visit(id, survivorId), visit))]));
+  return found.flat();
+}
+
+/**
  * Erases the customers merged into `survivorId` (depth first through earlier merges) and releases
  * the aliases each still held (its external id went to its survivor at the merge; aliases it had
  * added itself stayed bound to it, and would otherwise route to an erased customer for good);
  * returns their ids.
  */
-async function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
-  const erased = await Promise.all(
-    mergedFrom.map(async (id) => {
-      const r = await eraseRecordedEvents(deps, env, { by: 'id', id }, (eventsErased) => ({ kind: 'customer.erase_merged', survivorId, eventsErased }));
-      if (r.kind !== 'erased') return [id];
-      await releaseAliases(deps, env, id, r.aliases);
-      return r.mergedFrom.length > 0 ? [id, ...(await eraseMerged(deps, env, id, r.mergedFrom))] : [id];
-    }),
-  );
-  return erased.flat();
+function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
+  return eachMerged(survivorId, mergedFrom, async (id, survivor) => {
+    const r = await eraseRecordedEvents(deps, env, { by: 'id', id }, (eventsErased) => ({ kind: 'customer.erase_merged', survivorId: survivor, eventsErased }));
+    if (r.kind !== 'erased') return [];
+    await releaseAliases(deps, env, id, r.aliases);
+    return r.mergedFrom;
+  });
 }
 
 /** The customers merged into `survivorId`, depth first through the merges into them. */
-async function mergedInto(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
-  const found = await Promise.all(
-    mergedFrom.map(async (id) => {
-      const r = await call(deps, env, { by: 'id', id }, { kind: 'customer.merged_from', survivorId });
-      return r.kind === 'merged_from' && r.mergedFrom.length > 0 ? [id, ...(await mergedInto(deps, env, id, r.mergedFrom))] : [id];
-    }),
-  );
-  return found.flat();
+function mergedInto(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
+  return eachMerged(survivorId, mergedFrom, async (id, survivor) => {
+    const r = await call(deps, env, { by: 'id', id }, { kind: 'customer.merged_from', survivorId: survivor });
+    return r.kind === 'merged_from' ? r.mergedFrom : [];
+  });
 }
 
 /** Aliases live in their own partitions: each binding that still names `customerId` is released. */

@@ -14,6 +14,7 @@ import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
 import type { Principal } from '../../tenancy/types.js';
+import { isRecord } from '../../util/is-record.js';
 
 export interface MatchDeps {
   profiles: MatchProfileStore;
@@ -67,10 +68,6 @@ function requireOwnerOrAdmin(p: Principal): void {
   if ((p.kind !== 'pat' && p.kind !== 'session') || (p.role !== 'owner' && p.role !== 'admin')) {
     throw new ApiError('forbidden', { message: 'Only a signed-in owner or admin may do this.' });
   }
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 function actorOf(p: Principal): string {

@@ -66,3 +66,8 @@ export async function dropSchema(sql: Sql, schema: string): Promise<void> {
 
 /** A transaction handle (sql.begin callback argument). */
 export type Tx = postgres.TransactionSql<Record<string, unknown>>;
+
+/** A jsonb column as a driver hands it: parsed already (postgres.js), or its text (PGlite, some casts). */
+export function jsonColumn<T>(v: unknown): T {
+  return (typeof v === 'string' ? JSON.parse(v) : v) as T;
+}

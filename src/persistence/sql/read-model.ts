@@ -524,7 +524,8 @@ export class PgReadModel {
           t: p.trust,
           st: p.sourceType,
           si: p.sourceId,
-          f: p.effects ?? null,
+          // Absent for events answered 202 (nearly all): the column is null then.
+          f: p.effects,
         })),
       );
       await tx`
