@@ -73,9 +73,17 @@ export function fingerprintOf(method: string, path: string, body: unknown): stri
     .digest('hex');
 }
 
-/** Keys are per environment; management calls without one per credential; open routes share 'anon'. */
+/**
+ * Keys of API keys (and customer tokens) are per environment: a backend that retries with another
+ * of its keys gets the replay. Keys of people (personal access tokens and sessions) are per user
+ * and environment: one member never gets another's stored answer, which was decided under the
+ * other's role. Open routes share 'anon'.
+ */
 export function idempotencyScopeOf(principal: Principal | null): string {
   if (principal === null) return 'anon';
+  if (principal.userId !== null && (principal.kind === 'pat' || principal.kind === 'session')) {
+    return `${principal.environment?.id ?? ''}/${principal.userId}`;
+  }
   return principal.environment?.id ?? principal.credentialId;
 }
 
@@ -176,11 +184,13 @@ export class ClaimKeeper {
 
 /**
  * Whether an answer is final for this key: 2xx and 4xx are, except answers that ask the client
- * to come back (409 idempotency_in_progress, 429). 5xx never are (the claim is released).
+ * to come back (409 idempotency_in_progress, 429) and refusals of the caller rather than of the
+ * request (401, 403: a caller given the right role or scope must be able to run it). 5xx never
+ * are (the claim is released).
  */
 export function isStorable(status: number, code: string | undefined): boolean {
   if (status >= 200 && status < 300) return true;
   if (status < 400 || status >= 500) return false;
-  if (status === 429) return false;
+  if (status === 429 || status === 401 || status === 403) return false;
   return code !== 'idempotency_in_progress';
 }

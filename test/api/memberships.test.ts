@@ -78,6 +78,25 @@ t.test('memberships over HTTP', async (t) => {
     t.equal((await admin.c.post(base, { email: email(), role: 'admin' }, idem())).status, 201, 'an admin may grant admin');
   });
 
+  await t.test("Idempotency-Key: one member never gets another's stored answer, and refusals are not stored", async (t) => {
+    const inEnv = (c: typeof o) => c.with({ 'x-service-environment': owner.testEnv });
+    const body = { kind: 'secret', name: uniqueName('k') };
+    const key = idem();
+    const created = await inEnv(o).post('/v1/api_keys', body, key);
+    t.equal(created.status, 201);
+    // The viewer repeating the owner's key and body runs the request under its own role.
+    t.same(err(await inEnv(viewer.c).post('/v1/api_keys', body, key)), { status: 403, code: 'forbidden' }, 'no replay of the owner');
+    t.equal((await inEnv(o).post('/v1/api_keys', body, key)).headers.get('idempotent-replayed'), 'true', 'the owner still replays');
+    // A refusal of the caller is not the request's final answer: the owner may run it with the key.
+    const other = { kind: 'secret', name: uniqueName('k') };
+    const key2 = idem();
+    t.same(err(await inEnv(viewer.c).post('/v1/api_keys', other, key2)), { status: 403, code: 'forbidden' });
+    t.same(err(await inEnv(viewer.c).post('/v1/api_keys', other, key2)), { status: 403, code: 'forbidden' }, 'refused again, not replayed');
+    const ran = await inEnv(o).post('/v1/api_keys', other, key2);
+    t.equal(ran.status, 201, 'the owner creates the key');
+    t.equal(ran.headers.get('idempotent-replayed'), null);
+  });
+
   await t.test('POST: validation, idempotency key, credential kinds', async (t) => {
     t.same(err(await o.post(base, { email: 'nope', role: 'viewer' }, idem())), { status: 400, code: 'validation_failed' });
     t.same(err(await o.post(base, { email: email(), role: 'root' }, idem())), { status: 400, code: 'validation_failed' });
