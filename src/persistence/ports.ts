@@ -163,6 +163,43 @@ export interface ErasedEventRecord {
   eventId: string;
 }
 
+/** One shared limit slot of an event: rule, limit, scope key (computed from the event) and the limit's max. */
+export interface SharedLimitItem {
+  ruleId: string;
+  limitId: string;
+  scopeKey: string;
+  max: number;
+}
+
+/** SharedLimits.reserve's answer for one item. */
+export interface SharedLimitSlot {
+  granted: boolean;
+  /** True only when this call took the slot (and counted it); a slot the event held already is false. */
+  created: boolean;
+  /** Firings counted for (rule, limit, scope key), this event's included when granted. */
+  taken: number;
+}
+
+/**
+ * Rule limits shared by every customer of an environment (scopes without a customer path),
+ * counted on every partition and node: at most `max` slots per (rule, limit, scope key), each
+ * held by one client event id. Counts change only through guarded statements (never
+ * read-modify-write), so racing reservations for max K grant exactly K.
+ */
+export interface SharedLimits {
+  /**
+   * Answers per item in item order. Idempotent per (environment, event id, rule, limit, scope
+   * key): a slot this event holds already is granted with created false and takes nothing more;
+   * otherwise a slot is taken (created true) while fewer than `max` are taken, else refused
+   * (granted false, taken: the count that refused it). Items repeated in one call share an answer.
+   */
+  reserve(environmentId: string, clientEventId: string, items: ReadonlyArray<SharedLimitItem>): Promise<SharedLimitSlot[]>;
+  /** Frees the slots of these items that this event holds (each freed slot decrements its count); others are untouched. */
+  release(environmentId: string, clientEventId: string, items: ReadonlyArray<Omit<SharedLimitItem, 'max'>>): Promise<void>;
+  /** The taken count per item, in item order (0 when none); reserves nothing (simulate). */
+  counts(environmentId: string, items: ReadonlyArray<Omit<SharedLimitItem, 'max'>>): Promise<number[]>;
+}
+
 /** Thrown by withLock when the lock stayed taken for the whole wait. */
 export class LockBusyError extends Error {
   constructor(readonly lockName: string) {
