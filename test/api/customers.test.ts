@@ -387,6 +387,32 @@ t.test('customers', async (t) => {
     t.equal(s2.body.customer_token, null, 'a replayed mint returns customer_token: null');
     const noScope = await api.post('/v1/customer_sessions', { grant_type: 'secret_key', customer_id: 'tok-1' }, idem());
     t.equal(noScope.body.error.code, 'insufficient_scope');
+
+    // Lifetime: 15 minutes by default; ttl_seconds names another, 60 s to a day.
+    const expOf = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()).exp as number;
+    const lifetime = (token: string) => expOf(token) - JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()).iat;
+    t.equal(lifetime(tok.body.customer_token), 900, 'client token: 15 minutes by default');
+    t.equal(lifetime(s1.body.customer_token), 900, 'session: 15 minutes by default');
+    t.equal(Date.parse(s1.body.expires_at) / 1000, expOf(s1.body.customer_token), 'expires_at is the token exp');
+    const short = await minter.post(`/v1/customers/${c.id}/client_token`, { ttl_seconds: 60 });
+    t.equal(short.status, 200);
+    t.equal(lifetime(short.body.customer_token), 60);
+    const long = await minter.post('/v1/customer_sessions', { grant_type: 'secret_key', customer_id: 'tok-1', ttl_seconds: 86_400 }, idem());
+    t.equal(long.status, 201);
+    t.equal(lifetime(long.body.customer_token), 86_400);
+    const noBody = await minter.post(`/v1/customers/${c.id}/client_token`);
+    t.equal(noBody.status, 200, 'client_token takes no body');
+    for (const [path, body, param] of [
+      [`/v1/customers/${c.id}/client_token`, { ttl_seconds: 59 }, 'ttl_seconds'],
+      [`/v1/customers/${c.id}/client_token`, { ttl_seconds: 86_401 }, 'ttl_seconds'],
+      [`/v1/customers/${c.id}/client_token`, { ttl_seconds: 90.5 }, 'ttl_seconds'],
+      ['/v1/customer_sessions', { grant_type: 'secret_key', customer_id: 'tok-1', ttl_seconds: 0 }, 'ttl_seconds'],
+      ['/v1/customer_sessions', { grant_type: 'secret_key', customer_id: 'tok-1', ttl_seconds: '600' }, 'ttl_seconds'],
+    ] as const) {
+      const r = await minter.post(path, body, idem());
+      t.equal(r.status, 400, `${path} ${JSON.stringify(body)}`);
+      t.match(r.body.error, { code: 'validation_failed', param });
+    }
   });
 
   await t.test('attribute definitions type customer attributes', async (t) => {

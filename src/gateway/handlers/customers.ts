@@ -39,10 +39,22 @@ const aliasBody = z.strictObject({
   kind: z.literal('anonymous').default('anonymous'),
 });
 const listQuery = pageQuerySchema.extend({ external_id: z.string().min(1).max(limits.externalIdCharsMax).optional() });
+/** A customer token's lifetime: 15 minutes unless the minting call names another, up to a day. */
+const ttlSeconds = z
+  .number()
+  .int()
+  .min(60)
+  .max(limits.customerTokenLifetimeMsMax / 1000)
+  .optional()
+  .describe(`The token's lifetime in seconds, 60 to ${limits.customerTokenLifetimeMsMax / 1000} (default ${limits.customerTokenLifetimeMsDefault / 1000}).`);
+const ttlMsOf = (s: number | undefined) => (s === undefined ? undefined : s * 1000);
+
 const sessionBody = z.strictObject({
   grant_type: z.literal('secret_key'),
   customer_id: z.string().min(1).max(limits.externalIdCharsMax).describe("The customer's service id (cust_...) or external id."),
+  ttl_seconds: ttlSeconds,
 });
+const clientTokenBody = z.strictObject({ ttl_seconds: ttlSeconds });
 
 const customerSchema = z.object({
   id: z.string(),
@@ -100,6 +112,8 @@ export interface CustomerDeps {
     customerId: string;
     externalId: string;
     credentialId: string;
+    /** Absent: the default lifetime (15 minutes). */
+    ttlMs?: number | undefined;
   }): Promise<{ token: string; expiresAtMs: number }>;
   /** The environment's segments (state view: static memberships + dynamic matches, by name). */
   segments?: (environmentId: string) => Promise<SegmentDef[]>;
@@ -602,11 +616,12 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     route({
       method: 'POST',
       path: '/v1/customers/:id/client_token',
-      summary: 'Mint a customer token for a browser (15 minutes)',
+      summary: 'Mint a customer token for a browser (15 minutes unless ttl_seconds says otherwise; the body is optional)',
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customer_sessions:write'], allow: ['secret', 'pat', 'session'] },
+      body: clientTokenBody,
       responses: { 200: { description: '{customer_id, external_id, customer_token}' } },
-      handler: async (ctx: RequestContext) => {
+      handler: async (ctx: RequestContext<z.infer<typeof clientTokenBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
         const minted = await deps.mintCustomerToken({
@@ -614,6 +629,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
           customerId: c.id,
           externalId: c.externalId ?? '',
           credentialId: ctx.principal.credentialId,
+          ttlMs: ttlMsOf(ctx.body.ttl_seconds),
         });
         return { status: 200, body: { customer_id: c.id, external_id: c.externalId, customer_token: minted.token } };
       },
@@ -621,7 +637,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     route({
       method: 'POST',
       path: '/v1/customer_sessions',
-      summary: 'Mint a customer session token (needs scope customer_sessions:write)',
+      summary: 'Mint a customer session token (needs scope customer_sessions:write; 15 minutes unless ttl_seconds says otherwise)',
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customer_sessions:write'], allow: ['secret'] },
       body: sessionBody,
@@ -639,6 +655,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
           customerId: c.id,
           externalId: c.externalId ?? '',
           credentialId: ctx.principal.credentialId,
+          ttlMs: ttlMsOf(ctx.body.ttl_seconds),
         });
         return {
           status: 201,
