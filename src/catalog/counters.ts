@@ -2,7 +2,8 @@
 // backfilling until the history is counted, then ready. Rows live in PostgreSQL; every node caches
 // each environment's definitions with their compiled filters (dropped on a bus message when any
 // node changes one), and hands them to the customer actors with each event (CountersContext).
-// A definition that a non-archived rule reads cannot be deleted (409 resource_in_use).
+// A definition that a non-archived rule or the qualifying conditions of a challenge not ended read
+// cannot be deleted (409 resource_in_use naming them). Definitions have no rename (no PATCH).
 import {
   type CounterDef,
   type CounterStatus,
@@ -121,25 +122,39 @@ export class CounterCatalog {
   }
 
   /**
-   * Deletes a definition no non-archived rule reads (draft or active version); else resource_in_use.
-   * With If-Match, only the version it names (stale_write).
+   * What reads a counter as `customer.counters.<name>`: non-archived rules (draft or active
+   * version, conditions or amount_from) and challenges not ended (their qualifying conditions, the
+   * only part of a challenge that can read a counter; an ended challenge never evaluates again).
    */
-  async delete(environmentId: string, id: string, expected?: number): Promise<void> {
-    const def = await this.get(environmentId, id);
-    if (expected !== undefined && expected !== def.version) throw new ApiError('stale_write', { details: { current_version: def.version } });
-    const pattern = `customer\\.counters\\.${def.name.replace(/[^a-z0-9_]/g, '')}(\\.|")`;
-    const readers = await this.sql`
+  async readers(environmentId: string, name: string): Promise<{ rules: string[]; challenges: string[] }> {
+    const pattern = `customer\\.counters\\.${name.replace(/[^a-z0-9_]/g, '')}(\\.|")`;
+    const rules = await this.sql`
       select r.id from rules r
       left join rule_versions v on v.environment_id = r.environment_id and v.id = r.active_version_id
       where r.environment_id = ${environmentId} and r.status <> 'archived'
         and (r.draft_definition::text ~ ${pattern} or v.definition::text ~ ${pattern})
       order by r.id limit 10`;
-    if (readers.length > 0) {
-      const ids = readers.map((r) => r.id as string);
+    const challenges = await this.sql`
+      select id from challenges
+      where environment_id = ${environmentId} and status <> 'ended' and qualifying::text ~ ${pattern}
+      order by id limit 10`;
+    return { rules: rules.map((r) => r.id as string), challenges: challenges.map((c) => c.id as string) };
+  }
+
+  /**
+   * Deletes a definition that no non-archived rule and no challenge not ended reads; else
+   * resource_in_use naming them. With If-Match, only the version it names (stale_write).
+   */
+  async delete(environmentId: string, id: string, expected?: number): Promise<void> {
+    const def = await this.get(environmentId, id);
+    if (expected !== undefined && expected !== def.version) throw new ApiError('stale_write', { details: { current_version: def.version } });
+    const used = await this.readers(environmentId, def.name);
+    if (used.rules.length > 0 || used.challenges.length > 0) {
+      const names = [...used.rules.map((r) => `rule ${r}`), ...used.challenges.map((c) => `challenge ${c}`)].join(', ');
       throw new ApiError('resource_in_use', {
-        message: `Counter ${def.name} is read by rule(s) ${ids.join(', ')}; archive them or change their conditions first.`,
+        message: `Counter ${def.name} is read by ${names}; archive the rules, end the challenges or change their conditions first.`,
         param: 'id',
-        details: { rules: ids },
+        details: { rules: used.rules, challenges: used.challenges },
       });
     }
     const gone = await this.sql`delete from counter_definitions where environment_id = ${environmentId} and id = ${id} and version = ${def.version} returning id`;

@@ -1,8 +1,9 @@
 // Black-box API tests of counter definitions: create (ready at once in an empty environment,
-// backfilling once events exist), list, get, delete (resource_in_use while a rule reads it), every
-// error code, live counting shown in the customer state, a rule reading a counter (skipped with
-// counter_not_ready before the backfill, fired after), the backfill counting history exactly once
-// (inline and as a job on the worker pool), and replay rebuilding identical counters.
+// backfilling once events exist), list, get, delete (resource_in_use while a rule or a challenge
+// not ended reads it), every error code, live counting shown in the customer state, a rule reading
+// a counter (skipped with counter_not_ready before the backfill, fired after), the backfill
+// counting history exactly once (inline and as a job on the worker pool), and replay rebuilding
+// identical counters.
 import t from 'tap';
 import { idem, signUp, startForTest, storageFor } from '../helpers/service.js';
 
@@ -131,6 +132,37 @@ t.test('counter definitions over the API', async (t) => {
     t.equal((await api.get(`/v1/counter_definitions/${daily.id}`)).status, 404);
     t.notOk('purchases_today' in (await counters(api, 'ana')), 'the state view shows only defined counters');
   });
+});
+
+t.test("a counter read by a challenge's qualifying conditions cannot be deleted until the challenge ends", async (t) => {
+  const { anon } = await startForTest(t);
+  const api = (await signUp(anon)).server;
+  const visits = (await api.post('/v1/counter_definitions', { name: 'visits', event: 'visit', window: { kind: 'lifetime' } }, idem())).body;
+  const visits2d = (await api.post('/v1/counter_definitions', { name: 'visits_2d', event: 'visit', window: { kind: 'rolling_days', days: 2 } }, idem()))
+    .body;
+  const challenge = await api.post(
+    '/v1/challenges',
+    {
+      name: 'Regulars',
+      qualifying: { event: 'visit', conditions: { all: [{ path: 'customer.counters.visits_2d', op: 'gte', value: 1 }] } },
+      target: 2,
+      status: 'active',
+    },
+    idem(),
+  );
+  t.equal(challenge.status, 201);
+  const id = challenge.body.id as string;
+
+  const del = await api.request('DELETE', `/v1/counter_definitions/${visits2d.id}`);
+  t.equal(del.status, 409);
+  t.match(del.body.error, { code: 'resource_in_use', param: 'id', details: { rules: [], challenges: [id] } });
+  t.match(del.body.error.message, `challenge ${id}`);
+  t.equal((await api.get(`/v1/counter_definitions/${visits2d.id}`)).status, 200, 'still there');
+  t.equal((await api.request('DELETE', `/v1/counter_definitions/${visits.id}`)).status, 204, 'a counter whose name is only a prefix of the one read is free');
+
+  // An ended challenge is final and never evaluates again: it no longer holds the counter.
+  t.equal((await api.patch(`/v1/challenges/${id}`, { status: 'ended' })).status, 200);
+  t.equal((await api.request('DELETE', `/v1/counter_definitions/${visits2d.id}`)).status, 204);
 });
 
 t.test('backfill: a rule reading the counter skips until ready, history counts exactly once (inline)', async (t) => {

@@ -1,7 +1,8 @@
 // Counter definitions (spec 2.9, 4.7): POST /v1/counter_definitions (idempotent), GET list and one,
-// DELETE (409 resource_in_use while a non-archived rule reads it) and POST .../backfill, which
-// counts the history and marks the counter ready: 200 with the ready definition when done inline,
-// 202 with status backfilling when it runs as a job (a later GET shows ready).
+// DELETE (409 resource_in_use while a non-archived rule or a challenge not ended reads it) and
+// POST .../backfill, which counts the history and marks the counter ready: 200 with the ready
+// definition when done inline, 202 with status backfilling when it runs as a job (a later GET
+// shows ready). No rename: a definition has no PATCH.
 import { z } from 'zod';
 import type { CounterCatalog, CounterRecord } from '../../catalog/counters.js';
 import { ApiError } from '../../errors/api-error.js';
@@ -102,7 +103,7 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
     route({
       method: 'DELETE',
       path: '/v1/counter_definitions/:id',
-      summary: 'Delete a counter definition no non-archived rule reads',
+      summary: 'Delete a counter definition (409 resource_in_use while a non-archived rule or a challenge not ended reads it)',
       tag: 'Counters',
       auth: writeAuth,
       responses: { 204: { description: 'Deleted.' } },
