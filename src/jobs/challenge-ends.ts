@@ -3,7 +3,7 @@
 // makes the status say so). Runs on the real clock every minute, and for one environment right
 // after its test clock moves. Ending is idempotent, so overlapping sweeps (or nodes) are harmless.
 import type { Logger } from 'pino';
-import type { DueJob } from './scheduler.js';
+import type { DueJob, DueRun } from './scheduler.js';
 import type { ChallengeCatalog } from '../catalog/challenges.js';
 
 
@@ -26,8 +26,8 @@ export class ChallengeEnds implements DueJob {
     }
   }
 
-  /** Ends the environment's challenges whose ends_at is at or before nowMs; returns how many. */
-  runForEnvironment(environmentId: string, nowMs: number): Promise<number> {
-    return this.deps.challenges.endDue(environmentId, nowMs);
+  /** Ends the environment's challenges whose ends_at is at or before nowMs; counts them. */
+  async runForEnvironment(environmentId: string, nowMs: number): Promise<DueRun> {
+    return { customerIds: [], challengesEnded: await this.deps.challenges.endDue(environmentId, nowMs) };
   }
 }

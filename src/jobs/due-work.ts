@@ -11,7 +11,7 @@ import type { Engine } from '../actors/engine.js';
 import type { CurrencyCatalog } from '../catalog/currencies.js';
 import { tierProgramOf } from '../catalog/rules-context.js';
 import type { TierProgram } from '../domain/tiers.js';
-import type { DueJob } from './scheduler.js';
+import type { DueJob, DueRun } from './scheduler.js';
 import type { Sql } from '../persistence/sql/db.js';
 
 const concurrency = 32;
@@ -48,19 +48,20 @@ export class DueWork implements DueJob {
     }
   }
 
-  /** Settles every customer of the environment with ledger work due at nowMs; returns how many. */
-  async runForEnvironment(environmentId: string, nowMs: number): Promise<number> {
+  /** Settles every customer of the environment with ledger work or a tier check due at nowMs; names them. */
+  async runForEnvironment(environmentId: string, nowMs: number): Promise<DueRun> {
     await this.deps.drainProjector();
-    const settled = await this.runLedger(environmentId, nowMs);
-    return settled + (await this.runTierChecks(environmentId, nowMs));
+    const ledger = await this.runLedger(environmentId, nowMs);
+    const tiers = await this.runTierChecks(environmentId, nowMs);
+    return { customerIds: [...ledger, ...tiers], challengesEnded: 0 };
   }
 
   /** Customers whose tier downgrade check is due re-evaluate those programs (tier.run_due). */
-  private async runTierChecks(environmentId: string, nowMs: number): Promise<number> {
+  private async runTierChecks(environmentId: string, nowMs: number): Promise<string[]> {
     const rows = await this.deps.sql`
       select distinct customer_id from customer_tiers
       where environment_id = ${environmentId} and next_check_at <= to_timestamp(${nowMs} / 1000.0)`;
-    if (rows.length === 0) return 0;
+    if (rows.length === 0) return [];
     const tierPrograms = (await this.deps.tiers.all(environmentId)).map(tierProgramOf);
     const ids = rows.map((r) => r.customer_id as string);
     let next = 0;
@@ -75,16 +76,16 @@ export class DueWork implements DueJob {
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, ids.length) }, worker));
     await this.deps.drainProjector();
-    return ids.length;
+    return ids;
   }
 
-  private async runLedger(environmentId: string, nowMs: number): Promise<number> {
+  private async runLedger(environmentId: string, nowMs: number): Promise<string[]> {
     const rows = await this.deps.sql`
       select distinct customer_id from ledger_entries
       where environment_id = ${environmentId}
         and ((status = 'pending' and confirm_after <= to_timestamp(${nowMs} / 1000.0))
           or (status = 'posted' and remaining > 0 and expires_at <= to_timestamp(${nowMs} / 1000.0)))`;
-    if (rows.length === 0) return 0;
+    if (rows.length === 0) return [];
     const [all, programs] = await Promise.all([this.deps.currencies.all(environmentId), this.deps.tiers.all(environmentId)]);
     const currencies = all.map((c) => ({ key: c.key, negativeBalance: c.negativeBalance, expiryDays: c.expiryDays }));
     const tierPrograms = programs.map(tierProgramOf);
@@ -106,6 +107,6 @@ export class DueWork implements DueJob {
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, ids.length) }, worker));
     await this.deps.drainProjector();
-    return ids.length;
+    return ids;
   }
 }

@@ -15,7 +15,7 @@ import { type RewardCatalog, termsOf } from '../catalog/rewards.js';
 import type { RewardCommand, RewardTerms } from '../domain/rewards.js';
 import type { Effect } from '../domain/rule-effects.js';
 import { ApiError } from '../errors/api-error.js';
-import type { DueJob } from './scheduler.js';
+import type { DueJob, DueRun } from './scheduler.js';
 import type { Sql } from '../persistence/sql/db.js';
 
 const concurrency = 32;
@@ -110,12 +110,12 @@ export class RewardDueWork implements DueJob {
     return rows.length;
   }
 
-  /** Expires every issuance of the environment due at nowMs; returns how many customers were settled. */
-  runForEnvironment(environmentId: string, nowMs: number): Promise<number> {
-    return this.expireForEnvironment(environmentId, nowMs);
+  /** Expires every issuance of the environment due at nowMs; names the customers settled. */
+  async runForEnvironment(environmentId: string, nowMs: number): Promise<DueRun> {
+    return { customerIds: await this.expireForEnvironment(environmentId, nowMs), challengesEnded: 0 };
   }
 
-  async expireForEnvironment(environmentId: string, nowMs: number): Promise<number> {
+  async expireForEnvironment(environmentId: string, nowMs: number): Promise<string[]> {
     await this.deps.drainProjector();
     const rows = await this.deps.sql`
       select distinct customer_id from reward_issuances
@@ -128,7 +128,7 @@ export class RewardDueWork implements DueJob {
       }
     });
     if (ids.length > 0) await this.deps.drainProjector();
-    return ids.length;
+    return ids;
   }
 
   /**

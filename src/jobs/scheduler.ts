@@ -5,12 +5,18 @@
 // customers' actors or one conditional statement), so nodes sweeping together is harmless.
 import type { Logger } from 'pino';
 
+/** What one environment's run settled: the customers whose actors ran due work, and challenges ended. */
+export interface DueRun {
+  customerIds: readonly string[];
+  challengesEnded: number;
+}
+
 export interface DueJob {
   readonly name: string;
   /** Everything due by the real clock, in every environment. */
   sweep(): Promise<void>;
-  /** Everything due in one environment at `nowMs` (a test clock's time); how much was settled. */
-  runForEnvironment(environmentId: string, nowMs: number): Promise<number>;
+  /** Everything due in one environment at `nowMs` (a test clock's time), and what it settled. */
+  runForEnvironment(environmentId: string, nowMs: number): Promise<DueRun>;
 }
 
 const everyMs = 60_000;
@@ -45,10 +51,18 @@ export class Scheduler {
     }
   }
 
-  /** Runs every job for one environment at `nowMs` (after a test clock advance), in order. */
-  async runForEnvironment(environmentId: string, nowMs: number): Promise<number> {
-    let settled = 0;
-    for (const job of this.jobs) settled += await job.runForEnvironment(environmentId, nowMs);
-    return settled;
+  /**
+   * Runs every job for one environment at `nowMs` (after a test clock advance), in order. A
+   * customer settled by several jobs (ledger and reward expiry) counts once.
+   */
+  async runForEnvironment(environmentId: string, nowMs: number): Promise<{ customersSettled: number; challengesEnded: number }> {
+    const customers = new Set<string>();
+    let challengesEnded = 0;
+    for (const job of this.jobs) {
+      const run = await job.runForEnvironment(environmentId, nowMs);
+      for (const id of run.customerIds) customers.add(id);
+      challengesEnded += run.challengesEnded;
+    }
+    return { customersSettled: customers.size, challengesEnded };
   }
 }

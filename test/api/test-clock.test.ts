@@ -23,7 +23,8 @@ t.test('test clock and due ledger work', async (t) => {
   const adv = await api.post('/v1/test_clock/advance', { seconds: 2 * 3600 });
   t.equal(adv.status, 200);
   t.ok(Date.parse(adv.body.now) >= startMs + 2 * 3600_000);
-  t.equal(adv.body.customers_settled, 1);
+  t.same(Object.keys(adv.body).sort(), ['challenges_ended', 'customers_settled', 'now']);
+  t.match(adv.body, { customers_settled: 1, challenges_ended: 0 });
   t.match(await balance(), { available: 140, pending: 0, lifetime_earned: 140 });
   const afterConfirm = (await api.get(`/v1/customers/${customer.id}/ledger_entries`)).body.data;
   t.ok(afterConfirm.every((e: { status: string }) => e.status === 'posted'), 'the pending credit is posted');
@@ -40,7 +41,56 @@ t.test('test clock and due ledger work', async (t) => {
   t.equal(ev.status, 202, 'a day ahead of the real clock is not in the future of a clock five days ahead');
 
   t.equal((await api.post('/v1/test_clock/advance', { seconds: 0 })).body.error.code, 'validation_failed');
+  t.equal((await api.post('/v1/test_clock/advance', { seconds: 60, extra: 1 })).body.error.param, 'extra');
+  t.equal((await api.post('/v1/test_clock/advance')).body.error.param, 'seconds', 'no body is a missing seconds');
   const live = tenant.admin.with({ 'x-service-environment': tenant.liveEnv });
   t.equal((await live.get('/v1/test_clock')).status, 403);
   t.equal((await live.post('/v1/test_clock/advance', { seconds: 60 })).body.error.code, 'forbidden');
+  // A live environment has no test clock, whatever the body says (decisions.md: both answer 403).
+  for (const body of [{ seconds: 'x' }, { seconds: -1 }, {}, undefined]) {
+    const r = await live.post('/v1/test_clock/advance', body);
+    t.equal(r.status, 403, JSON.stringify(body));
+    t.equal(r.body.error.code, 'forbidden', JSON.stringify(body));
+  }
+});
+
+t.test('advance names what it settled: customers (once each) and challenges ended; OpenAPI documents that answer', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  const nowMs = Date.parse((await api.get('/v1/test_clock')).body.now);
+  const hour = 3600_000;
+  const ch = await api.post(
+    '/v1/challenges',
+    { name: 'Short', qualifying: { event: 'app.opened' }, target: 3, ends_at: new Date(nowMs + hour).toISOString(), status: 'active' },
+    idem(),
+  );
+  t.equal(ch.status, 201, JSON.stringify(ch.body));
+  const adv = await api.post('/v1/test_clock/advance', { seconds: 2 * 3600 });
+  t.equal(adv.status, 200);
+  t.match(adv.body, { customers_settled: 0, challenges_ended: 1 }, 'a challenge ending is not a customer settled');
+  t.equal((await api.get(`/v1/challenges/${ch.body.id}`)).body.status, 'ended');
+
+  // One customer with a pending credit and an issuance, both due: two jobs settle it, it counts once.
+  await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  const customer = (await api.post('/v1/customers', { external_id: 'both' }, idem())).body;
+  const at = Date.parse(adv.body.now);
+  await api.post('/v1/ledger_entries', { customer_id: customer.id, currency: 'coins', amount: 50, reason: 'gift' }, idem());
+  await api.post('/v1/ledger_entries', { customer_id: customer.id, currency: 'coins', amount: 5, reason: 'later', confirm_after: new Date(at + hour).toISOString() }, idem());
+  const voucher = await api.post('/v1/rewards', { name: 'Voucher', cost: 10, currency: 'coins', availability: 5, expiry_after: '1d' }, idem());
+  const issuance = await api.post('/v1/reward_issuances', { reward_id: voucher.body.id, customer_id: customer.id }, idem());
+  t.equal(issuance.status, 201);
+  const both = await api.post('/v1/test_clock/advance', { seconds: 2 * 86_400 });
+  t.same(both.body, { now: both.body.now, customers_settled: 1, challenges_ended: 0 }, 'the ledger and the reward expiry settled the same customer');
+  t.equal((await api.get(`/v1/reward_issuances/${issuance.body.id}`)).body.status, 'expired');
+  t.match((await api.get(`/v1/customers/${customer.id}/balances`)).body.data[0], { pending: 0 });
+
+  const doc = (await anon.get('/v1/openapi.json')).body;
+  const res = doc.paths['/v1/test_clock/advance'].post.responses['200'];
+  t.match(res.description, /customers_settled/);
+  t.notMatch(res.description, /jobs_run/);
+  const schema = res.content['application/json'].schema;
+  t.same(Object.keys(schema.properties).sort(), Object.keys(adv.body).sort(), 'the documented fields are the answered ones');
+  t.same([...schema.required].sort(), Object.keys(adv.body).sort());
+  t.equal(schema.additionalProperties, false);
 });
