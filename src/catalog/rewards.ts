@@ -104,7 +104,8 @@ export class RewardCatalog {
     checkExpiry(input.expiryAfter);
     const currencies = await this.currencies.all(environmentId);
     if (!currencies.some((c) => c.key === input.currency)) {
-      throw new ApiError('validation_failed', { message: `currency: no currency with key ${JSON.stringify(input.currency)}.`, param: 'currency' });
+      // As every body field naming a missing resource (tier programs, ledger entries, campaigns).
+      throw new ApiError('resource_not_found', { message: `No currency ${input.currency}.`, param: 'currency' });
     }
     const [r] = await this.sql`
       insert into rewards (environment_id, id, name, cost, currency, availability, expiry_after)

@@ -86,8 +86,9 @@ t.test('currencies and the ledger', async (t) => {
   });
 
   await t.test('errors: unknown currency or customer, zero amount, missing reason, no key, cursor', async (t) => {
+    const unknownCurrency = await api.post('/v1/ledger_entries', { customer_id: customer.id, currency: 'nope', amount: 1, reason: 'x' }, idem());
+    t.match(unknownCurrency, { status: 404, body: { error: { code: 'resource_not_found', param: 'currency' } } }, 'a body field naming a missing resource');
     const cases: Array<[unknown, number, string]> = [
-      [{ customer_id: customer.id, currency: 'nope', amount: 1, reason: 'x' }, 404, 'resource_not_found'],
       [{ customer_id: 'cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ', currency: 'coins', amount: 1, reason: 'x' }, 404, 'resource_not_found'],
       [{ customer_id: 'never-seen', currency: 'coins', amount: 1, reason: 'x' }, 404, 'resource_not_found'],
       [{ customer_id: customer.id, currency: 'coins', amount: 0, reason: 'x' }, 400, 'validation_failed'],

@@ -63,7 +63,7 @@ t.test('rewards and issuances over the API', async (t) => {
   await t.test('POST /v1/rewards errors', async (t) => {
     const base = { name: 'X', cost: 1, currency: 'coins', availability: 1 };
     const cases: Array<[string, unknown, number, string, string | undefined]> = [
-      ['unknown currency', { ...base, currency: 'gems' }, 400, 'validation_failed', 'currency'],
+      ['unknown currency', { ...base, currency: 'gems' }, 404, 'resource_not_found', 'currency'],
       ['bad expiry_after', { ...base, expiry_after: '3w' }, 400, 'validation_failed', 'expiry_after'],
       ['negative cost', { ...base, cost: -1 }, 400, 'validation_failed', 'cost'],
       ['fractional availability', { ...base, availability: 1.5 }, 400, 'validation_failed', 'availability'],
