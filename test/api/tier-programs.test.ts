@@ -169,7 +169,16 @@ t.test('tier programs over the API', async (t) => {
     const badReassign = await api.patch(`/v1/tier_programs/${id}`, { levels: levels.slice(0, 2), reassign_to: 'gold' }, { 'if-match': '"2"' });
     t.equal(badReassign.body.error.code, 'validation_failed');
     t.equal(badReassign.body.error.param, 'reassign_to');
-    t.equal((await api.get(`/v1/tier_programs/${id}`)).body.version, 2, 'failed edits change nothing');
+    // A body naming nothing to change is refused, as segments and campaigns refuse it.
+    for (const body of [{}, { reevaluate: true }, { reassign_to: 'gold' }]) {
+      const nothing = await api.patch(`/v1/tier_programs/${id}`, body);
+      t.equal(nothing.status, 400, JSON.stringify(body));
+      t.equal(nothing.body.error.code, 'validation_failed', JSON.stringify(body));
+      t.match(nothing.body.error.message, 'Name at least one of name, basis, rolling_days, levels, downgrade_check', JSON.stringify(body));
+    }
+    const kept = await api.get(`/v1/tier_programs/${id}`);
+    t.equal(kept.body.version, 2, 'failed edits change nothing');
+    t.equal(kept.headers.get('etag'), '"2"', 'the ETag a client holds stays valid');
   });
 
   await t.test('guards: basis and rolling_days need reevaluate; level removal is free with 0 holders', async (t) => {

@@ -33,15 +33,20 @@ const createBody = z.strictObject({
   downgrade_check: downgradeCheck.optional(),
 });
 
-const patchBody = z.strictObject({
-  name: z.string().min(1).max(limits.nameCharsMax).optional(),
-  basis: basis.optional(),
-  rolling_days: z.number().nullable().optional(),
-  levels: levels.optional(),
-  downgrade_check: downgradeCheck.optional(),
-  reassign_to: z.string().min(1).max(64).nullable().optional(),
-  reevaluate: z.boolean().optional(),
-});
+// reassign_to and reevaluate are options of an edit, not changes: a body with only them (or
+// empty) changes nothing and is refused like the other catalog PATCHes (no version bump).
+const patchFields = ['name', 'basis', 'rolling_days', 'levels', 'downgrade_check'] as const;
+const patchBody = z
+  .strictObject({
+    name: z.string().min(1).max(limits.nameCharsMax).optional(),
+    basis: basis.optional(),
+    rolling_days: z.number().nullable().optional(),
+    levels: levels.optional(),
+    downgrade_check: downgradeCheck.optional(),
+    reassign_to: z.string().min(1).max(64).nullable().optional(),
+    reevaluate: z.boolean().optional(),
+  })
+  .refine((b) => patchFields.some((f) => b[f] !== undefined), `Name at least one of ${patchFields.join(', ')}.`);
 
 export interface TierProgramDeps {
   tiers: TierProgramCatalog;
