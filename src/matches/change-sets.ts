@@ -26,6 +26,16 @@ const channel = 'match_profiles.changed';
 export type Autonomy = 'auto' | 'limits';
 export const destructiveCommands: ReadonlySet<string> = new Set(['match_profile.archive']);
 export const commandTypes = ['match_profile.create', 'match_profile.update', 'match_profile.archive'] as const;
+/** Command types of spec 4.8 whose capability (notifications) is not built yet: 501 capability_unavailable, not "unknown". */
+export const unavailableCommandTypes: ReadonlySet<string> = new Set([
+  'notification_message_type.create',
+  'notification_message_type.update',
+  'notification_message_type.pause',
+  'notification_message_type.resume',
+  'notification_template.put',
+  'notification_template.delete',
+  'notification_settings.update',
+]);
 
 export interface ChangeSetRecord {
   id: string;
@@ -69,15 +79,38 @@ export const commandDocSchema = z.union([
   z.strictObject({ type: z.literal('match_profile.archive'), key: keyField, expected_version: versionField }),
 ]);
 
+/** A param of command i as the client writes it: `metrics[0].key` -> `commands[2].metrics[0].key`. */
+function commandParam(i: number, param: string | undefined): string {
+  if (param === undefined || param === 'body' || param === '') return `commands[${i}]`;
+  return param.startsWith('[') ? `commands[${i}]${param}` : `commands[${i}].${param}`;
+}
+
+/** details[].param carry the same full path as param (each problem maps to its command). */
+function commandDetails(i: number, details: unknown): unknown {
+  if (!Array.isArray(details)) return details;
+  return details.map((d: unknown) =>
+    d !== null && typeof d === 'object' && typeof (d as { param?: unknown }).param === 'string'
+      ? { ...(d as object), param: commandParam(i, (d as { param: string }).param) }
+      : d,
+  );
+}
+
 function commandError(i: number, param: string, message: string, details?: unknown): ApiError {
-  const at = param === 'body' || param === '' ? `commands[${i}]` : `commands[${i}].${param}`;
-  return new ApiError('validation_failed', { param: at, message: `${at}: ${message.replace(/^[^:]*: /, '')}`, details });
+  const at = commandParam(i, param);
+  return new ApiError('validation_failed', { param: at, message: `${at}: ${message.replace(/^[^:]*: /, '')}`, details: commandDetails(i, details) });
 }
 
 /** Validates one command on its own (shapes and bounds); throws validation_failed naming commands[i]. */
 export function validateCommand(raw: unknown, i: number): ProfileCommand & { key: string } {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw commandError(i, '', 'A command is an object with a type.');
   const { type, expected_version, ...rest } = raw as Record<string, unknown>;
+  if (typeof type === 'string' && unavailableCommandTypes.has(type)) {
+    const at = commandParam(i, 'type');
+    throw new ApiError('capability_unavailable', {
+      param: at,
+      message: `${at}: ${type} changes notifications, which are not available yet; only ${commandTypes.join(', ')} can be applied.`,
+    });
+  }
   if (typeof type !== 'string' || !(commandTypes as readonly string[]).includes(type)) {
     throw commandError(i, 'type', `Unknown command type; one of ${commandTypes.join(', ')}.`);
   }
@@ -143,10 +176,14 @@ export class MatchProfileStore {
     return rows.map((r) => json<MatchProfile>(r.profile));
   }
 
-  /** By id (mpf_...) or key; another environment's id is resource_not_found. */
+  /**
+   * By id (mpf_...) or key; an id match wins over a key match (keys made before mpf_ keys were
+   * refused may equal another profile's id). Another environment's id is resource_not_found.
+   */
   async get(environmentId: string, ref: string): Promise<MatchProfile> {
     const rows = await this.sql`
-      select profile from match_profiles where environment_id = ${environmentId} and (id = ${ref} or key = ${ref}) limit 1`;
+      select profile from match_profiles where environment_id = ${environmentId} and (id = ${ref} or key = ${ref})
+      order by (id = ${ref}) desc limit 1`;
     if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No match profile ${ref}.`, param: 'id' });
     return json<MatchProfile>(rows[0]!.profile);
   }
@@ -227,8 +264,7 @@ export class MatchProfileStore {
         }
         const d = decideProfile(state, cmd, { nowMs, newId });
         if (!d.ok) {
-          const param = d.param === undefined ? `commands[${i}]` : `commands[${i}].${d.param}`;
-          throw new ApiError(d.code, { param, message: `commands[${i}]: ${d.message}`, details: d.details });
+          throw new ApiError(d.code, { param: commandParam(i, d.param), message: `commands[${i}]: ${d.message}`, details: commandDetails(i, d.details) });
         }
         const p = d.profile;
         touched.set(cmd.key, p);

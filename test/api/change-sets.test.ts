@@ -4,7 +4,8 @@
 // environment's autonomy (limits holds destructive sets for a signed-in owner or admin), and the
 // profile reads by id or key.
 import t from 'tap';
-import { idem, signUp, startForTest } from '../helpers/service.js';
+import { openSql } from '../../src/persistence/sql/db.js';
+import { databaseUrl, idem, signUp, startForTest } from '../helpers/service.js';
 
 const arena = {
   type: 'match_profile.create',
@@ -17,7 +18,7 @@ const arena = {
 };
 
 t.test('change sets and match profiles over the API', async (t) => {
-  const { anon } = await startForTest(t);
+  const { anon, config } = await startForTest(t);
   const tenant = await signUp(anon);
   const api = tenant.server;
 
@@ -38,7 +39,8 @@ t.test('change sets and match profiles over the API', async (t) => {
     t.equal(reserved.status, 400);
     t.match(reserved.body.error, { code: 'validation_failed', param: 'commands[2].metrics[0].key' });
     const cases: Array<[unknown, string]> = [
-      [{ commands: [{ type: 'notification_template.put', key: 'x' }] }, 'commands[0].type'],
+      [{ commands: [{ type: 'notification_templates.put', key: 'x' }] }, 'commands[0].type'],
+      [{ commands: [{ type: 'match_profile.delete', key: 'x' }] }, 'commands[0].type'],
       [{ commands: [{ ...arena, metrics: [] }] }, 'commands[0].metrics'],
       [{ commands: [{ ...arena, duration: { minimum_seconds: 0, maximum_seconds: 10 } }] }, 'commands[0].duration.minimum_seconds'],
       [{ commands: [{ ...arena, players: { minimum: 5, maximum: 101 } }] }, 'commands[0].players.maximum'],
@@ -61,6 +63,38 @@ t.test('change sets and match profiles over the API', async (t) => {
     }
     const noKey = await api.post('/v1/change_sets', { commands: [arena] });
     t.equal(noKey.body.error.code, 'idempotency_key_required');
+  });
+
+  await t.test('details[].param name the command like param does', async (t) => {
+    const twoBad = { type: 'match_profile.create', key: 'b', metrics: [{ key: 'won', minimum: 5, maximum: 1 }, { key: 'x', minimum: 5, maximum: 1 }] };
+    const r = await api.post('/v1/change_sets', { commands: [arena, twoBad] }, idem());
+    t.equal(r.status, 400);
+    t.equal(r.body.error.param, 'commands[1].metrics[0].key');
+    t.ok(r.body.error.details.length >= 2, JSON.stringify(r.body.error.details));
+    for (const d of r.body.error.details) t.match(d.param, /^commands\[1\]\./, d.param);
+    t.ok(r.body.error.details.some((d: { param: string }) => d.param === 'commands[1].metrics[1].minimum'));
+    const top = await api.post('/v1/change_sets', { commands: [{ type: 'match_profile.create', key: 'c' }] }, idem());
+    t.match(top.body.error, { param: 'commands[0].metrics', details: [{ param: 'commands[0].metrics' }] });
+  });
+
+  await t.test('notification commands of spec 4.8: 501 capability_unavailable, not an unknown type', async (t) => {
+    for (const type of [
+      'notification_message_type.create',
+      'notification_message_type.update',
+      'notification_message_type.pause',
+      'notification_message_type.resume',
+      'notification_template.put',
+      'notification_template.delete',
+      'notification_settings.update',
+    ]) {
+      const r = await api.post('/v1/change_sets', { commands: [arena, { type, key: 'x' }] }, idem());
+      t.equal(r.status, 501, type);
+      t.equal(r.body.error.code, 'capability_unavailable', type);
+      t.equal(r.body.error.param, 'commands[1].type', type);
+      t.match(r.body.error.message, /notifications.*not available yet/, type);
+    }
+    const first = await api.post('/v1/change_sets', { commands: [{ ...arena, metrics: [] }, { type: 'notification_settings.update' }] }, idem());
+    t.match(first.body.error, { code: 'validation_failed', param: 'commands[0].metrics' }, 'an earlier invalid command is named first');
   });
 
   let profileId = '';
@@ -126,6 +160,7 @@ t.test('change sets and match profiles over the API', async (t) => {
     const cross = await api.post('/v1/change_sets', { commands: [{ type: 'match_profile.update', key: 'arena', metrics: [{ key: 'score', minimum: 0, maximum: 9 }] }] }, idem());
     const crossAp = await api.post('/v1/change_set_applications', { change_set_id: cross.body.id }, idem());
     t.match(crossAp.body.error, { code: 'validation_failed', param: 'commands[0].outliers.hold_metrics[0].key' }, 'a hold metric must stay a metric');
+    t.same(crossAp.body.error.details.map((d: { param: string }) => d.param), ['commands[0].outliers.hold_metrics[0].key'], 'details name the command too');
   });
 
   await t.test('update replaces only the sections it names; revisions count up', async (t) => {
@@ -194,6 +229,29 @@ t.test('change sets and match profiles over the API', async (t) => {
     const direct = await live.post('/v1/change_set_applications', { change_set_id: archive2.body.id }, idem());
     t.equal(direct.status, 201, 'under auto, destructive sets apply on request');
     t.equal((await live.get('/v1/match_profiles/third')).body.status, 'archived');
+  });
+
+  await t.test('a key may not look like a profile id; GET by id prefers the id', async (t) => {
+    const bad = await api.post('/v1/change_sets', { commands: [{ ...arena, key: profileId }] }, idem());
+    t.equal(bad.status, 400);
+    t.match(bad.body.error, { code: 'validation_failed', param: 'commands[0].key', message: /mpf_/ });
+    const plain = await api.post('/v1/change_sets', { commands: [{ ...arena, key: 'mpf-ok' }, { ...arena, key: 'MPF_upper' }] }, idem());
+    t.equal(plain.status, 201, 'only the id prefix itself is refused');
+
+    // A key stored before the prefix was refused can equal another profile's id. Made here in SQL
+    // (the API no longer can); the id's own row is then rewritten so it comes after it on disk.
+    const own = await api.post('/v1/change_sets', { commands: [{ ...arena, key: 'owner-of-id' }] }, idem());
+    const created = await api.post('/v1/change_set_applications', { change_set_id: own.body.id }, idem());
+    const id = created.body.results[0].match_profile_id as string;
+    const sql = openSql({ url: databaseUrl, schema: config.DB_SCHEMA, max: 1 });
+    t.teardown(() => sql.end());
+    const [row] = await sql`select * from match_profiles where id = ${id}`;
+    const legacy = { ...(typeof row!.profile === 'string' ? JSON.parse(row!.profile) : row!.profile), id: 'mpf_legacy', key: id };
+    await sql`
+      insert into match_profiles (environment_id, id, key, revision, status, profile, created_at, updated_at)
+      values (${row!.environment_id}, 'mpf_legacy', ${id}, 1, 'active', (${JSON.stringify(legacy)}::text)::jsonb, now(), now())`;
+    await sql`with gone as (delete from match_profiles where id = ${id} returning *) insert into match_profiles select * from gone`;
+    for (let i = 0; i < 3; i++) t.match((await api.get(`/v1/match_profiles/${id}`)).body, { id, key: 'owner-of-id' }, 'the id match wins');
   });
 
   await t.test('the test environment: profiles are per environment', async (t) => {

@@ -94,6 +94,8 @@ export type ProfileValidation<T> =
 // Wire schema (the body of match_profile.create; update takes the same sections, each optional)
 
 const profileKeyPattern = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+/** Profile ids are `mpf_...`; a key may not start so (see profileCreateSchema). */
+export const profileIdPrefix = 'mpf';
 const metricKeyPattern = /^[A-Za-z][A-Za-z0-9_]*$/;
 // Same shape as event names everywhere else (dotted snake_case).
 const eventNamePattern = /^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$/;
@@ -246,7 +248,8 @@ const profileKeySchema = z
  * `match.completed`, duration 1..86400 s, players 1..100, no rate limits, no outlier checks.
  */
 export const profileCreateSchema = z.strictObject({
-  key: profileKeySchema,
+  // A key never looks like a profile id: GET /match_profiles/{id} takes either, so `mpf_...` is refused.
+  key: profileKeySchema.refine((k) => !k.startsWith(`${profileIdPrefix}_`), `key must not start with ${profileIdPrefix}_ (the prefix of profile ids).`),
   event: eventSchema.optional(),
   metrics: metricsSchema,
   duration: durationSchema.optional(),
@@ -421,8 +424,6 @@ export interface ProfileCtx {
   nowMs: number;
   newId(prefix: string): string;
 }
-
-export const profileIdPrefix = 'mpf';
 
 export type ProfileCommand =
   | { kind: 'match_profile.create'; body: unknown }
