@@ -65,9 +65,11 @@ t.test('segment routes and their errors', async (t) => {
   await api.post('/v1/events', { id: 'e0', name: 'app.opened', customer_id: 'ann', occurred_at: now() });
   const added = await api.post(`/v1/segments/${vip.body.id}/members`, { customer_id: 'ann' }, idem());
   t.equal(added.status, 201);
-  t.match(added.body, { segment_id: vip.body.id, customer_id: /^cust_/ });
+  t.match(added.body, { segment_id: vip.body.id, customer_id: /^cust_/, added_at: String });
+  t.equal((await api.post('/v1/test_clock/advance', { seconds: 60 })).status, 200);
   const again = await api.post(`/v1/segments/${vip.body.id}/members`, { customer_id: added.body.customer_id }, idem());
   t.equal(again.status, 200, 'already a member');
+  t.same(again.body, added.body, 'the stored membership, its original added_at included');
   t.equal((await api.post(`/v1/segments/${vip.body.id}/members`, { customer_id: 'ghost' }, idem())).body.error.code, 'resource_not_found');
   t.equal((await api.post(`/v1/segments/${vip.body.id}/members`, { customer_id: 'ann' })).body.error.code, 'idempotency_key_required');
   t.equal((await api.post(`/v1/segments/${whales.body.id}/members`, { customer_id: 'ann' }, idem())).body.error.code, 'invalid_state');

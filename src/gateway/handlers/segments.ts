@@ -1,9 +1,10 @@
 // Segments (spec 2.9; routes ours, Stripe-style): POST /v1/segments (idempotent), GET list and one,
 // PATCH (If-Match), DELETE; static members: POST /v1/segments/{id}/members {customer_id} (service
-// id or external id), DELETE /v1/segments/{id}/members/{customer_id}, GET members (a page from the
-// projected segment_members table). Membership is journaled by the customer's actor, so a rule
-// evaluates it with no I/O. Renaming or deleting a segment a rule, a campaign audience or a
-// challenge's qualifying conditions name (challenges not ended): 409 resource_in_use.
+// id or external id; 200 with the stored membership when already a member), DELETE
+// /v1/segments/{id}/members/{customer_id}, GET members (a page from the projected segment_members
+// table). Membership is journaled by the customer's actor, so a rule evaluates it with no I/O.
+// Renaming or deleting a segment a rule, a campaign audience or a challenge's qualifying
+// conditions name (challenges not ended): 409 resource_in_use.
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { Segment, SegmentCatalog } from '../../catalog/segments.js';
@@ -25,6 +26,7 @@ export interface SegmentDeps {
       segmentId: string,
       q: { limit: number; after: string | null },
     ): Promise<Array<{ customerId: string; addedAtMs: number }>>;
+    segmentMember(environmentId: string, segmentId: string, customerId: string): Promise<{ customerId: string; addedAtMs: number } | null>;
   };
   drainProjector(): Promise<void>;
 }
@@ -193,12 +195,16 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       auth: customersWrite,
       body: memberBody,
       idempotent: true,
-      responses: { 201: { description: '{segment_id, customer_id, added_at}' }, 200: { description: 'Already a member.' } },
+      responses: { 201: { description: '{segment_id, customer_id, added_at}' }, 200: { description: 'Already a member: the stored membership, its added_at included.' } },
       handler: async (ctx: RequestContext<z.infer<typeof memberBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const s = await staticSegment(env, ctx.params.id ?? '');
         const m = await membership(env, s.id, ctx.body.customer_id, true);
-        return { status: m.changed ? 201 : 200, body: { segment_id: s.id, customer_id: m.customerId, added_at: m.changed ? iso(m.atMs) : null } };
+        if (m.changed) return { status: 201, body: { segment_id: s.id, customer_id: m.customerId, added_at: iso(m.atMs) } };
+        // Already a member: the stored membership, read from the projection (as the members list).
+        await deps.drainProjector();
+        const stored = await deps.members.segmentMember(env, s.id, m.customerId);
+        return { status: 200, body: { segment_id: s.id, customer_id: m.customerId, added_at: iso(stored?.addedAtMs ?? null) } };
       },
     }),
     route({

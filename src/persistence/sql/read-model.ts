@@ -675,6 +675,15 @@ export class PgReadModel {
     return rows.map((r) => ({ customerId: r.customer_id as string, addedAtMs: Math.round(Number(r.added_at_ms)) }));
   }
 
+  /** One static segment membership (when the customer is a member), with its added_at. */
+  async segmentMember(environmentId: string, segmentId: string, customerId: string): Promise<{ customerId: string; addedAtMs: number } | null> {
+    const rows = await this.sql`
+      select customer_id, extract(epoch from added_at) * 1000 as added_at_ms from segment_members
+      where environment_id = ${environmentId} and segment_id = ${segmentId} and customer_id = ${customerId}`;
+    const r = rows[0];
+    return r === undefined ? null : { customerId: r.customer_id as string, addedAtMs: Math.round(Number(r.added_at_ms)) };
+  }
+
   private async updateLedger(tx: Tx, run: Array<Of<'ledger.update'>>): Promise<void> {
     const rows = lastPerKey(run, (p) => pairKey(p.environmentId, p.id));
     for (const part of chunks(rows, rowsPerStatementMax)) {
