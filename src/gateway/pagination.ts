@@ -16,7 +16,7 @@ export const cursorInt4Max = 2_147_483_647;
 /** Largest millisecond timestamp a JS Date (and so the wire's RFC 3339) can hold. */
 export const cursorEpochMsMax = 8_640_000_000_000_000;
 
-export const pageQuerySchema = z.object({
+export const pageQuerySchema = z.strictObject({
   limit: z.coerce.number().int().min(limits.pageLimitMin).max(limits.pageLimitMax).default(limits.pageLimitDefault),
   // Length is checked by decodeCursor, not here: an unusable cursor is invalid_cursor, not
   // validation_failed. The bounds are still documented in OpenAPI through meta.

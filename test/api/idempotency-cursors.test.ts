@@ -82,6 +82,16 @@ t.test('idempotent replays and cursors over the API', async (t) => {
     }
   });
 
+  await t.test('a query parameter a list does not take is validation_failed, never silently ignored', async (t) => {
+    for (const path of [...lists, ...nested]) {
+      const r = await admin.get(`${path}?currency=coins`);
+      t.equal(r.status, 400, `${path}: unknown filter`);
+      t.equal(r.body.error?.code, 'validation_failed', path);
+      t.match(r.body.error?.message, /currency/, `${path}: the message names the parameter`);
+    }
+    t.equal((await api.get(`${nested[0]}?limit=2`)).status, 200, 'known parameters still pass');
+  });
+
   await t.test('an empty or overlong cursor is invalid_cursor, not validation_failed', async (t) => {
     for (const path of ['/v1/customers', '/v1/currencies', ...nested]) {
       for (const [what, cursor] of [
