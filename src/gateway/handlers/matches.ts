@@ -137,9 +137,12 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
     route({
       method: 'POST',
       path: '/v1/change_sets/:id/confirm',
-      summary: 'Confirm and apply a change set awaiting confirmation (a signed-in owner or admin; secret keys are refused)',
+      summary:
+        'Confirm and apply a change set awaiting confirmation (a signed-in owner or admin; secret keys are refused). Like /change_set_applications it needs an Idempotency-Key, and a retry with the same key replays the answer',
       tag: 'Change sets',
       auth: { kind: 'credential', scopes: ['config:write'], allow: ['pat', 'session'] },
+      // Confirming applies the set, as /change_set_applications does: a retried confirm gets the result, not invalid_state.
+      idempotent: true,
       responses: { 201: { description: '{change_set_id, status: applied, results}' } },
       handler: async (ctx: RequestContext) => {
         requireOwnerOrAdmin(ctx.principal);
