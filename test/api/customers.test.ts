@@ -446,3 +446,17 @@ t.test('customers', async (t) => {
     t.equal((await tenant.admin.get('/v1/customers')).status, 200);
   });
 });
+
+t.test("the export's exported_at reads the environment's clock (the test clock), as every other time in it", async (t) => {
+  const { anon } = await startForTest(t);
+  const api = (await signUp(anon)).server;
+  t.equal((await api.post('/v1/test_clock/advance', { seconds: 10 * 86_400 })).status, 200);
+  const customer = (await api.post('/v1/customers', { external_id: 'later' }, idem())).body;
+  const before = Date.parse((await api.get('/v1/test_clock')).body.now);
+  const ex = await api.get(`/v1/customers/${customer.id}/export`);
+  const after = Date.parse((await api.get('/v1/test_clock')).body.now);
+  t.equal(ex.status, 200);
+  const exportedAt = Date.parse(ex.body.exported_at);
+  t.ok(before <= exportedAt && exportedAt <= after, `exported_at ${ex.body.exported_at} is on the test clock (${new Date(before).toISOString()}..${new Date(after).toISOString()})`);
+  t.ok(exportedAt >= Date.parse(ex.body.customer.created_at), 'never older than its own contents');
+});

@@ -566,10 +566,12 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
           deps.segments?.(env) ?? [],
         ]);
         const shown = events.slice(0, exportEventsMax);
+        // The environment's clock (a test environment's test clock), as every time in the document.
+        const exportedAtMs = await deps.now(env);
         return {
           status: 200,
           body: {
-            exported_at: new Date().toISOString(),
+            exported_at: iso(exportedAtMs),
             customer: customerWire(c),
             aliases: c.aliases.map((a) => ({ alias: a.alias, created_at: iso(a.createdAtMs) })),
             events: shown.map((e) => ({
