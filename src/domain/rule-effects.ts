@@ -7,7 +7,7 @@ import { type BudgetGrant, budgetKey, type CampaignFact, type CampaignGate, camp
 import type { ChallengeEffect, ChallengeRuntime } from './challenge-effects.js';
 import { evolveInventory, grant as grantItem, type InventoryFact, type InventoryState, inventoryFromPairs, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
-import { evaluatePlan, type EvalInput, type RulePlan } from './rules/index.js';
+import { evaluatePlan, type EvalInput, limitKey, type RulePlan, type SharedLimitAnswer } from './rules/index.js';
 import { type SegmentDef, segmentNames } from './segments.js';
 import { evaluateTier, type TierFact, type TierMetrics, type TierProgram, type TiersState } from './tiers.js';
 import { type RewardFact, requested } from './rewards.js';
@@ -32,6 +32,13 @@ export interface RulesContext {
   cappedPlans?: readonly RulePlan[];
   /** Per command (never cached): what this command may award of each capped campaign currency. */
   budget?: BudgetGrant;
+  /**
+   * The published plans with a limit shared by every customer (computed once per context): only
+   * events they trigger reserve slots before the step; empty, no event pays anything.
+   */
+  sharedPlans?: readonly RulePlan[];
+  /** Per command (never cached): the shared limits store's answers by limitKey (plain data). */
+  sharedLimits?: Readonly<Record<string, SharedLimitAnswer>>;
 }
 
 export type RuleFact = { kind: 'rule.fired'; ruleId: string; versionNumber: number; limitKeys: string[]; atMs: number };
@@ -136,9 +143,7 @@ export function levelsByProgramKey(
 const noSegments: readonly string[] = [];
 const noGrant: BudgetGrant = {};
 
-export function limitKey(ruleId: string, limitId: string, scopeKey: string): string {
-  return `${ruleId}|${limitId}|${scopeKey}`;
-}
+export { limitKey };
 
 /**
  * The facts and effects of the rules for one event. `subject` is the customer as it is before the
@@ -192,6 +197,7 @@ export function applyRules(
       externalId: subject.externalId,
     },
     limitCounts: (limitId, scopeKey) => subject.ruleLimits[limitKey(ruleIdNow, limitId, scopeKey)] ?? 0,
+    sharedLimits: rules.sharedLimits,
   };
   // The step's private copy of the command's budget grant (consumed award by award).
   let grant: BudgetGrant | null = null;

@@ -2,7 +2,7 @@
 // skip reason and the order in which they are checked, limits and scope keys, amount_from, and
 // the simulate trace (every check with expected and actual values, in evaluation order).
 import t from 'tap';
-import { compileRule, type RuleMeta, type RulePlan } from '../../src/domain/rules/compile.js';
+import { compileRule, type RuleMeta, type RulePlan, validateAndCompile } from '../../src/domain/rules/compile.js';
 import { type EvalInput, evaluatePlan, type RuleOutcome, scopeKey, traceRule } from '../../src/domain/rules/evaluate.js';
 import { validateRule } from '../../src/domain/rules/schema.js';
 import { simulateRule } from '../../src/domain/rules/simulate.js';
@@ -241,14 +241,14 @@ t.test('limits: scope keys from paths, one key per limit, max per key', async (t
   const p = plan({
     limits: [
       { id: 'per_level', scope: ['customer', 'event.properties.level'], max: 1 },
-      { id: 'per_day', scope: ['event.properties.day'], max: 3 },
+      { id: 'per_day', scope: ['event.properties.day', 'customer'], max: 3 },
     ],
   });
   const table: [Record<string, unknown>, string, string][] = [
-    [{ level: 3, day: '2024-01-01' }, 'customer|n:3', 's:2024-01-01'],
-    [{ level: 'boss', day: true }, 'customer|s:boss', 'b:true'],
-    [{ level: 'a|b\\c' }, 'customer|s:a\\|b\\\\c', '-'],
-    [{ level: { nested: 1 }, day: null }, 'customer|-', '-'],
+    [{ level: 3, day: '2024-01-01' }, 'customer|n:3', 's:2024-01-01|customer'],
+    [{ level: 'boss', day: true }, 'customer|s:boss', 'b:true|customer'],
+    [{ level: 'a|b\\c' }, 'customer|s:a\\|b\\\\c', '-|customer'],
+    [{ level: { nested: 1 }, day: null }, 'customer|-', '-|customer'],
   ];
   for (const [properties, k1, k2] of table) {
     const r = evaluatePlan(p, input({ properties }));
@@ -260,7 +260,7 @@ t.test('limits: scope keys from paths, one key per limit, max per key', async (t
   const used = { 'per_level@customer|n:3': 1 };
   t.match(evaluatePlan(p, input({ properties: { level: 3 }, limitCounts: used })), { fired: false, reason: 'limit_reached', param: 'per_level' });
   t.match(evaluatePlan(p, input({ properties: { level: 4 }, limitCounts: used })), { fired: true });
-  t.match(evaluatePlan(p, input({ properties: { level: 4, day: 'd' }, limitCounts: { 'per_day@s:d': 3 } })), {
+  t.match(evaluatePlan(p, input({ properties: { level: 4, day: 'd' }, limitCounts: { 'per_day@s:d|customer': 3 } })), {
     fired: false,
     reason: 'limit_reached',
     param: 'per_day',
@@ -394,4 +394,54 @@ t.test("simulateRule with the rule's campaign: not running is campaign_inactive;
   t.match(gone.trace.steps[1], { check: 'campaign', found: false, pass: false });
   const otherEvent = simulateRule(p, { ...snapshot, event: { ...snapshot.event, name: 'x.y' } }, { id: 'cmp_1', gate: { ...gate, status: 'paused' }, nowMs: 1000 });
   t.match(otherEvent.trace.outcome, { reason: 'trigger_mismatch' }, 'the trigger is checked first, as the engine does');
+});
+
+t.test('shared limits: a scope without a customer path passes only on a granted slot, never in limitKeys', async (t) => {
+  const p = plan({
+    limits: [
+      { id: 'mine', scope: ['customer'], max: 5 },
+      { id: 'per_order', scope: ['event.properties.order_id'], max: 2 },
+    ],
+  });
+  const g = { properties: { order_id: 'o1' } };
+  const key = 'rule_1|per_order|s:o1';
+  t.match(evaluatePlan(p, input(g)), { fired: false, reason: 'limit_reached', param: 'per_order', detail: /shared by every customer and no slot was reserved/ }, 'no answer: reached');
+  const granted = { ...input(g), sharedLimits: { [key]: { granted: true, taken: 2 } } };
+  t.same(evaluatePlan(p, granted), { fired: true, actions: p.actions, limitKeys: [{ limitId: 'mine', scopeKey: 'customer' }] }, 'granted: fires; only the per-customer key is counted by the customer');
+  const counted = { ...input({ ...g, limitCounts: { 'per_order@s:o1': 99 } }), sharedLimits: { [key]: { granted: true, taken: 1 } } };
+  t.match(evaluatePlan(p, counted), { fired: true }, "the customer's own counts are not read for a shared limit");
+  const refused = { ...input(g), sharedLimits: { [key]: { granted: false, taken: 2 } } };
+  t.match(evaluatePlan(p, refused), { fired: false, reason: 'limit_reached', param: 'per_order', detail: "Limit 'per_order' reached: it is shared by every customer; 2 of 2 taken for scope 's:o1'." });
+  const trace = traceRule(p, refused).steps.filter((s) => s.check === 'limit');
+  t.match(trace, [
+    { limitId: 'mine', pass: true },
+    { limitId: 'per_order', scopeKey: 's:o1', shared: true, expected: 2, actual: 2, pass: false },
+  ]);
+  t.equal(trace[0]!.shared, undefined, 'a per-customer step is not marked shared');
+
+  // Simulate: the store's count, no reservation; passes while taken < max.
+  const sim = (taken: number) =>
+    simulateRule(p, {
+      event: { name: 'order.completed', properties: { order_id: 'o1' }, trust: 'merchant_asserted' },
+      customer: { attributes: {}, counters: {}, readyCounters: [], segments: [], tiers: {}, externalId: null },
+      limitCounts: [],
+      sharedCounts: [{ limitId: 'per_order', scopeKey: 's:o1', taken }],
+    });
+  t.match(sim(1).trace.outcome, { fired: true });
+  t.match(sim(2).trace.outcome, { fired: false, reason: 'limit_reached' });
+  t.match(sim(2).trace.steps.find((s) => s.limitId === 'per_order'), { shared: true, actual: 2, pass: false });
+
+  // A stored definition whose scope names customer.* without customer (refused for new rules)
+  // still compiles and counts per customer.
+  const stored = {
+    schema: 'service.rule/v2',
+    trigger: { kind: 'customer_event', event: 'order.completed' },
+    limits: [{ id: 'country', scope: ['customer.attributes.country'], max: 1 }],
+    actions: [{ type: 'points.award', currency: 'points', amount: 1 }],
+  };
+  t.equal(validateRule(stored).ok, false, 'refused for a new definition');
+  const c = validateAndCompile(stored, meta);
+  if (!c.ok) return t.fail('a stored definition must compile');
+  t.same(evaluatePlan(c.plan, input({ attributes: { country: 'FR' } })), { fired: true, actions: c.plan.actions, limitKeys: [{ limitId: 'country', scopeKey: 's:FR' }] });
+  t.match(evaluatePlan(c.plan, input({ attributes: { country: 'FR' }, limitCounts: { 'country@s:FR': 1 } })), { fired: false, reason: 'limit_reached' });
 });

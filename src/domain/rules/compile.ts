@@ -220,9 +220,13 @@ export function compileRule(definition: RuleDefinition, meta: RuleMeta): RulePla
   };
 }
 
-/** validateRule, then compileRule: what the piscina task runs for a raw definition document. */
+/**
+ * validateRule, then compileRule: what the piscina task runs for a raw definition document. The
+ * documents it sees were validated when stored (create, PATCH); one stored before a check was
+ * added (a shared limit's scope naming customer.* paths) must keep compiling.
+ */
 export function validateAndCompile(definition: unknown, meta: RuleMeta): RuleCompilation {
-  const v = validateRule(definition);
+  const v = validateRule(definition, { storedDefinition: true });
   if (!v.ok) return v;
   return { ok: true, plan: compileRule(v.definition, meta) };
 }

@@ -3,6 +3,8 @@
 // only). Checks run in one fixed order and the first failure is the skip reason:
 //   trigger -> trust -> counter readiness -> limits -> segments -> conditions -> action amounts.
 // traceRule runs EVERY check (no short circuit) for simulate; its verdict equals evaluatePlan's.
+// A limit whose scope reads no customer path is shared by every customer of the environment: it is
+// counted outside the actor (a slot reserved before the step) and passes only on a granted answer.
 import { type PlanLeaf, type PlanNode, type PlanPath, type ResolvedAction, type RulePlan, NodeKind } from './compile.js';
 import { applyOp, Op } from './ops.js';
 import { PathSource } from './paths.js';
@@ -26,11 +28,23 @@ export interface EvalCustomer {
   externalId: string | null;
 }
 
+/** The answer of the shared limits store for one (rule, limit, scope key) of this event. */
+export interface SharedLimitAnswer {
+  granted: boolean;
+  /** Firings counted against the limit's max (with this event's when granted). */
+  taken: number;
+}
+
 export interface EvalInput {
   event: EvalEvent;
   customer: EvalCustomer;
   /** How many times this rule already fired for (limit id, scope key) for this customer. */
   limitCounts: (limitId: string, scopeKey: string) => number;
+  /**
+   * Shared limits (scopes without a customer path): the store's answer per limitKey(rule id,
+   * limit id, scope key). A shared limit without an answer counts as reached.
+   */
+  sharedLimits?: Readonly<Record<string, SharedLimitAnswer>>;
 }
 
 /**
@@ -110,6 +124,38 @@ export function resolvePath(p: PlanPath, input: EvalInput): unknown {
     default:
       return undefined;
   }
+}
+
+/** The key of a limit count: per customer in `ruleLimits`, and of a shared limit's answer. */
+export function limitKey(ruleId: string, limitId: string, scopeKey: string): string {
+  return `${ruleId}|${limitId}|${scopeKey}`;
+}
+
+/**
+ * True when the scope reads no customer path (neither `customer` nor `customer.*`): the limit is
+ * shared by every customer of the environment. A scope naming `customer.*` paths without
+ * `customer` (refused by validation now, kept by plans compiled before) stays per customer.
+ */
+export function isSharedScope(scope: readonly PlanPath[]): boolean {
+  for (let i = 0; i < scope.length; i++) {
+    const src = scope[i]!.src;
+    if (src !== PathSource.eventName && src !== PathSource.eventProperty) return false;
+  }
+  return scope.length > 0;
+}
+
+function sharedAnswer(input: EvalInput, ruleId: string, limitId: string, key: string): SharedLimitAnswer | undefined {
+  const answers = input.sharedLimits;
+  if (answers === undefined) return undefined;
+  const k = limitKey(ruleId, limitId, key);
+  return Object.hasOwn(answers, k) ? answers[k] : undefined;
+}
+
+/** Only on skip paths. */
+function sharedReachedDetail(limitId: string, max: number, key: string, a: SharedLimitAnswer | undefined): string {
+  return a === undefined
+    ? `Limit '${limitId}' counts as reached: it is shared by every customer and no slot was reserved for this event (scope '${key}', max ${max}).`
+    : `Limit '${limitId}' reached: it is shared by every customer; ${a.taken} of ${max} taken for scope '${key}'.`;
 }
 
 function isReady(ready: EvalCustomer['countersReady'], name: string): boolean {
@@ -202,6 +248,12 @@ export function evaluatePlan(plan: RulePlan, input: EvalInput): RuleOutcome {
     for (let i = 0; i < plan.limits.length; i++) {
       const l = plan.limits[i]!;
       const key = scopeKey(l.scope, input);
+      if (isSharedScope(l.scope)) {
+        // Counted across customers by the store; never in the customer's own counts (limitKeys).
+        const a = sharedAnswer(input, plan.ruleId, l.id, key);
+        if (a === undefined || !a.granted) return skip('limit_reached', sharedReachedDetail(l.id, l.max, key, a), l.id);
+        continue;
+      }
       const count = input.limitCounts(l.id, key);
       if (count >= l.max) return skip('limit_reached', `Limit '${l.id}' reached: fired ${count} of ${l.max} for scope '${key}'.`, l.id);
       limitKeys.push({ limitId: l.id, scopeKey: key });
@@ -264,6 +316,8 @@ export interface TraceStep {
   /** Limit steps only: which limit, and the scope key this event counts against. */
   limitId?: string;
   scopeKey?: string;
+  /** Limit steps only: true when the limit is shared by every customer (actual: its taken count). */
+  shared?: boolean;
 }
 
 export interface RuleTrace {
@@ -318,8 +372,15 @@ export function traceRule(plan: RulePlan, input: EvalInput): RuleTrace {
   }
   plan.limits.forEach((l, i) => {
     const key = scopeKey(l.scope, input);
-    const count = input.limitCounts(l.id, key);
-    const s = step('limit', `limits[${i}]`, null, 'lt', l.max, count, count < l.max);
+    let s: TraceStep;
+    if (isSharedScope(l.scope)) {
+      const a = sharedAnswer(input, plan.ruleId, l.id, key);
+      s = step('limit', `limits[${i}]`, null, 'lt', l.max, a?.taken, a?.granted === true);
+      s.shared = true;
+    } else {
+      const count = input.limitCounts(l.id, key);
+      s = step('limit', `limits[${i}]`, null, 'lt', l.max, count, count < l.max);
+    }
     s.limitId = l.id;
     s.scopeKey = key;
     steps.push(s);

@@ -25,10 +25,13 @@ export {
   type EvalEvent,
   type EvalInput,
   evaluatePlan,
+  isSharedScope,
   type LimitKey,
+  limitKey,
   type RuleOutcome,
   type RuleTrace,
   resolvePath,
+  type SharedLimitAnswer,
   type SkipReason,
   scopeKey,
   skipReasons,
@@ -55,9 +58,10 @@ export {
   type RuleV1,
   type RuleV2,
   type RuleValidation,
+  type ValidateOptions,
   ruleV1Schema,
   ruleV2Schema,
   validateRule,
 } from './schema.js';
-export { type SimulationInput, type SimulationResult, simulateRule, toEvalInput } from './simulate.js';
+export { type SimulationInput, type SimulationResult, sharedScopeKeys, simulateRule, toEvalInput } from './simulate.js';
 export { type TrustLevel, trustLevels, trustRank } from './trust.js';

@@ -7,7 +7,7 @@ import { formatPath as formatProblemPath } from '../../util/param-path.js';
 import { z } from 'zod';
 import { ruleBounds } from './bounds.js';
 import { type OpName, checkOpValue, opNames } from './ops.js';
-import { parsePath } from './paths.js';
+import { PathSource, parsePath } from './paths.js';
 import { type TrustLevel, trustLevels } from './trust.js';
 
 export const ruleSchemas = ['service.rule/v1', 'service.rule/v2'] as const;
@@ -324,10 +324,43 @@ function collect(issues: readonly z.core.$ZodIssue[], root: unknown, base: reado
 }
 
 /**
+ * A limit scope without `customer` is shared by every customer, so it may read the event only:
+ * each `customer.*` path (attributes, tiers, external_id) of such a scope is a problem. Checked
+ * on the raw document, so it is reported with the schema's problems.
+ */
+function sharedScopeProblems(definition: unknown): RuleProblem[] {
+  const ls = (definition as { limits?: unknown }).limits;
+  if (!Array.isArray(ls)) return [];
+  const out: RuleProblem[] = [];
+  ls.forEach((l: unknown, i) => {
+    const scope = l !== null && typeof l === 'object' ? (l as { scope?: unknown }).scope : undefined;
+    if (!Array.isArray(scope) || scope.includes('customer')) return;
+    scope.forEach((p: unknown, j) => {
+      if (typeof p !== 'string') return;
+      const r = parsePath(p, 'scope');
+      if (!r.ok || r.src === PathSource.eventName || r.src === PathSource.eventProperty) return;
+      out.push({
+        path: formatProblemPath(['limits', i, 'scope', j]),
+        message: `'${p}' reads the customer: a limit shared by customers may name only event.name and event.properties.<name> paths (add 'customer' to the scope to count per customer).`,
+      });
+    });
+  });
+  return out;
+}
+
+export interface ValidateOptions {
+  /**
+   * A definition stored before shared limits existed (compiled again at publish and simulate):
+   * a scope naming `customer.*` paths without `customer` is accepted and counts per customer.
+   */
+  storedDefinition?: boolean;
+}
+
+/**
  * Validates a rule definition document. Every problem is reported (not only the first), each
  * naming the field the way a client writes it: `conditions.all[2].op`, `actions[0].amount`.
  */
-export function validateRule(definition: unknown): RuleValidation {
+export function validateRule(definition: unknown, options: ValidateOptions = {}): RuleValidation {
   if (definition === null || typeof definition !== 'object' || Array.isArray(definition)) {
     return { ok: false, problems: [{ path: 'definition', message: `A rule definition is an object; got ${describe(definition)}.` }] };
   }
@@ -341,9 +374,11 @@ export function validateRule(definition: unknown): RuleValidation {
     return { ok: false, problems: [{ path: 'schema', message }] };
   }
   const r = s.safeParse(definition);
-  if (r.success) return { ok: true, definition: r.data as RuleDefinition };
+  const scopes = options.storedDefinition === true ? [] : sharedScopeProblems(definition);
+  if (r.success && scopes.length === 0) return { ok: true, definition: r.data as RuleDefinition };
   const problems: RuleProblem[] = [];
-  collect(r.error.issues, definition, [], problems);
+  if (!r.success) collect(r.error.issues, definition, [], problems);
+  for (const p of scopes) problems.push(p);
   for (const p of problems) if (p.path.length === 0) p.path = 'definition';
   return { ok: false, problems };
 }

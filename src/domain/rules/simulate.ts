@@ -1,9 +1,11 @@
 // POST /rules/{id}/simulate as a pure function: trace a plan against an event and a snapshot of
 // the customer, changing nothing. The input is plain data (sets as arrays, limit counts as rows)
 // so it can cross a worker-thread boundary; simulateRule builds the lookups and calls traceRule.
+// A shared limit (scope without a customer path) shows the store's taken count, reserving
+// nothing, and passes while taken < max.
 import { type CampaignGate, campaignInactiveReason } from '../campaigns.js';
 import { type ResolvedAction, type RulePlan, withAudienceSegment } from './compile.js';
-import { type EvalInput, type RuleTrace, type TraceStep, traceRule } from './evaluate.js';
+import { type EvalInput, isSharedScope, limitKey, type RuleTrace, type SharedLimitAnswer, scopeKey, type TraceStep, traceRule } from './evaluate.js';
 
 export interface SimulationInput {
   event: { name: string; properties: Record<string, unknown>; trust: string };
@@ -16,6 +18,32 @@ export interface SimulationInput {
     externalId: string | null;
   };
   limitCounts: { limitId: string; scopeKey: string; count: number }[];
+  /** Shared limits: how many firings the store counts per (limit id, scope key); absent rows are 0. */
+  sharedCounts?: { limitId: string; scopeKey: string; taken: number }[];
+}
+
+/**
+ * The (limit id, scope key) of each shared limit of the plan for this event: what simulate reads
+ * from the shared limits store (scope keys of shared limits read the event only).
+ */
+export function sharedScopeKeys(plan: RulePlan, event: EvalInput['event']): { limitId: string; scopeKey: string }[] {
+  const input: EvalInput = { event, customer: noCustomer, limitCounts: () => 0 };
+  return plan.limits.filter((l) => isSharedScope(l.scope)).map((l) => ({ limitId: l.id, scopeKey: scopeKey(l.scope, input) }));
+}
+
+const noCustomer: EvalInput['customer'] = { attributes: {}, counters: {}, countersReady: new Set(), segments: [], tiers: {}, externalId: null };
+
+/** What a reservation would answer now, without reserving: granted while taken < max. */
+function sharedAnswers(plan: RulePlan, rows: NonNullable<SimulationInput['sharedCounts']>, event: EvalInput['event']): Record<string, SharedLimitAnswer> {
+  const taken = new Map<string, number>();
+  for (const r of rows) taken.set(`${r.limitId}\u0000${r.scopeKey}`, r.taken);
+  const out: Record<string, SharedLimitAnswer> = {};
+  for (const k of sharedScopeKeys(plan, event)) {
+    const n = taken.get(`${k.limitId}\u0000${k.scopeKey}`) ?? 0;
+    const max = plan.limits.find((l) => l.id === k.limitId)?.max ?? 0;
+    out[limitKey(plan.ruleId, k.limitId, k.scopeKey)] = { granted: n < max, taken: n };
+  }
+  return out;
 }
 
 /**
@@ -60,7 +88,13 @@ export interface SimulatedCampaign {
 }
 
 export function simulateRule(plan: RulePlan, input: SimulationInput | EvalInput, campaign?: SimulatedCampaign): SimulationResult {
-  const evalInput = typeof input.limitCounts === 'function' ? (input as EvalInput) : toEvalInput(input as SimulationInput);
+  let evalInput: EvalInput;
+  if (typeof input.limitCounts === 'function') evalInput = input as EvalInput;
+  else {
+    const s = input as SimulationInput;
+    evalInput = toEvalInput(s);
+    evalInput.sharedLimits = sharedAnswers(plan, s.sharedCounts ?? [], s.event);
+  }
   if (campaign === undefined) {
     const trace = traceRule(plan, evalInput);
     return { simulated: true, plan: trace.outcome.fired ? [...trace.outcome.actions] : [], trace };
