@@ -67,6 +67,7 @@ import { migrate, openSql, type Sql } from './persistence/sql/db.js';
 import { PgIdempotencyStore } from './persistence/sql/idempotency-store.js';
 import { PgEventIds } from './persistence/sql/event-ids.js';
 import { PgReadModel } from './persistence/sql/read-model.js';
+import { PgSharedLimits } from './persistence/sql/shared-limits.js';
 import { PgSnapshotStore } from './persistence/sql/snapshot-store.js';
 import { Projector } from './projector/projector.js';
 import { Authenticator } from './tenancy/authenticator.js';
@@ -240,6 +241,8 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
     void budgets.release(env).catch((err: unknown) => logger.warn({ err }, 'budget release failed'));
   };
   const rulesContexts = new RulesContexts(rules, currencies, tiers, challenges, segments, campaigns);
+  // Rule limits shared by every customer: counted in SQL (PostgreSQL or PGlite), for every node.
+  const sharedLimits = new PgSharedLimits(sql);
   const clocks = new EnvironmentClocks(sql, storage.bus);
   await clocks.start();
   const now = (env: string) => clocks.now(env);
@@ -343,6 +346,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
     rules: (env) => rulesContexts.get(env),
     counters: async (env) => countersContexts.get(env, await challenges.timeZone(env)),
     budgets,
+    sharedLimits,
     afterEvent: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),
   });
   const gateway = createGateway({
@@ -359,6 +363,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         afterEvent: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),
         counters: (env, timeZone) => countersContexts.get(env, timeZone),
         budgets,
+        sharedLimits,
       }),
       ...counterRoutes({
         counters,
@@ -394,6 +399,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         campaignExists: (env, id) => campaigns.exists(env, id),
         subject: (env, ref, ruleId) => simulationSubject({ engine, now, counters, segments, tiers }, env, ref, ruleId),
         campaigns: { gates: (env) => campaigns.gates(env), nowMs: now },
+        sharedLimits,
       }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...rewardRoutes({ engine, now, rewards, currencies, tiers, readModel, drainProjector: () => projector.drain() }),

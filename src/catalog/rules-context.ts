@@ -5,7 +5,7 @@ import type { CurrencyConfig } from '../domain/ledger.js';
 import type { RulesContext } from '../domain/rule-effects.js';
 import type { CampaignGate } from '../domain/campaigns.js';
 import { withAudienceSegment } from '../domain/rules/compile.js';
-import type { RulePlan } from '../domain/rules/index.js';
+import { isSharedScope, type RulePlan } from '../domain/rules/index.js';
 import type { SegmentDef } from '../domain/segments.js';
 import type { TierProgram } from '../domain/tiers.js';
 import type { ChallengeSet } from './challenges.js';
@@ -105,12 +105,16 @@ export class RulesContexts {
     return Promise.all([plans, currencies, tiers, challenges, segments, campaigns]).then(([p, c, t, ch, s, g]) => {
       const configs: CurrencyConfig[] = c.map((x) => ({ key: x.key, negativeBalance: x.negativeBalance, expiryDays: x.expiryDays }));
       const capped = (plan: RulePlan) => plan.campaignId != null && (g[plan.campaignId]?.capped.length ?? 0) > 0;
+      const shared = (plan: RulePlan) => plan.limits.some((l) => isSharedScope(l.scope));
+      const ordered = p.map((x) => withAudience(x, g));
       const value: RulesContext | null =
         p.length === 0 && ch.challenges.length === 0
           ? null
           : {
-              plans: p.map((x) => withAudience(x, g)),
+              plans: ordered,
               cappedPlans: [...p.filter(capped), ...ch.challenges.map((c) => c.plan).filter(capped)],
+              // Only events these plans trigger reserve shared limit slots before the step.
+              sharedPlans: ordered.filter(shared),
               currencies: configs,
               tierPrograms: t.map(tierProgramOf),
               challenges: ch.challenges,

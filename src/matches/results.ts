@@ -20,6 +20,7 @@ import type { CallResult, EngineCommand } from '../actors/partition.js';
 import { eventFingerprint } from '../domain/event-fingerprint.js';
 import { type MatchEventSpec, type MatchPlayerReply, matchEventProperties } from '../domain/match/actor.js';
 import { type BudgetAllowance, grantFor, settleGrant } from '../catalog/event-grants.js';
+import { type HeldSlots, reserveSharedLimits, settleSharedLimits } from '../catalog/shared-limit-slots.js';
 import { preAdmit, checkProfileOpen } from '../domain/match/admission.js';
 import type { MatchProfile } from '../domain/match/profile.js';
 import {
@@ -37,7 +38,7 @@ import { ApiError } from '../errors/api-error.js';
 import type { ErrorCode } from '../errors/codes.js';
 import type { EventIdClaims } from '../gateway/event-id-claims.js';
 import { newId } from '../ids.js';
-import type { ErasedEvent } from '../persistence/ports.js';
+import type { ErasedEvent, SharedLimits } from '../persistence/ports.js';
 import type { Sql } from '../persistence/sql/db.js';
 import { type AdmissionError, type MatchRow, MatchRecords, type PlayerRow } from '../persistence/sql/match-records.js';
 import type { MatchProfileStore } from './change-sets.js';
@@ -62,6 +63,8 @@ export interface MatchResultsDeps {
   counters?(environmentId: string): CountersContext | null | Promise<CountersContext | null>;
   /** The node's campaign budget allowance: capped campaigns' awards on match events (rule 6, as for POST /v1/events). */
   budgets?: BudgetAllowance;
+  /** Rule limits shared by every customer: a player's event reserves its slots as POST /v1/events does. */
+  sharedLimits?: SharedLimits;
   /** Called with the effects of an admitted player's journaled event (e.g. rewards its rules requested), as for POST /v1/events. */
   afterEvent?(environmentId: string, customerId: string, effects: readonly Effect[]): void;
 }
@@ -123,6 +126,8 @@ function throwResult(r: Extract<CallResult, { ok: false }>, param?: string): nev
 
 export class MatchResults {
   private readonly records: MatchRecords;
+  /** The shared limit slots a player's event spec took (grantedEventSpec), settled by execute. */
+  private readonly heldSlots = new WeakMap<MatchEventSpec, HeldSlots>();
 
   constructor(private readonly deps: MatchResultsDeps) {
     this.records = new MatchRecords(deps.sql);
@@ -378,11 +383,15 @@ export class MatchResults {
           endedAtMs: report.endedAtMs,
           pending: pp.pending,
           outlierReasons: pp.outlierReasons,
-          event: await this.grantedEventSpec(env, spec, properties, nowMs),
+          event: spec,
         };
         const target = p.customerId === null ? { by: 'key' as const, key: p.customerRef.value } : { by: 'id' as const, id: p.customerId };
+        // Shared limit slots are held under the player's event id; a player named by an unknown
+        // external id has none yet: `<match_id>:<external id>` (stable across repeats of the report).
+        const slotsFor = pp.pending !== 'admitted' ? null : clientEventId(m.matchId, p.customerId ?? p.customerRef.value);
         let r: CallResult;
         try {
+          await this.grantedEventSpec(env, spec, properties, nowMs, slotsFor);
           r = await this.execute(env, target, command, nowMs);
         } catch (err) {
           const e = err instanceof ApiError ? err : new ApiError('internal_error');
@@ -481,17 +490,39 @@ export class MatchResults {
     return bound === fp ? null : { code: 'event_id_conflict', message: `Event ${id} was already received with different content.` };
   }
 
-  /** A player's event spec with the campaign budget grant its step may award from (as for POST /v1/events). */
-  private async grantedEventSpec(env: string, spec: MatchEventSpec, properties: Record<string, unknown>, nowMs: number): Promise<MatchEventSpec> {
+  /**
+   * A player's event spec with the campaign budget grant its step may award from and, when the
+   * step may record the event (`slotsFor`: the id its slots are held under), its shared limit
+   * slots (as for POST /v1/events). A store failure is internal_error.
+   */
+  private async grantedEventSpec(
+    env: string,
+    spec: MatchEventSpec,
+    properties: Record<string, unknown>,
+    nowMs: number,
+    slotsFor: string | null,
+  ): Promise<MatchEventSpec> {
+    const reserving =
+      slotsFor === null ? null : reserveSharedLimits(this.deps.sharedLimits, env, slotsFor, spec.rules, { name: spec.name, properties, trust: spec.trust }, nowMs);
+    if (reserving !== null) {
+      try {
+        const slots = await reserving;
+        spec.rules = slots.rules;
+        if (slots.held !== null) this.heldSlots.set(spec, slots.held);
+      } catch {
+        throw new ApiError('internal_error', { message: 'Storage is unavailable; retry.' });
+      }
+    }
     const g = grantFor(this.deps.budgets, env, spec.rules, { name: spec.name, properties }, nowMs);
     spec.rules = (g instanceof Promise ? await g : g).rules;
     return spec;
   }
 
-  /** An engine call carrying a player's event: the unused part of its budget grant goes back after the reply. */
+  /** An engine call carrying a player's event: the unused part of its budget grant and its unused shared limit slots go back after the reply. */
   private execute(env: string, target: { by: 'id'; id: string } | { by: 'key'; key: string }, command: EngineCommand & { event: MatchEventSpec }, nowMs: number): Promise<CallResult> {
     const pending = this.deps.engine.execute({ env, target, command, nowMs });
     settleGrant(this.deps.budgets, env, command.event.rules?.budget ?? null, pending);
+    settleSharedLimits(this.deps.sharedLimits, this.heldSlots.get(command.event) ?? null, pending);
     return pending;
   }
 
@@ -573,7 +604,7 @@ export class MatchResults {
         const refused = await this.claimEventId(env, clientEventId(m.matchId, p.customerId ?? ''), spec.fp);
         if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
       }
-      const event = await this.grantedEventSpec(env, spec, properties, nowMs);
+      const event = await this.grantedEventSpec(env, spec, properties, nowMs, decision === 'admit' ? clientEventId(m.matchId, p.customerId ?? '') : null);
       const r = await this.execute(
         env,
         { by: 'id', id: p.customerId ?? '' },

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { CallResult } from '../../actors/partition.js';
 import { type BudgetAllowance, grantFor, settleGrant } from '../../catalog/event-grants.js';
+import { type Reserved, reserveSharedLimits, settleSharedLimits } from '../../catalog/shared-limit-slots.js';
 import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import type { EventSource } from '../../domain/customer.js';
 import type { CredentialKind } from '../../tenancy/types.js';
@@ -13,7 +14,7 @@ import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { CountersContext } from '../../domain/counters.js';
 import { eventFingerprint } from '../../domain/event-fingerprint.js';
-import type { ErasedEvent } from '../../persistence/ports.js';
+import type { ErasedEvent, SharedLimits } from '../../persistence/ports.js';
 import type { EventIdClaims } from '../event-id-claims.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
@@ -92,6 +93,8 @@ export interface EventDeps {
   counters?(environmentId: string, timeZone: string): CountersContext | null | Promise<CountersContext | null>;
   /** The node's campaign budget allowance (grants taken before the step, the rest given back after). */
   budgets?: BudgetAllowance;
+  /** Rule limits shared by every customer (slots reserved before the step, unused ones freed after). */
+  sharedLimits?: SharedLimits;
 }
 
 type ItemResult = { status: number; body: Record<string, unknown> };
@@ -157,6 +160,18 @@ async function recordOne(
   let rules = loaded instanceof Promise ? await loaded : loaded;
   const countersLoaded = deps.counters?.(env, timeZone) ?? null;
   const counters = countersLoaded instanceof Promise ? await countersLoaded : countersLoaded;
+  // Limits shared by every customer: slots reserved before the step (first: a failure here has
+  // taken no budget grant); null, with no await, for events no such rule is triggered by.
+  const reserving = reserveSharedLimits(deps.sharedLimits, env, ev.id, rules, { name: ev.name, properties: ev.properties, trust }, nowMs);
+  let slots: Reserved | null = null;
+  if (reserving !== null) {
+    try {
+      slots = await reserving;
+    } catch {
+      throw new ApiError('internal_error', { message: 'Storage is unavailable; retry.' });
+    }
+    rules = slots.rules;
+  }
   // Capped campaign awards: a grant from the node's allowance before the step, the rest back after.
   const g = grantFor(deps.budgets, env, rules, ev, nowMs);
   const granted = g instanceof Promise ? await g : g;
@@ -181,6 +196,7 @@ async function recordOne(
     nowMs,
   });
   settleGrant(deps.budgets, env, granted.grant, pending);
+  settleSharedLimits(deps.sharedLimits, slots?.held ?? null, pending);
   let result: CallResult;
   // Sync mode past its bound answers 202 with fallback: true, but never before the event is
   // journaled (202 means stored): the actor's answer comes with the journal's ack, so the

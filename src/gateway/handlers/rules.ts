@@ -10,7 +10,8 @@ import type { CampaignGate } from '../../domain/campaigns.js';
 import type { ResolvedAction, RuleCompilation, RuleMeta, RulePlan } from '../../domain/rules/compile.js';
 import type { RuleTrace } from '../../domain/rules/evaluate.js';
 import { type RuleProblem, validateRule } from '../../domain/rules/schema.js';
-import { simulateRule } from '../../domain/rules/simulate.js';
+import { sharedScopeKeys, simulateRule } from '../../domain/rules/simulate.js';
+import type { SharedLimits } from '../../persistence/ports.js';
 import { trustLevels } from '../../domain/rules/trust.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
@@ -37,6 +38,8 @@ export interface RulesDeps {
     gates(environmentId: string): Promise<Readonly<Record<string, CampaignGate>>>;
     nowMs(environmentId: string): number | Promise<number>;
   };
+  /** Shared limits' taken counts (simulate reads them, reserving nothing); absent: counted as 0. */
+  sharedLimits?: Pick<SharedLimits, 'counts'>;
 }
 
 const definitionField = z.custom<unknown>((v) => v !== undefined && v !== null, 'A rule definition document is required.');
@@ -149,6 +152,7 @@ function traceWire(t: RuleTrace) {
       };
       if (s.limitId !== undefined) step.limit_id = s.limitId;
       if (s.scopeKey !== undefined) step.scope_key = s.scopeKey;
+      if (s.shared === true) step.shared = true;
       return step;
     }),
   };
@@ -331,13 +335,18 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
           campaignId === null || deps.campaigns === undefined
             ? undefined
             : { id: campaignId, gate: (await deps.campaigns.gates(env))[campaignId], nowMs: await deps.campaigns.nowMs(env) };
+        const event = { name: ctx.body.event.name, properties: ctx.body.event.properties, trust: ctx.body.event.trust };
+        // Limits shared by every customer: their taken counts now (nothing is reserved).
+        const keys = deps.sharedLimits === undefined ? [] : sharedScopeKeys(c.plan, event);
+        const taken = keys.length === 0 ? [] : await deps.sharedLimits!.counts(env, keys.map((k) => ({ ruleId: c.plan.ruleId, ...k })));
         // The trace is pure and short: it runs here, on the request thread.
         const r = simulateRule(
           c.plan,
           {
-            event: { name: ctx.body.event.name, properties: ctx.body.event.properties, trust: ctx.body.event.trust },
+            event,
             customer: subject.customer,
             limitCounts: subject.limitCounts,
+            sharedCounts: keys.map((k, i) => ({ ...k, taken: taken[i] ?? 0 })),
           },
           campaign,
         );
