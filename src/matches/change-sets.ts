@@ -197,11 +197,13 @@ export class MatchProfileStore {
 
   // ---- change sets ----------------------------------------------------------------------------
 
-  async createChangeSet(environmentId: string, commands: unknown[], createdBy: string): Promise<ChangeSetRecord> {
+  /** Stores a validated set; `nowMs` is the environment's clock (its test clock in a test environment), like its profiles'. */
+  async createChangeSet(environmentId: string, commands: unknown[], createdBy: string, nowMs: number): Promise<ChangeSetRecord> {
     for (let i = 0; i < commands.length; i++) validateCommand(commands[i], i);
+    const at = new Date(nowMs);
     const rows = await this.sql`
-      insert into change_sets (environment_id, id, status, commands, created_by)
-      values (${environmentId}, ${newId('cs')}, 'pending', (${JSON.stringify(commands)}::text)::jsonb, ${createdBy})
+      insert into change_sets (environment_id, id, status, commands, created_by, created_at, updated_at)
+      values (${environmentId}, ${newId('cs')}, 'pending', (${JSON.stringify(commands)}::text)::jsonb, ${createdBy}, ${at}, ${at})
       returning *`;
     return changeSetRow(rows[0]!);
   }
@@ -223,8 +225,10 @@ export class MatchProfileStore {
   }
 
   /**
-   * Applies a set. `mode`: 'apply' (POST /change_set_applications: may answer awaiting_confirmation)
-   * or 'confirm' (a signed-in owner or admin confirmed it). Applied twice: invalid_state.
+   * Applies a set. `mode`: 'apply' (POST /change_set_applications: may answer awaiting_confirmation;
+   * again for a set already awaiting it, the same answer and nothing written) or 'confirm' (a
+   * signed-in owner or admin confirmed it). Applied twice: invalid_state. Timestamps are `nowMs`,
+   * the environment's clock, the same as the profiles the set writes.
    */
   async apply(
     environmentId: string,
@@ -242,9 +246,12 @@ export class MatchProfileStore {
       if (cs.status === 'applied') throw new ApiError('invalid_state', { message: 'The change set was already applied.' });
       const destructive = cs.commands.some((c) => destructiveCommands.has(String(c.type)));
       const needsConfirmation = env.runtimeClass === 'live' && env.autonomy === 'limits' && destructive;
+      const at = new Date(nowMs);
       if (mode === 'apply' && needsConfirmation) {
+        // Already held: a repeat changes nothing (revision is the set's optimistic-edit counter).
+        if (cs.status === 'awaiting_confirmation') return { changeSet: cs, awaiting: true };
         const held = await tx`
-          update change_sets set status = 'awaiting_confirmation', revision = revision + 1, updated_at = now()
+          update change_sets set status = 'awaiting_confirmation', revision = revision + 1, updated_at = ${at}
           where environment_id = ${environmentId} and id = ${id} returning *`;
         return { changeSet: changeSetRow(held[0]!), awaiting: true };
       }
@@ -284,7 +291,7 @@ export class MatchProfileStore {
       }
       const done = await tx`
         update change_sets set status = 'applied', results = (${JSON.stringify(results)}::text)::jsonb, revision = revision + 1,
-          applied_by = ${actor}, confirmed_by = ${mode === 'confirm' ? actor : null}, applied_at = now(), updated_at = now()
+          applied_by = ${actor}, confirmed_by = ${mode === 'confirm' ? actor : null}, applied_at = ${at}, updated_at = ${at}
         where environment_id = ${environmentId} and id = ${id} returning *`;
       return { changeSet: changeSetRow(done[0]!), awaiting: false };
       })

@@ -207,6 +207,10 @@ t.test('change sets and match profiles over the API', async (t) => {
     const held = await live.post('/v1/change_set_applications', { change_set_id: archive.body.id }, idem());
     t.equal(held.status, 202);
     t.same(held.body, { change_set_id: archive.body.id, status: 'awaiting_confirmation', results: [] });
+    const heldSet = (await live.get(`/v1/change_sets/${archive.body.id}`)).body;
+    const again = await live.post('/v1/change_set_applications', { change_set_id: archive.body.id }, idem());
+    t.same([again.status, again.body], [202, held.body], 'applying a held set again answers the same');
+    t.same((await live.get(`/v1/change_sets/${archive.body.id}`)).body, heldSet, 'and changes nothing (revision, updated_at)');
     t.equal((await live.get('/v1/match_profiles/arena')).body.status, 'active', 'not applied yet');
     t.equal((await live.get(`/v1/change_sets/${archive.body.id}`)).body.status, 'awaiting_confirmation');
     const bySecret = await live.post(`/v1/change_sets/${archive.body.id}/confirm`, {}, idem());
@@ -260,6 +264,25 @@ t.test('change sets and match profiles over the API', async (t) => {
       values (${row!.environment_id}, 'mpf_legacy', ${id}, 1, 'active', (${JSON.stringify(legacy)}::text)::jsonb, now(), now())`;
     await sql`with gone as (delete from match_profiles where id = ${id} returning *) insert into match_profiles select * from gone`;
     for (let i = 0; i < 3; i++) t.match((await api.get(`/v1/match_profiles/${id}`)).body, { id, key: 'owner-of-id' }, 'the id match wins');
+  });
+
+  await t.test("change sets take the environment's clock, like the profiles they write", async (t) => {
+    const other = await signUp(anon);
+    const decade = 10 * 365 * 86_400;
+    const moved = await other.server.post('/v1/test_clock/advance', { seconds: decade });
+    const clockMs = Date.parse(moved.body.now);
+    const near = (iso: string, what: string) => t.ok(Math.abs(Date.parse(iso) - clockMs) < 60_000, `${what} ${iso} is the test clock's ${moved.body.now}`);
+    const cs = await other.server.post('/v1/change_sets', { commands: [arena] }, idem());
+    near(cs.body.created_at, 'created_at');
+    near(cs.body.updated_at, 'updated_at');
+    const ap = await other.server.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem());
+    t.equal(ap.status, 201);
+    const read = (await other.server.get(`/v1/change_sets/${cs.body.id}`)).body;
+    near(read.applied_at, 'applied_at');
+    near(read.updated_at, 'updated_at after applying');
+    t.equal(read.created_at, cs.body.created_at);
+    const profile = (await other.server.get('/v1/match_profiles/arena')).body;
+    t.equal(profile.created_at, read.applied_at, 'the profile and its set share one clock');
   });
 
   await t.test('the test environment: profiles are per environment', async (t) => {

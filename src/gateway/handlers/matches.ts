@@ -96,7 +96,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
         if (!Array.isArray(commands) || commands.length === 0 || commands.length > changeSetsMax) {
           throw new ApiError('validation_failed', { param: 'commands', message: `commands holds 1 to ${changeSetsMax} commands.` });
         }
-        const cs = await deps.profiles.createChangeSet(env, commands, actorOf(ctx.principal));
+        const cs = await deps.profiles.createChangeSet(env, commands, actorOf(ctx.principal), await deps.nowMs(env));
         return { status: 201, body: changeSetWire(cs) };
       },
     }),
