@@ -24,6 +24,13 @@ import type { Sql } from '../persistence/sql/db.js';
 const channel = 'match_profiles.changed';
 
 export type Autonomy = 'auto' | 'limits';
+export interface EnvironmentSettings {
+  runtimeClass: 'test' | 'live';
+  /** In effect: always `auto` in a test environment. */
+  autonomy: Autonomy;
+  version: number;
+}
+export const testAutonomyMessage = 'Autonomy applies to live environments only; a test environment applies every change set on request.';
 export const destructiveCommands: ReadonlySet<string> = new Set(['match_profile.archive']);
 export const commandTypes = ['match_profile.create', 'match_profile.update', 'match_profile.archive'] as const;
 /** Command types of spec 4.8 whose capability (notifications) is not built yet: 501 capability_unavailable, not "unknown". */
@@ -214,14 +221,31 @@ export class MatchProfileStore {
     return changeSetRow(rows[0]!);
   }
 
-  async autonomy(environmentId: string): Promise<{ runtimeClass: 'test' | 'live'; autonomy: Autonomy }> {
-    const rows = await this.sql`select runtime_class, autonomy from environments where id = ${environmentId}`;
+  /**
+   * The settings in effect: a test environment applies every set on request, so its autonomy is
+   * `auto` whatever a row says. `version` is the settings' ETag.
+   */
+  async autonomy(environmentId: string): Promise<EnvironmentSettings> {
+    const rows = await this.sql`select runtime_class, autonomy, settings_version from environments where id = ${environmentId}`;
     if (rows.length === 0) throw new ApiError('resource_not_found', { message: 'No such environment.' });
-    return { runtimeClass: rows[0]!.runtime_class as 'test' | 'live', autonomy: rows[0]!.autonomy as Autonomy };
+    const runtimeClass = rows[0]!.runtime_class as 'test' | 'live';
+    const autonomy = runtimeClass === 'live' ? (rows[0]!.autonomy as Autonomy) : 'auto';
+    return { runtimeClass, autonomy, version: rows[0]!.settings_version as number };
   }
 
-  async setAutonomy(environmentId: string, autonomy: Autonomy): Promise<void> {
-    await this.sql`update environments set autonomy = ${autonomy} where id = ${environmentId}`;
+  /**
+   * Sets a live environment's autonomy (a test environment has none: forbidden). With
+   * `expectedVersion`, only if the settings are still at it (stale_write naming the current one).
+   */
+  async setAutonomy(environmentId: string, autonomy: Autonomy, expectedVersion: number | undefined): Promise<EnvironmentSettings> {
+    const rows = await this.sql`
+      update environments set autonomy = ${autonomy}, settings_version = settings_version + 1
+      where id = ${environmentId} and runtime_class = 'live' and (${expectedVersion ?? null}::int is null or settings_version = ${expectedVersion ?? null})
+      returning settings_version`;
+    if (rows.length > 0) return { runtimeClass: 'live', autonomy, version: rows[0]!.settings_version as number };
+    const current = await this.autonomy(environmentId);
+    if (current.runtimeClass !== 'live') throw new ApiError('forbidden', { message: testAutonomyMessage });
+    throw new ApiError('stale_write', { details: { current_version: current.version } });
   }
 
   /**

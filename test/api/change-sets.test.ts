@@ -194,7 +194,8 @@ t.test('change sets and match profiles over the API', async (t) => {
   await t.test('live environment: autonomy limits holds destructive sets for an owner or admin', async (t) => {
     const pat = anon.with({ authorization: `Bearer ${tenant.pat}`, 'x-service-environment': tenant.liveEnv });
     const settings = await pat.get('/v1/environment_settings');
-    t.same(settings.body, { environment_id: tenant.liveEnv, runtime_class: 'live', autonomy: 'limits' });
+    t.same(settings.body, { environment_id: tenant.liveEnv, runtime_class: 'live', autonomy: 'limits', version: 1 });
+    t.equal(settings.headers.get('etag'), '"1"');
     const k = await pat.post('/v1/api_keys', { kind: 'secret', name: 'live server' }, idem());
     const live = anon.with({ authorization: `Bearer ${k.body.token}` });
     t.equal((await live.get('/v1/environment_settings')).body.error.code, 'forbidden', 'a secret key cannot read or change the autonomy');
@@ -235,8 +236,15 @@ t.test('change sets and match profiles over the API', async (t) => {
 
     t.equal((await live.request('PATCH', '/v1/environment_settings', { autonomy: 'auto' })).body.error.code, 'forbidden');
     t.equal((await pat.patch('/v1/environment_settings', { autonomy: 'sometimes' })).body.error.code, 'validation_failed');
-    const auto = await pat.patch('/v1/environment_settings', { autonomy: 'auto' });
-    t.same(auto.body, { environment_id: tenant.liveEnv, runtime_class: 'live', autonomy: 'auto' });
+    const stale = await pat.patch('/v1/environment_settings', { autonomy: 'auto' }, { 'if-match': '"999"' });
+    t.same([stale.status, stale.body.error.code, stale.body.error.details], [409, 'stale_write', { current_version: 1 }]);
+    t.equal((await pat.get('/v1/environment_settings')).body.autonomy, 'limits', 'a stale write changes nothing');
+    const auto = await pat.patch('/v1/environment_settings', { autonomy: 'auto' }, { 'if-match': settings.headers.get('etag')! });
+    t.same(auto.body, { environment_id: tenant.liveEnv, runtime_class: 'live', autonomy: 'auto', version: 2 });
+    t.equal(auto.headers.get('etag'), '"2"');
+    const lost = await pat.patch('/v1/environment_settings', { autonomy: 'limits' }, { 'if-match': '"1"' });
+    t.same([lost.status, lost.body.error.code, lost.body.error.details], [409, 'stale_write', { current_version: 2 }], 'the version read before the last write is stale');
+    t.match((await pat.get('/v1/environment_settings')).body, { autonomy: 'auto', version: 2 });
     const archive2 = await live.post('/v1/change_sets', { commands: [{ ...arena, key: 'third' }, { type: 'match_profile.archive', key: 'third' }] }, idem());
     const direct = await live.post('/v1/change_set_applications', { change_set_id: archive2.body.id }, idem());
     t.equal(direct.status, 201, 'under auto, destructive sets apply on request');
@@ -287,5 +295,23 @@ t.test('change sets and match profiles over the API', async (t) => {
 
   await t.test('the test environment: profiles are per environment', async (t) => {
     t.equal((await api.get('/v1/match_profiles/third')).status, 404);
+  });
+
+  await t.test('a test environment has no autonomy setting: PATCH is forbidden, GET reports auto', async (t) => {
+    const pat = anon.with({ authorization: `Bearer ${tenant.pat}`, 'x-service-environment': tenant.testEnv });
+    const before = await pat.get('/v1/environment_settings');
+    t.same(before.body, { environment_id: tenant.testEnv, runtime_class: 'test', autonomy: 'auto', version: 1 });
+    for (const body of [{ autonomy: 'limits' }, { autonomy: 'auto' }, { autonomy: 'sometimes' }, {}]) {
+      const r = await pat.patch('/v1/environment_settings', body);
+      t.same([r.status, r.body.error.code], [403, 'forbidden'], JSON.stringify(body));
+      t.match(r.body.error.message, /live environments only/);
+    }
+    // A setting stored for a test environment before it was refused is not what the API reports.
+    const sql = openSql({ url: databaseUrl, schema: config.DB_SCHEMA, max: 1 });
+    t.teardown(() => sql.end());
+    await sql`update environments set autonomy = 'limits' where id = ${tenant.testEnv}`;
+    t.same((await pat.get('/v1/environment_settings')).body, before.body, 'the autonomy in effect');
+    const cs = await api.post('/v1/change_sets', { commands: [{ ...arena, key: 'gone' }, { type: 'match_profile.archive', key: 'gone' }] }, idem());
+    t.equal((await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem())).status, 201, 'and the one followed');
   });
 });

@@ -2,7 +2,7 @@
 // (spec 2.11, 2.12, 3, 4.8, 4.9; decisions.md "Change sets"). Thin: the stores in src/matches do
 // the work; this file is auth, shapes and wire mapping.
 import { z } from 'zod';
-import { commandDocSchema, type MatchProfileStore, profileToWire } from '../../matches/change-sets.js';
+import { commandDocSchema, type EnvironmentSettings, type MatchProfileStore, profileToWire, testAutonomyMessage } from '../../matches/change-sets.js';
 import type { MatchResults } from '../../matches/results.js';
 import { matchWire } from '../../matches/results.js';
 import { reportBodySchema } from '../../domain/match/report.js';
@@ -10,8 +10,10 @@ import { reviewBodySchema } from '../../domain/match/verdict.js';
 import type { MatchProfile } from '../../domain/match/profile.js';
 import type { ChangeSetRecord } from '../../matches/change-sets.js';
 import { ApiError } from '../../errors/api-error.js';
+import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
+import { validate } from '../validation.js';
 import { iso } from '../wire.js';
 import type { Principal } from '../../tenancy/types.js';
 import { isRecord } from '../../util/is-record.js';
@@ -31,6 +33,12 @@ const applicationBody = z.strictObject({ change_set_id: z.string().min(1).max(64
 const settingsBody = z.strictObject({
   autonomy: z.enum(['auto', 'limits']).describe('Live environments: auto applies every change set on request; limits holds destructive ones for an owner or admin.'),
 });
+const settingsSchema = z.strictObject({
+  environment_id: z.string(),
+  runtime_class: z.enum(['test', 'live']),
+  autonomy: z.enum(['auto', 'limits']).describe('In effect: always auto in a test environment.'),
+  version: z.number().int().min(1).describe('The settings version; the ETag is "<version>".'),
+});
 const matchListQuery = pageQuerySchema.extend({
   status: z.enum(['held', 'admitted', 'rejected', 'partially_admitted']).optional(),
 });
@@ -38,6 +46,10 @@ const matchListQuery = pageQuerySchema.extend({
 export function matchProfileWire(p: MatchProfile) {
   const { createdAtMs, updatedAtMs, archivedAtMs, ...rest } = profileToWire(p);
   return { ...rest, archived_at: iso(archivedAtMs), created_at: iso(createdAtMs), updated_at: iso(updatedAtMs) };
+}
+
+function settingsWire(environmentId: string, a: EnvironmentSettings): z.infer<typeof settingsSchema> {
+  return { environment_id: environmentId, runtime_class: a.runtimeClass, autonomy: a.autonomy, version: a.version };
 }
 
 export function changeSetWire(cs: ChangeSetRecord) {
@@ -157,27 +169,31 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       summary: "The environment's settings: autonomy (auto | limits; live environments start under limits, test environments apply every change set on request)",
       tag: 'Change sets',
       auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
-      responses: { 200: { description: '{environment_id, runtime_class, autonomy}' } },
+      responses: { 200: { description: '{environment_id, runtime_class, autonomy, version} with ETag "<version>"; a test environment reports auto', schema: settingsSchema } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         const a = await deps.profiles.autonomy(env);
-        return { status: 200, body: { environment_id: env, runtime_class: a.runtimeClass, autonomy: a.autonomy } };
+        return { status: 200, body: settingsWire(env, a), headers: etagHeader(a.version) };
       },
     }),
     route({
       method: 'PATCH',
       path: '/v1/environment_settings',
-      summary: "Set the environment's autonomy (owner or admin)",
+      summary:
+        "Set a live environment's autonomy (owner or admin); If-Match names the version read (409 stale_write). A test environment has no autonomy setting: 403 forbidden, before the body is checked",
       tag: 'Change sets',
       auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
-      body: settingsBody,
-      responses: { 200: { description: '{environment_id, runtime_class, autonomy}' } },
-      handler: async (ctx: RequestContext<z.infer<typeof settingsBody>>) => {
+      // Validated in the handler, after the environment check (a test environment is 403 whatever the body).
+      docBody: settingsBody,
+      responses: { 200: { description: '{environment_id, runtime_class, autonomy, version} with ETag "<version>"', schema: settingsSchema } },
+      handler: async (ctx: RequestContext) => {
         requireOwnerOrAdmin(ctx.principal);
         const env = environmentIdOf(ctx.principal);
-        await deps.profiles.setAutonomy(env, ctx.body.autonomy);
-        const a = await deps.profiles.autonomy(env);
-        return { status: 200, body: { environment_id: env, runtime_class: a.runtimeClass, autonomy: a.autonomy } };
+        if (ctx.principal.environment?.runtimeClass !== 'live') throw new ApiError('forbidden', { message: testAutonomyMessage });
+        const expected = expectedVersion(ctx.headers);
+        const body = validate(settingsBody, ctx.body ?? {}, 'body');
+        const a = await deps.profiles.setAutonomy(env, body.autonomy, expected);
+        return { status: 200, body: settingsWire(env, a), headers: etagHeader(a.version) };
       },
     }),
     // ---- match profiles ------------------------------------------------------------------------
