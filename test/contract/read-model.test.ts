@@ -377,6 +377,7 @@ for (const kind of sqlKinds) {
       ]);
       t.same(await members('seg_a'), ['sm2', 'sm4']);
       t.same(await members('seg_b'), ['sm3'], 'removed then added again in one batch: a member');
+      t.same(await rm.segmentMember('env_seg', 'seg_b', 'sm3'), { customerId: 'sm3', addedAtMs: T0 + 1 }, 'since the add again, not the first add');
       t.same(await rm.segmentMember('env_seg', 'seg_a', 'sm2'), { customerId: 'sm2', addedAtMs: T0 }, 'one membership, its added_at to the ms');
       t.equal(await rm.segmentMember('env_seg', 'seg_a', 'sm1'), null, 'not a member');
       await rm.applyMany([{ partition: p, offset: '3-0', projections: [member('sm2', 'seg_a', false), member('sm4', 'seg_a', false)] }]);

@@ -628,15 +628,18 @@ export class PgReadModel {
     const removed = rows.filter((p) => !p.member);
     for (const part of chunks(added, rowsPerStatementMax)) {
       const doc = json(part.map((p) => ({ e: p.environmentId, s: p.segmentId, c: p.customerId, t: p.atMs })));
-      // Members of an erased customer are never (re)inserted.
+      // Members of an erased customer are never (re)inserted. The actor journals an add only for
+      // a customer not in the segment, so an add meeting a row is a membership that began again
+      // (removed and added in one batch, the removal folded away above): it starts at the add.
       await tx`
-        insert into segment_members (environment_id, segment_id, customer_id, added_at)
+        insert into segment_members as sm (environment_id, segment_id, customer_id, added_at)
         select u.e, u.s, u.c, to_timestamp(u.t / 1000)
         from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, s text, c text, t float8)
         where not exists (
           select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
         )
-        on conflict do nothing`;
+        on conflict (environment_id, segment_id, customer_id) do update set added_at = excluded.added_at
+        where sm.added_at is distinct from excluded.added_at`;
     }
     for (const part of chunks(removed, rowsPerStatementMax)) {
       const doc = json(part.map((p) => ({ e: p.environmentId, s: p.segmentId, c: p.customerId })));
