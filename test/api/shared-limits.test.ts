@@ -156,4 +156,41 @@ t.test('limits shared by every customer', async (t) => {
     t.equal(balances.reduce((a, b) => a + b, 0), 7 * K, 'K awards in the ledger');
     t.equal(balances.filter((b) => b > 0).length, K);
   });
+
+  await t.test("match players: a limit scoped by the match id awards one of the match's players", async (t) => {
+    const profile = {
+      type: 'match_profile.create',
+      key: 'duel',
+      metrics: [{ key: 'score', minimum: 0, maximum: 1000 }],
+      duration: { minimum_seconds: 60, maximum_seconds: 3600 },
+      players: { minimum: 1, maximum: 8 },
+      rate_limits: [{ window_seconds: 3600, max_matches: 100 }],
+    };
+    const cs = await api.post('/v1/change_sets', { commands: [profile] }, idem());
+    t.equal(cs.status, 201, JSON.stringify(cs.body));
+    t.equal((await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem())).status, 201);
+    await publish(t, api, 'one winner bonus per match', {
+      trigger: { kind: 'customer_event', event: 'match.completed' },
+      conditions: { all: [{ path: 'event.properties.won', op: 'eq', value: true }] },
+      limits: [{ id: 'per_match', scope: ['event.properties.match_id'], max: 1 }],
+      actions: [{ type: 'points.award', currency: 'coins', amount: 50 }],
+    });
+    const at = Date.now();
+    const players = ['duel-1', 'duel-2', 'duel-3', 'duel-4'];
+    const body = {
+      profile: 'duel',
+      match_id: `duel-${process.pid}-${at}`,
+      started_at: new Date(at - 20 * 60_000).toISOString(),
+      ended_at: new Date(at - 10 * 60_000).toISOString(),
+      players: players.map((ext) => ({ customer: { external_id: ext }, metrics: { score: 10 }, won: true })),
+    };
+    const r = await api.post('/v1/match_results', body);
+    t.equal(r.status, 201, JSON.stringify(r.body));
+    t.equal(r.body.players.filter((p: { status: string }) => p.status === 'admitted').length, 4);
+    // An admitted player's event was stepped by its actor before the answer (balances read the actors).
+    const paid = async () => (await Promise.all(players.map((p) => balance(p)))).filter((b) => b > 0);
+    t.same(await paid(), [50], 'one of the four winners got the bonus');
+    t.equal((await api.post('/v1/match_results', body)).status, 200, 'the identical report replays');
+    t.same(await paid(), [50], 'the replay awards nothing more');
+  });
 });
