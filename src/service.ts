@@ -400,6 +400,13 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         subject: (env, ref, ruleId) => simulationSubject({ engine, now, counters, segments, tiers }, env, ref, ruleId),
         campaigns: { gates: (env) => campaigns.gates(env), nowMs: now },
         sharedLimits,
+        references: {
+          currencies: (env) => currencies.all(env),
+          tierPrograms: (env) => tiers.all(env),
+          segments: (env) => segments.all(env),
+          rewards: (env, ids) => rewards.existingIds(env, ids),
+          challenges: (env, ids) => challenges.existingIds(env, ids),
+        },
       }),
       ...tierProgramRoutes({ tiers, currencies }),
       ...rewardRoutes({ engine, now, rewards, currencies, tiers, readModel, drainProjector: () => projector.drain() }),

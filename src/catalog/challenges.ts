@@ -112,6 +112,13 @@ export class ChallengeCatalog {
     return rows.map(row);
   }
 
+  /** Which of `ids` name a challenge of the environment (any status), in one query. */
+  async existingIds(environmentId: string, ids: readonly string[]): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const rows = await this.sql`select id from challenges where environment_id = ${environmentId} and id = any(${[...ids]}::text[])`;
+    return rows.map((r) => r.id as string);
+  }
+
   /** A challenge by id; another environment's id is resource_not_found. */
   async get(environmentId: string, id: string): Promise<ChallengeRecord> {
     const rows = await this.sql`select * from challenges where environment_id = ${environmentId} and id = ${id}`;

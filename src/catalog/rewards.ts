@@ -123,6 +123,13 @@ export class RewardCatalog {
     return rows.map(row);
   }
 
+  /** Which of `ids` name a reward of the environment (archived ones too), in one query. */
+  async existingIds(environmentId: string, ids: readonly string[]): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const rows = await this.sql`select id from rewards where environment_id = ${environmentId} and id = any(${[...ids]}::text[])`;
+    return rows.map((r) => r.id as string);
+  }
+
   async get(environmentId: string, id: string, param = 'id'): Promise<RewardRecord> {
     const rows = await this.sql`select * from rewards where environment_id = ${environmentId} and id = ${id}`;
     if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No reward ${id}.`, param });

@@ -2,11 +2,14 @@
 // their compiled plans, and the status machine. Rows live in PostgreSQL; every write runs in one
 // transaction on the locked row (If-Match compared there). Every node caches each environment's
 // published plans in priority order (dropped on a bus message when any node changes a rule).
+// Publish and rollback refuse a definition naming missing resources: those are read before the
+// row is locked (embedded mode has one connection) and the pure verdict is applied under the lock.
 import type { RuleMeta, RulePlan } from '../domain/rules/compile.js';
+import type { RuleProblem } from '../domain/rules/schema.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
-import type { Sql } from '../persistence/sql/db.js';
+import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 
 export const ruleStatuses = ['draft', 'published', 'paused', 'archived'] as const;
 export type RuleStatus = (typeof ruleStatuses)[number];
@@ -53,6 +56,21 @@ export type RuleOperation = keyof typeof ruleTransitions;
 
 /** Compiles a definition into a plan (the gateway passes one that runs in the worker pool). */
 export type CompileFn = (definition: unknown, meta: RuleMeta) => Promise<RulePlan>;
+
+/**
+ * The references of a definition checked against the environment's catalogs (publish, rollback).
+ * `problems` reads the catalogs, so it runs before the transaction; `refuse` is the 422 answered.
+ */
+export interface ReferenceCheck {
+  problems(definition: unknown): Promise<RuleProblem[]>;
+  refuse(problems: RuleProblem[]): Error;
+}
+
+/** A publish whose draft changed between the reference read and the lock reads again, this often. */
+const publishAttemptsMax = 3;
+
+/** Thrown inside the transaction (rolling it back) when the draft checked is not the draft locked. */
+class DraftMoved extends Error {}
 
 interface Change {
   name?: string;
@@ -232,21 +250,46 @@ export class RuleCatalog {
     });
   }
 
-  /** Compiles the draft (compile runs while the row is locked), stores version n+1 and activates it. */
-  publish(environmentId: string, id: string, expected: number | undefined, createdBy: string | null, compile: CompileFn): Promise<Rule> {
-    return this.mutate(environmentId, id, expected, async (rule, tx) => {
-      requireState(rule, 'publish');
-      if (rule.draftDefinition === null) {
-        throw new ApiError('invalid_state', {
-          message: 'Nothing to publish: the draft has not changed since the active version.',
-          details: { status: rule.status, active_version: rule.activeVersion?.number ?? null },
+  /**
+   * Compiles the draft (compile runs while the row is locked), stores version n+1 and activates it.
+   * Checks in order: state, a draft to publish, its shape (compile), then its references (read
+   * before the lock; a draft edited in between is read again, at most publishAttemptsMax times).
+   */
+  async publish(
+    environmentId: string,
+    id: string,
+    expected: number | undefined,
+    createdBy: string | null,
+    compile: CompileFn,
+    references?: ReferenceCheck,
+  ): Promise<Rule> {
+    for (let attempt = 1; ; attempt++) {
+      const seen = references === undefined ? null : await this.get(environmentId, id);
+      const problems = seen === null || seen.draftDefinition === null ? [] : await references!.problems(seen.draftDefinition);
+      try {
+        return await this.mutate(environmentId, id, expected, async (rule, tx) => {
+          requireState(rule, 'publish');
+          if (rule.draftDefinition === null) {
+            throw new ApiError('invalid_state', {
+              message: 'Nothing to publish: the draft has not changed since the active version.',
+              details: { status: rule.status, active_version: rule.activeVersion?.number ?? null },
+            });
+          }
+          // Every write bumps the version: the same version is the same draft that was checked.
+          if (seen !== null && seen.version !== rule.version) throw new DraftMoved();
+          const number = await tx.nextNumber();
+          const plan = await compile(rule.draftDefinition, { ruleId: rule.id, versionNumber: number, priority: rule.priority });
+          if (problems.length > 0) throw references!.refuse(problems);
+          const versionId = await tx.addVersion({ definition: rule.draftDefinition, plan, number, createdBy });
+          return { status: 'published', activeVersionId: versionId, draftDefinition: null };
         });
+      } catch (err) {
+        if (!(err instanceof DraftMoved)) throw err;
+        if (attempt >= publishAttemptsMax) {
+          throw new ApiError('stale_write', { message: 'The draft kept changing while it was being published.', details: { current_version: seen?.version ?? null } });
+        }
       }
-      const number = await tx.nextNumber();
-      const plan = await compile(rule.draftDefinition, { ruleId: rule.id, versionNumber: number, priority: rule.priority });
-      const versionId = await tx.addVersion({ definition: rule.draftDefinition, plan, number, createdBy });
-      return { status: 'published', activeVersionId: versionId, draftDefinition: null };
-    });
+    }
   }
 
   /** pause, resume or archive (see ruleTransitions). */
@@ -257,13 +300,23 @@ export class RuleCatalog {
     });
   }
 
-  /** The active version becomes version `number`; already active: no change (version kept). */
-  rollback(environmentId: string, id: string, expected: number | undefined, number: number): Promise<Rule> {
+  /**
+   * The active version becomes version `number`; already active: no change (version kept). Its
+   * references are checked again (read before the lock: versions are immutable), after the state
+   * and the version's existence: a resource deleted since it was published refuses the rollback.
+   */
+  async rollback(environmentId: string, id: string, expected: number | undefined, number: number, references?: ReferenceCheck): Promise<Rule> {
+    let problems: RuleProblem[] = [];
+    if (references !== undefined) {
+      const rows = await this.sql`select definition from rule_versions where environment_id = ${environmentId} and rule_id = ${id} and number = ${number}`;
+      if (rows.length > 0) problems = await references.problems(jsonColumn<unknown>(rows[0]!.definition));
+    }
     return this.mutate(environmentId, id, expected, async (rule, tx) => {
       requireState(rule, 'rollback');
       const versionId = await tx.versionByNumber(number);
       if (versionId === null) throw new ApiError('resource_not_found', { message: `Rule ${id} has no version ${number}.`, param: 'number' });
       if (rule.activeVersion?.id === versionId) return null;
+      if (problems.length > 0) throw references!.refuse(problems);
       return { activeVersionId: versionId };
     });
   }

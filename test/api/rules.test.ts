@@ -18,6 +18,8 @@ t.test('rules', async (t) => {
   const api = tenant.server;
 
   let ruleId = '';
+  // Publish refuses a definition naming a currency the environment lacks: the rules award 'points'.
+  t.equal((await api.post('/v1/currencies', { key: 'points', name: 'Points' }, idem())).status, 201);
   // Rules join a campaign through campaign_id, which must name a campaign of the environment.
   const camp1 = (await api.post('/v1/campaigns', { name: 'Campaign 1' }, idem())).body.id as string;
   const camp2 = (await api.post('/v1/campaigns', { name: 'Campaign 2' }, idem())).body.id as string;

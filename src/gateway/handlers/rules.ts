@@ -3,8 +3,11 @@
 // and simulate (a dry run that changes nothing: the rule record's plan is compiled once in the pool,
 // the trace runs on the request thread). Definitions are checked with
 // validateRule: 422 rule_invalid lists every problem in details, param naming the first one.
+// Publish and rollback also refuse (same 422) a definition naming a currency, reward, challenge,
+// tier program or segment the environment lacks; drafts (create, PATCH) may name them before they exist.
 import { z } from 'zod';
-import type { Rule, RuleCatalog, RuleVersion } from '../../catalog/rules.js';
+import { definitionReferenceProblems, type ReferenceSources } from '../../catalog/rule-references.js';
+import type { ReferenceCheck, Rule, RuleCatalog, RuleVersion } from '../../catalog/rules.js';
 import { ruleStatuses } from '../../catalog/rules.js';
 import type { CampaignGate } from '../../domain/campaigns.js';
 import type { ResolvedAction, RuleCompilation, RuleMeta, RulePlan } from '../../domain/rules/compile.js';
@@ -40,6 +43,8 @@ export interface RulesDeps {
   };
   /** Shared limits' taken counts (simulate reads them, reserving nothing); absent: counted as 0. */
   sharedLimits?: Pick<SharedLimits, 'counts'>;
+  /** The catalogs publish and rollback check a definition's references against; absent: not checked. */
+  references?: ReferenceSources;
 }
 
 const definitionField = z.custom<unknown>((v) => v !== undefined && v !== null, 'A rule definition document is required.');
@@ -182,6 +187,12 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
     return c.plan;
   };
 
+  const referenceCheck = (env: string): ReferenceCheck | undefined => {
+    const sources = deps.references;
+    if (sources === undefined) return undefined;
+    return { problems: (definition) => definitionReferenceProblems(sources, env, definition), refuse: ruleInvalid };
+  };
+
   /** Simulate's plans, compiled once per rule record (see simulation-plans.ts). */
   const plans = new SimulationPlans(compilation);
 
@@ -268,14 +279,16 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
     route({
       method: 'POST',
       path: '/v1/rules/:id/publish',
-      summary: 'Publish the draft: compile it in the worker pool into the next immutable version and make it active',
+      summary:
+        'Publish the draft: compile it in the worker pool into the next immutable version and make it active (422 rule_invalid also for a currency, reward, challenge, tier program or segment the environment lacks)',
       tag: 'Rules',
       auth: writeAuth,
       body: emptyBody,
       responses: { 200: { description: 'The rule, published.' } },
       handler: async (ctx: RequestContext<z.infer<typeof emptyBody>>) => {
         const createdBy = ctx.principal.userId ?? ctx.principal.credentialId;
-        return reply(await rules.publish(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), createdBy, compile));
+        const env = environmentIdOf(ctx.principal);
+        return reply(await rules.publish(env, ctx.params.id ?? '', expectedVersion(ctx.headers), createdBy, compile, referenceCheck(env)));
       },
     }),
     command('pause', 'Pause a published rule'),
@@ -303,13 +316,15 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
     route({
       method: 'POST',
       path: '/v1/rules/:id/rollback',
-      summary: 'Make an earlier version (by number) the active one',
+      summary: 'Make an earlier version (by number) the active one (its references are checked again, as at publish)',
       tag: 'Rules',
       auth: writeAuth,
       body: rollbackBody,
       responses: { 200: { description: 'The rule.' } },
-      handler: async (ctx: RequestContext<z.infer<typeof rollbackBody>>) =>
-        reply(await rules.rollback(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), ctx.body.number)),
+      handler: async (ctx: RequestContext<z.infer<typeof rollbackBody>>) => {
+        const env = environmentIdOf(ctx.principal);
+        return reply(await rules.rollback(env, ctx.params.id ?? '', expectedVersion(ctx.headers), ctx.body.number, referenceCheck(env)));
+      },
     }),
     route({
       method: 'POST',

@@ -1,0 +1,116 @@
+// The resources a rule definition names (currencies, rewards, challenges, tier programs, segments),
+// each with the path a client writes (`actions[1].currency`, `conditions.all[0].value`), and the
+// problems of those an environment lacks: publish and rollback refuse them as 422 rule_invalid.
+// Pure: the caller reads each catalog once and passes what exists; never throws.
+import { formatPath } from '../../util/param-path.js';
+import type { Condition, LeafCondition, RuleDefinition, RuleProblem } from './schema.js';
+
+export const referenceKinds = ['currency', 'reward', 'challenge', 'tier_program', 'segment'] as const;
+export type ReferenceKind = (typeof referenceKinds)[number];
+
+export interface RuleReference {
+  kind: ReferenceKind;
+  /** The key, id or name as written. */
+  name: string;
+  /** Where it is written, as a rule_invalid problem names it. */
+  path: string;
+}
+
+/** What exists in the environment, by the identifier a definition uses for each kind. */
+export interface KnownResources {
+  /** Currency keys. */
+  currencies: ReadonlySet<string>;
+  /** Reward ids (archived ones included: they answer reward_unavailable at runtime, not a dangling reference). */
+  rewards: ReadonlySet<string>;
+  /** Challenge ids. */
+  challenges: ReadonlySet<string>;
+  /** Tier program keys AND ids (tier.evaluate accepts either). */
+  tierPrograms: ReadonlySet<string>;
+  /** Segment names. */
+  segments: ReadonlySet<string>;
+}
+
+const nouns: Record<ReferenceKind, string> = {
+  currency: 'currency',
+  reward: 'reward',
+  challenge: 'challenge',
+  tier_program: 'tier program',
+  segment: 'segment',
+};
+
+function isSegmentTest(leaf: LeafCondition): leaf is LeafCondition & { value: string } {
+  return leaf.path === 'customer.segments' && leaf.op === 'contains' && typeof leaf.value === 'string';
+}
+
+function conditionReferences(c: Condition, at: PropertyKey[], out: RuleReference[]): void {
+  if ('all' in c) {
+    for (const [i, x] of c.all.entries()) conditionReferences(x, [...at, 'all', i], out);
+  } else if ('any' in c) {
+    for (const [i, x] of c.any.entries()) conditionReferences(x, [...at, 'any', i], out);
+  } else if ('not' in c) {
+    conditionReferences(c.not, [...at, 'not'], out);
+  } else if (isSegmentTest(c)) {
+    out.push({ kind: 'segment', name: c.value, path: formatPath([...at, 'value']) });
+  }
+}
+
+/**
+ * Every reference of a definition validateRule accepted, in document order (actions, then
+ * conditions). `tier.evaluate` without `program` names nothing (it re-places every program).
+ */
+export function ruleReferences(definition: RuleDefinition): RuleReference[] {
+  const out: RuleReference[] = [];
+  definition.actions.forEach((a, i) => {
+    const at = (field: string) => formatPath(['actions', i, field]);
+    switch (a.type) {
+      case 'points.award':
+        out.push({ kind: 'currency', name: a.currency, path: at('currency') });
+        break;
+      case 'reward.issue':
+        out.push({ kind: 'reward', name: a.reward_id, path: at('reward_id') });
+        break;
+      case 'challenge.progress':
+        out.push({ kind: 'challenge', name: a.challenge_id, path: at('challenge_id') });
+        break;
+      case 'tier.evaluate':
+        if (a.program !== undefined) out.push({ kind: 'tier_program', name: a.program, path: at('program') });
+        break;
+      case 'item.grant':
+        break;
+    }
+  });
+  const conditions = definition.conditions;
+  if (Array.isArray(conditions)) {
+    for (const [i, c] of conditions.entries()) conditionReferences(c, ['conditions', i], out);
+  } else if (conditions !== undefined) {
+    conditionReferences(conditions, ['conditions'], out);
+  }
+  return out;
+}
+
+/** The kinds a list of references needs read (a catalog nothing names is not read at all). */
+export function referencedKinds(refs: readonly RuleReference[]): Set<ReferenceKind> {
+  return new Set(refs.map((r) => r.kind));
+}
+
+function known(kind: ReferenceKind, k: KnownResources): ReadonlySet<string> {
+  switch (kind) {
+    case 'currency':
+      return k.currencies;
+    case 'reward':
+      return k.rewards;
+    case 'challenge':
+      return k.challenges;
+    case 'tier_program':
+      return k.tierPrograms;
+    case 'segment':
+      return k.segments;
+  }
+}
+
+/** One problem per reference the environment lacks, in the order of `refs`. */
+export function referenceProblems(refs: readonly RuleReference[], k: KnownResources): RuleProblem[] {
+  return refs
+    .filter((r) => !known(r.kind, k).has(r.name))
+    .map((r) => ({ path: r.path, message: `No ${nouns[r.kind]} '${r.name}' in this environment.` }));
+}
