@@ -216,7 +216,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
     (env, program) => moveHolders(env, program, program.levels.map((l) => l.key), { kind: 'tier.reevaluate', program: tierProgramOf(program) }),
   );
   await tiers.start();
-  const challenges = new ChallengeCatalog(sql, storage.bus);
+  const challenges = new ChallengeCatalog(sql, storage.bus, currencies);
   await challenges.start();
   const challengeReadModel = new ChallengeReadModel(sql);
   const counters = new CounterCatalog(sql, storage.bus);

@@ -4,6 +4,8 @@
 // compared in the UPDATE). Status transitions are the domain's canTransitionChallenge:
 // draft -> active | ended; active <-> paused; active | paused -> ended; ended is final.
 // DELETE removes only drafts and ended challenges (an active or paused one must be ended first).
+// A points.award completion action must name a currency of the environment (404 resource_not_found
+// naming the field, as every body field naming a missing resource), checked after validation.
 import { type ChallengeRuntime, compileChallenge, validateChallengeDefinition } from '../domain/challenge-effects.js';
 import {
   type ChallengeConfig,
@@ -14,6 +16,7 @@ import {
 } from '../domain/challenges.js';
 import type { PeriodKind } from '../domain/periods.js';
 import { ApiError } from '../errors/api-error.js';
+import type { CurrencyCatalog } from './currencies.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
 import { jsonColumn, type Sql } from '../persistence/sql/db.js';
@@ -78,20 +81,42 @@ function validated(c: ChallengeInput): void {
 
 const ts = (ms: number | null) => (ms === null ? null : new Date(ms));
 
+/** The points.award completion actions of a validated list, with their wire field. */
+function awardedCurrencies(actions: readonly unknown[]): Array<{ currency: string; param: string }> {
+  const out: Array<{ currency: string; param: string }> = [];
+  for (const [i, a] of actions.entries()) {
+    const o = a as { type?: unknown; currency?: unknown };
+    if (o.type === 'points.award' && typeof o.currency === 'string') out.push({ currency: o.currency, param: `completion_actions[${i}].currency` });
+  }
+  return out;
+}
+
 export class ChallengeCatalog {
   private readonly cache = new Map<string, Promise<ChallengeSet>>();
 
   constructor(
     private readonly sql: Sql,
     private readonly bus: Bus,
+    /** Completion awards must name one of these (absent: not checked). */
+    private readonly currencies: Pick<CurrencyCatalog, 'all'> | null = null,
   ) {}
 
   async start(): Promise<void> {
     await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
   }
 
+  /** resource_not_found naming the first completion award whose currency the environment lacks. */
+  private async checkCurrencies(environmentId: string, actions: readonly unknown[]): Promise<void> {
+    const awards = awardedCurrencies(actions);
+    if (awards.length === 0 || this.currencies === null) return;
+    const keys = new Set((await this.currencies.all(environmentId)).map((c) => c.key));
+    const missing = awards.find((a) => !keys.has(a.currency));
+    if (missing !== undefined) throw new ApiError('resource_not_found', { message: `No currency ${missing.currency}.`, param: missing.param });
+  }
+
   async create(environmentId: string, input: ChallengeInput): Promise<ChallengeRecord> {
     validated(input);
+    await this.checkCurrencies(environmentId, input.completionActions);
     const rows = await this.sql`
       insert into challenges (environment_id, id, name, qualifying, target, period, contribution_key, enrollment, repeatable,
         completion_actions, campaign_id, starts_at, ends_at, status)
@@ -141,6 +166,11 @@ export class ChallengeCatalog {
     const move = canTransitionChallenge(before.status, after.status);
     if (!move.ok) throw new ApiError('invalid_state', { message: move.message, param: 'status' });
     validated(after);
+    // New completion actions, or an activation, must award existing currencies; other edits (ending
+    // a challenge above all) are never blocked by a currency missing since it was stored.
+    if (patch.completionActions !== undefined || (after.status === 'active' && before.status !== 'active')) {
+      await this.checkCurrencies(environmentId, after.completionActions);
+    }
     const rows = await this.sql`
       update challenges set
         name = ${after.name}, qualifying = (${JSON.stringify(after.qualifying)}::text)::jsonb, target = ${after.target},

@@ -141,6 +141,43 @@ t.test('challenges over the API', async (t) => {
     t.equal((await api.delete(`/v1/challenges/${draft.id}`)).body.error.code, 'resource_not_found');
   });
 
+  await t.test('a completion award naming a missing currency is 404 naming the field (create, PATCH, activation)', async (t) => {
+    const awards = (...currencies: string[]) => currencies.map((currency) => ({ type: 'points.award', currency, amount: 5 }));
+    // Its own qualifying event: the challenges here never meet the events of the later subtests.
+    const gems = { name: 'Gems', qualifying: { event: 'gem.found' }, target: 2 };
+    const created = await api.post('/v1/challenges', { ...gems, status: 'active', completion_actions: awards('coins', 'gems') }, idem());
+    t.equal(created.status, 404);
+    t.equal(created.body.error.code, 'resource_not_found');
+    t.equal(created.body.error.param, 'completion_actions[1].currency');
+    const draft = await api.post('/v1/challenges', { ...gems, completion_actions: awards('gems') }, idem());
+    t.equal(draft.body.error.param, 'completion_actions[0].currency', 'a draft challenge too');
+    const shape = await api.post('/v1/challenges', { ...gems, target: 0, completion_actions: awards('gems') }, idem());
+    t.equal(shape.body.error.code, 'validation_failed', 'shape problems come first');
+    t.notOk(
+      (await api.get('/v1/challenges?limit=100')).body.data.some((c: { name: string }) => c.name === 'Gems'),
+      'nothing was created',
+    );
+
+    const c = (await api.post('/v1/challenges', { ...gems, name: 'Coins only', completion_actions: awards('coins') }, idem())).body;
+    const patched = await api.patch(`/v1/challenges/${c.id}`, { completion_actions: awards('gems') });
+    t.equal(patched.status, 404);
+    t.equal(patched.body.error.param, 'completion_actions[0].currency');
+    t.equal((await api.get(`/v1/challenges/${c.id}`)).body.version, 1, 'unchanged');
+
+    // A challenge stored before this check (written here directly) can still be ended, not activated.
+    await sql`update challenges set completion_actions = ${sql.json(awards('gems'))} where id = ${c.id}`;
+    const activate = await api.patch(`/v1/challenges/${c.id}`, { status: 'active' });
+    t.equal(activate.status, 404, 'activation checks the stored awards');
+    t.equal(activate.body.error.param, 'completion_actions[0].currency');
+    t.equal((await api.patch(`/v1/challenges/${c.id}`, { name: 'Renamed' })).status, 200, 'other edits are not blocked');
+
+    t.equal((await api.post('/v1/currencies', { key: 'gems', name: 'Gems' }, idem())).status, 201);
+    t.equal((await api.patch(`/v1/challenges/${c.id}`, { status: 'active' })).status, 200, 'activated once the currency exists');
+    const ok = await api.post('/v1/challenges', { ...gems, completion_actions: awards('coins', 'gems') }, idem());
+    t.equal(ok.status, 201);
+    t.equal((await api.patch(`/v1/challenges/${c.id}`, { status: 'ended' })).status, 200);
+  });
+
   await t.test('events: conditions, contribution-key dedup, completion once with its award', async (t) => {
     // A fresh environment set: only one active matches challenge matters here.
     const list = (await api.get('/v1/challenges?status=active&limit=200')).body.data as Array<{ id: string; name: string }>;
