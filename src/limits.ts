@@ -12,6 +12,8 @@ export const limits = {
   eventsPerBatchMax: 100,
   /** Whole request body. */
   bodyBytesMax: 1024 * 1024,
+  /** Objects and arrays nested in a request body (deeper ones overflow recursive readers). */
+  jsonDepthMax: 64,
   /** One event, serialized as received. */
   eventBytesMax: 32 * 1024,
   eventIdCharsMax: 255,

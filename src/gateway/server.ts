@@ -28,6 +28,7 @@ import { buildOpenApiDocument } from './openapi.js';
 import type { AnyRoute, AuthSpec, Method, Reply, RequestContext } from './route.js';
 import { Router } from './router.js';
 import { validate } from './validation.js';
+import { nestsDeeperThan } from '../util/json-depth.js';
 
 export type CredentialSpec = Extract<AuthSpec, { kind: 'credential' }>;
 
@@ -135,6 +136,11 @@ function statusLine(status: number): string {
 
 function isThenable<T>(x: T | Promise<T>): x is Promise<T> {
   return typeof (x as { then?: unknown } | null)?.then === 'function';
+}
+
+/** A body nested deeper than the service reads (see util/json-depth.ts). */
+function tooDeep(): ApiError {
+  return new ApiError('validation_failed', { message: `A request body nests objects and arrays at most ${limits.jsonDepthMax} levels deep.` });
 }
 
 /** application/json with optional parameters (charset); nothing else. */
@@ -256,11 +262,14 @@ export function createGateway(opts: GatewayOptions): Gateway {
     if (!bodyMethods.has(inc.method) || inc.rawBody.length === 0) return undefined;
     const ct = inc.headers['content-type'];
     if (!isJsonContentType(ct)) throw new ApiError('unsupported_media_type', { param: 'Content-Type' });
+    let value: unknown;
     try {
-      return JSON.parse(inc.rawBody.toString('utf8')) as unknown;
+      value = JSON.parse(inc.rawBody.toString('utf8')) as unknown;
     } catch {
       throw new ApiError('invalid_json');
     }
+    if (nestsDeeperThan(value, limits.jsonDepthMax)) throw tooDeep();
+    return value;
   }
 
   function run(inc: Incoming): Out | Promise<Out> {
@@ -436,18 +445,20 @@ export function createGateway(opts: GatewayOptions): Gateway {
     };
     inflight++;
     try {
-      let out: Out;
+      let out: Out | undefined;
       const b = req.body;
       if (typeof b === 'string' || b instanceof Uint8Array) {
         inc.rawBody = typeof b === 'string' ? Buffer.from(b) : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
         // gRPC callers send no Content-Type; their bodies are JSON by contract.
         headers['content-type'] ??= jsonType;
+      } else if (b !== undefined && nestsDeeperThan(b, limits.jsonDepthMax)) {
+        // Before JSON.stringify, which would overflow its stack on such a body.
+        out = errorOut(tooDeep(), inc);
       } else if (b !== undefined) {
         inc.rawBody = Buffer.from(JSON.stringify(b));
         if (bodyMethods.has(inc.method)) inc.parsedBody = { value: b };
       }
-      if (inc.rawBody.length > limits.bodyBytesMax) out = errorOut(new ApiError('body_too_large'), inc);
-      else out = await run(inc);
+      out ??= inc.rawBody.length > limits.bodyBytesMax ? errorOut(new ApiError('body_too_large'), inc) : await run(inc);
       const outHeaders: Record<string, string> = { 'request-id': inc.requestId };
       if (out.text !== undefined) outHeaders['content-type'] = out.contentType;
       if (out.headers !== null) Object.assign(outHeaders, out.headers);

@@ -33,6 +33,23 @@ t.test('events', async (t) => {
     t.same(got.body.source, { type: 'secret_key', id: tenant.secretKeyId }, 'the sending key is kept with the event');
   });
 
+  await t.test('a body nested deeper than 64 levels is 400 validation_failed, and the service keeps serving', async (t) => {
+    const arrays = (n: number): unknown => JSON.parse('['.repeat(n) + '1' + ']'.repeat(n));
+    // The body is level 1 and properties level 2: 62 arrays inside properties reach level 64.
+    const ok = await api.post('/v1/events', event('deep-ok', 'deep-p', { properties: { x: arrays(62) } }));
+    t.equal(ok.status, 202, 'at the limit');
+    for (const n of [63, 3000]) {
+      const r = await api.post('/v1/events', event(`deep-${n}`, 'deep-p', { properties: { x: arrays(n) } }));
+      t.equal(r.status, 400, `${n} arrays inside properties`);
+      t.equal(r.body.error.code, 'validation_failed');
+      t.match(r.body.error.message, /at most 64 levels/);
+    }
+    // 3,000 levels of arrays in one event used to overflow the journal's msgpack encoder and end the process.
+    const deepRule = await tenant.admin.post('/v1/rules', { name: 'deep', definition: { schema: 'service.rule/v2', conditions: arrays(2000) } }, idem());
+    t.equal(deepRule.status, 400, 'a rule definition too');
+    t.equal((await api.post('/v1/events', event('deep-after', 'deep-p'))).status, 202, 'still serving');
+  });
+
   await t.test('the same id and content is answered as the first, with duplicate: true', async (t) => {
     const ev = event('e-dup');
     const first = await api.post('/v1/events', ev);
