@@ -28,7 +28,7 @@ import { buildOpenApiDocument } from './openapi.js';
 import type { AnyRoute, AuthSpec, Method, Reply, RequestContext } from './route.js';
 import { Router } from './router.js';
 import { validate } from './validation.js';
-import { nestsDeeperThan } from '../util/json-depth.js';
+import { checkBody, unstorableTextPath } from '../util/json-depth.js';
 
 export type CredentialSpec = Extract<AuthSpec, { kind: 'credential' }>;
 
@@ -138,9 +138,16 @@ function isThenable<T>(x: T | Promise<T>): x is Promise<T> {
   return typeof (x as { then?: unknown } | null)?.then === 'function';
 }
 
-/** A body nested deeper than the service reads (see util/json-depth.ts). */
-function tooDeep(): ApiError {
-  return new ApiError('validation_failed', { message: `A request body nests objects and arrays at most ${limits.jsonDepthMax} levels deep.` });
+/** A body checkBody refused (util/json-depth.ts): too deep, or holding text PostgreSQL cannot store. */
+function badBody(value: unknown): ApiError {
+  if (checkBody(value, limits.jsonDepthMax) === 'too_deep') {
+    return new ApiError('validation_failed', { message: `A request body nests objects and arrays at most ${limits.jsonDepthMax} levels deep.` });
+  }
+  const at = unstorableTextPath(value);
+  return new ApiError('validation_failed', {
+    message: 'Strings and keys may not contain U+0000 or an unpaired surrogate (\\ud800-\\udfff without its pair).',
+    ...(at ? { param: at } : {}),
+  });
 }
 
 /** application/json with optional parameters (charset); nothing else. */
@@ -268,7 +275,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
     } catch {
       throw new ApiError('invalid_json');
     }
-    if (nestsDeeperThan(value, limits.jsonDepthMax)) throw tooDeep();
+    if (checkBody(value, limits.jsonDepthMax) !== null) throw badBody(value);
     return value;
   }
 
@@ -451,9 +458,9 @@ export function createGateway(opts: GatewayOptions): Gateway {
         inc.rawBody = typeof b === 'string' ? Buffer.from(b) : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
         // gRPC callers send no Content-Type; their bodies are JSON by contract.
         headers['content-type'] ??= jsonType;
-      } else if (b !== undefined && nestsDeeperThan(b, limits.jsonDepthMax)) {
-        // Before JSON.stringify, which would overflow its stack on such a body.
-        out = errorOut(tooDeep(), inc);
+      } else if (b !== undefined && checkBody(b, limits.jsonDepthMax) !== null) {
+        // Before JSON.stringify, which would overflow its stack on a body too deep.
+        out = errorOut(badBody(b), inc);
       } else if (b !== undefined) {
         inc.rawBody = Buffer.from(JSON.stringify(b));
         if (bodyMethods.has(inc.method)) inc.parsedBody = { value: b };

@@ -1,43 +1,66 @@
-// How deeply a parsed JSON value nests, checked without recursion: the service walks request
-// bodies recursively in many places (fingerprints, msgpack, PostgreSQL's jsonb), and a body nested
-// a few thousand levels deep (6 KB of '[') overflows those stacks. The gateway refuses such bodies
-// before anything else reads them. One reused stack: no allocation per call once it has grown.
+// Checks a parsed request body once, without recursion, before anything else reads it:
+// - nesting: the service reads bodies recursively in many places (fingerprints, msgpack,
+//   PostgreSQL's jsonb), and a body nested a few thousand levels deep (6 KB of '[') overflows
+//   those stacks;
+// - text: PostgreSQL text and jsonb hold neither U+0000 nor an unpaired surrogate (a '\ud800'
+//   escape), so a string or key carrying one would fail every statement that writes it, for good
+//   (a projection cycle or a snapshot save retried forever).
+// One reused stack: no allocation per call once it has grown.
 
 const stackValues: unknown[] = [];
 const stackDepths: number[] = [];
 
+/** Any NUL or surrogate code unit; only then is the exact (unpaired surrogate) check run. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: U+0000 is exactly what this looks for.
+const suspect = /[\u0000\ud800-\udfff]/;
+const unpaired = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** True when `s` holds U+0000 or an unpaired surrogate: text PostgreSQL refuses. */
+export function isUnstorableText(s: string): boolean {
+  return suspect.test(s) && (s.includes('\u0000') || unpaired.test(s));
+}
+
+export type BodyProblem = 'too_deep' | 'unstorable_text' | null;
+
 /**
- * True when `value` holds an object or array more than `max` levels deep (the value itself, if an
- * object or array, is level 1). Arrays and plain objects only: what JSON.parse makes.
+ * 'too_deep' when `value` holds an object or array more than `maxDepth` levels deep (the value
+ * itself, if an object or array, is level 1); 'unstorable_text' when a string or key holds
+ * U+0000 or an unpaired surrogate; null when neither. Arrays and plain objects only: what
+ * JSON.parse makes.
  */
-export function nestsDeeperThan(value: unknown, max: number): boolean {
-  if (value === null || typeof value !== 'object') return false;
-  let top = 0;
+export function checkBody(value: unknown, maxDepth: number): BodyProblem {
+  if (typeof value === 'string') return isUnstorableText(value) ? 'unstorable_text' : null;
+  if (value === null || typeof value !== 'object') return null;
+  let problem: BodyProblem = null;
   stackValues[0] = value;
   stackDepths[0] = 1;
-  top = 1;
-  let deeper = false;
+  let top = 1;
   while (top > 0) {
     top--;
     const v = stackValues[top] as object;
     const d = stackDepths[top]!;
     stackValues[top] = undefined;
-    if (d > max) {
-      deeper = true;
+    if (d > maxDepth) {
+      problem = 'too_deep';
       break;
     }
     if (Array.isArray(v)) {
       for (let i = 0; i < v.length; i++) {
         const c: unknown = v[i];
-        if (c !== null && typeof c === 'object') {
+        if (typeof c === 'string') {
+          if (isUnstorableText(c)) problem ??= 'unstorable_text';
+        } else if (c !== null && typeof c === 'object') {
           stackValues[top] = c;
           stackDepths[top++] = d + 1;
         }
       }
     } else {
       for (const k in v) {
+        if (isUnstorableText(k)) problem ??= 'unstorable_text';
         const c: unknown = (v as Record<string, unknown>)[k];
-        if (c !== null && typeof c === 'object') {
+        if (typeof c === 'string') {
+          if (isUnstorableText(c)) problem ??= 'unstorable_text';
+        } else if (c !== null && typeof c === 'object') {
           stackValues[top] = c;
           stackDepths[top++] = d + 1;
         }
@@ -46,5 +69,35 @@ export function nestsDeeperThan(value: unknown, max: number): boolean {
   }
   // Drop references the walk left behind (an early exit leaves entries above 0).
   for (let i = 0; i < top; i++) stackValues[i] = undefined;
-  return deeper;
+  return problem;
+}
+
+/** True when `value` nests objects and arrays more than `max` levels deep. */
+export function nestsDeeperThan(value: unknown, max: number): boolean {
+  return checkBody(value, max) === 'too_deep';
+}
+
+/**
+ * The path (`events[2].properties.name`; for a key, the object holding it, '' for the body) of
+ * the first string or key holding unstorable text, or null. Only for a body checkBody found such text in, so its depth
+ * is bounded and recursion is safe.
+ */
+export function unstorableTextPath(value: unknown, at = ''): string | null {
+  if (typeof value === 'string') return isUnstorableText(value) ? at : null;
+  if (value === null || typeof value !== 'object') return null;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const p = unstorableTextPath(value[i], `${at}[${i}]`);
+      if (p !== null) return p;
+    }
+    return null;
+  }
+  for (const k in value) {
+    // A bad key is named by where it is (the key itself may not travel in the answer).
+    if (isUnstorableText(k)) return at;
+    const here = at === '' ? k : `${at}.${k}`;
+    const p = unstorableTextPath((value as Record<string, unknown>)[k], here);
+    if (p !== null) return p;
+  }
+  return null;
 }

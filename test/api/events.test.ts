@@ -50,6 +50,29 @@ t.test('events', async (t) => {
     t.equal((await api.post('/v1/events', event('deep-after', 'deep-p'))).status, 202, 'still serving');
   });
 
+  await t.test('U+0000 and unpaired surrogates are refused in any string or key, on every route', async (t) => {
+    // PostgreSQL stores neither: such an event stalled its partition's projection for good.
+    for (const [what, body, param] of [
+      ['a lone surrogate in a property', event('txt-1', 'txt-p', { properties: { x: 'a\ud800b' } }), 'properties.x'],
+      ['a lone surrogate in a key', event('txt-2', 'txt-p', { properties: { ['\udc00']: 1 } }), 'properties'],
+      ['NUL in a property', event('txt-3', 'txt-p', { properties: { x: 'a\u0000b' } }), 'properties.x'],
+      ['NUL in the external id', event('txt-4', 'txt-\u0000p'), 'customer_id'],
+      ['in a batch item', { events: [event('txt-5', 'txt-p'), event('txt-6', 'txt-p', { name: 'a\ud800' })] }, 'events[1].name'],
+    ] as const) {
+      const r = await api.post('/v1/events', body);
+      t.equal(r.status, 400, what);
+      t.match(r.body.error, { code: 'validation_failed', param, message: /U\+0000 or an unpaired surrogate/ }, what);
+    }
+    const currency = await api.post('/v1/currencies', { key: 'txt', name: 'Coins\u0000' }, idem());
+    t.match([currency.status, currency.body.error?.param], [400, 'name'], 'a catalog name (was a 500)');
+    const customer = await api.post('/v1/customers', { external_id: 'txt-c', attributes: { a: '\ud800' } }, idem());
+    t.match([customer.status, customer.body.error?.param], [400, 'attributes.a']);
+    const fine = await api.post('/v1/events', event('txt-7', 'txt-p', { properties: { trophy: '\u{1F3C6}', name: 'Zoë' } }));
+    t.equal(fine.status, 202, 'surrogate pairs and other text pass');
+    // The whole batch is refused, like invalid JSON: its valid item was not recorded.
+    t.equal((await api.post('/v1/events', event('txt-5', 'txt-p'))).body.duplicate, undefined, 'txt-5 is new when sent alone');
+  });
+
   await t.test('the same id and content is answered as the first, with duplicate: true', async (t) => {
     const ev = event('e-dup');
     const first = await api.post('/v1/events', ev);

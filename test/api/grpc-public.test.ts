@@ -394,13 +394,21 @@ t.test('public gRPC API against the real service', async (t) => {
     const acks = await streamAll(events, secret(), [{ correlationId: 'p', event: ev('pj-2', 'g-props', { propertiesJson: props }), mode: 0 }]);
     const got2 = await api.get(`/v1/events/${acks[0]!.result!.accepted!.id}`);
     t.same(got2.body.properties, JSON.parse(props), 'stream: the same values, exactly');
-    // Stored as HTTP stores it (jsonb key order; NUL as U+FFFD in read models): the same JSON text.
-    const withNul = '{"z":1,"a":{"y":[2,3],"b":"x\\u0000y"}}';
-    const viaGrpc = await ingestBatch({ mode: 0, events: [ev('pj-6', 'g-props', { propertiesJson: withNul })] }, secret());
-    const viaHttp = await api.request('POST', '/v1/events', `{"id":"pj-7","name":"level.completed","customer_id":"g-props","occurred_at":"${now()}","properties":${withNul}}`);
+    // Stored as HTTP stores it (jsonb key order, non-ASCII text): the same JSON text.
+    const mixed = '{"z":1,"a":{"y":[2,3],"b":"Zo\\u00eb \\ud83c\\udfc6"}}';
+    const viaGrpc = await ingestBatch({ mode: 0, events: [ev('pj-6', 'g-props', { propertiesJson: mixed })] }, secret());
+    const viaHttp = await api.request('POST', '/v1/events', `{"id":"pj-7","name":"level.completed","customer_id":"g-props","occurred_at":"${now()}","properties":${mixed}}`);
     t.equal(viaHttp.status, 202);
     const textOf = async (eventId: string) => JSON.stringify((await api.get(`/v1/events/${eventId}`)).body.properties);
     t.equal(await textOf(viaGrpc.res!.results[0]!.accepted!.id), await textOf(viaHttp.body.id), 'the same stored JSON as over HTTP');
+    // Text PostgreSQL cannot store is refused on both transports, named at properties_json.
+    const withNul = '{"a":{"b":"x\\u0000y"}}';
+    // A body the gateway refuses whole (like invalid JSON) fails the whole call.
+    const nulGrpc = await ingestBatch({ mode: 0, events: [ev('pj-8', 'g-props', { propertiesJson: withNul })] }, secret());
+    t.equal(nulGrpc.err?.code, status.INVALID_ARGUMENT);
+    t.equal(trailer(nulGrpc.err, 'error-code'), 'validation_failed');
+    const nulHttp = await api.request('POST', '/v1/events', `{"id":"pj-9","name":"level.completed","customer_id":"g-props","occurred_at":"${now()}","properties":${withNul}}`);
+    t.match([nulHttp.status, nulHttp.body.error?.param], [400, 'properties.a.b']);
 
     // Beyond 2^53 JSON numbers are doubles on both transports: gRPC keeps what HTTP keeps.
     const huge = '{"n":123456789012345678901}';

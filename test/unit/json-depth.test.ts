@@ -1,8 +1,9 @@
-// nestsDeeperThan: the gateway's guard against bodies nested deeper than recursive readers can
-// take. Levels count objects and arrays (the value itself is level 1); scalars add none; the walk
-// never recurses, so a value of 100,000 levels is answered, not a stack overflow.
+// The gateway's body check: nesting deeper than recursive readers can take (levels count objects
+// and arrays, the value itself being level 1; the walk never recurses, so a value of 100,000
+// levels is answered, not a stack overflow), and text PostgreSQL cannot store (U+0000, unpaired
+// surrogates) in any string or key, named by its path.
 import t from 'tap';
-import { nestsDeeperThan } from '../../src/util/json-depth.js';
+import { checkBody, isUnstorableText, nestsDeeperThan, unstorableTextPath } from '../../src/util/json-depth.js';
 
 const arrays = (n: number, inner: unknown = 1): unknown => {
   let v = inner;
@@ -35,4 +36,22 @@ t.test('no recursion: very deep values are answered', async (t) => {
   const obj = JSON.parse('{"a":'.repeat(50_000) + '1' + '}'.repeat(50_000));
   t.equal(nestsDeeperThan(obj, 64), true);
   t.equal(nestsDeeperThan({ small: [1] }, 64), false, 'a later call is not affected by an early exit');
+});
+
+t.test('text PostgreSQL cannot store: U+0000 and unpaired surrogates, in strings and keys', async (t) => {
+  t.equal(isUnstorableText('plain'), false);
+  t.equal(isUnstorableText('emoji \u{1F3C6} pair'), false, 'a surrogate pair is a character');
+  t.equal(isUnstorableText('a\u0000b'), true);
+  t.equal(isUnstorableText('a\ud800'), true, 'a high surrogate alone');
+  t.equal(isUnstorableText('\udc00b'), true, 'a low surrogate alone');
+  t.equal(isUnstorableText('\udc00\ud800'), true, 'low then high is no pair');
+  t.equal(checkBody({ a: ['x', { b: 'ok' }] }, 64), null);
+  t.equal(checkBody({ a: ['x', { b: 'n\u0000' }] }, 64), 'unstorable_text');
+  t.equal(checkBody({ a: { ['k\ud800']: 1 } }, 64), 'unstorable_text', 'in a key');
+  t.equal(checkBody('\u0000', 64), 'unstorable_text', 'a bare string body');
+  t.equal(checkBody([arrays(70), 'x\u0000'], 64), 'too_deep', 'depth wins: its path is not walked');
+  t.equal(unstorableTextPath({ events: [{ id: 'a' }, { properties: { name: 'x\ud800' } }] }), 'events[1].properties.name');
+  t.equal(unstorableTextPath({ a: { ['k\u0000']: 1 } }), 'a', 'a bad key is named by the object holding it');
+  t.equal(unstorableTextPath({ ['\u0000']: 1 }), '', 'a bad key of the body itself');
+  t.equal(unstorableTextPath({ a: 'fine' }), null);
 });
