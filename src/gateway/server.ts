@@ -28,7 +28,7 @@ import { buildOpenApiDocument } from './openapi.js';
 import type { AnyRoute, AuthSpec, Method, Reply, RequestContext } from './route.js';
 import { Router } from './router.js';
 import { validate } from './validation.js';
-import { checkBody, unstorableTextPath } from '../util/json-depth.js';
+import { checkBody, isUnstorableText, unstorableTextPath } from '../util/json-depth.js';
 
 export type CredentialSpec = Extract<AuthSpec, { kind: 'credential' }>;
 
@@ -138,6 +138,8 @@ function isThenable<T>(x: T | Promise<T>): x is Promise<T> {
   return typeof (x as { then?: unknown } | null)?.then === 'function';
 }
 
+const unstorableTextMessage = 'Strings and keys may not contain U+0000 or an unpaired surrogate (\\ud800-\\udfff without its pair).';
+
 /** A body checkBody refused (util/json-depth.ts): too deep, or holding text PostgreSQL cannot store. */
 function badBody(value: unknown): ApiError {
   if (checkBody(value, limits.jsonDepthMax) === 'too_deep') {
@@ -145,7 +147,7 @@ function badBody(value: unknown): ApiError {
   }
   const at = unstorableTextPath(value);
   return new ApiError('validation_failed', {
-    message: 'Strings and keys may not contain U+0000 or an unpaired surrogate (\\ud800-\\udfff without its pair).',
+    message: unstorableTextMessage,
     ...(at ? { param: at } : {}),
   });
 }
@@ -321,8 +323,16 @@ export function createGateway(opts: GatewayOptions): Gateway {
   ): Out | Promise<Out> {
     try {
       const json = bodyOf(inc);
+      // An id PostgreSQL cannot even hold names nothing; a filter it cannot hold is bad input.
+      for (const k in rawParams) if (isUnstorableText(rawParams[k]!)) throw new ApiError('resource_not_found', { param: k });
       const params = route.params === undefined ? rawParams : validate(route.params, rawParams, 'params');
       const rawQuery = parseQuery(inc.query);
+      for (const k in rawQuery) {
+        const v = rawQuery[k]!;
+        if (isUnstorableText(k) || (typeof v === 'string' ? isUnstorableText(v) : v.some(isUnstorableText))) {
+          throw new ApiError('validation_failed', { param: isUnstorableText(k) ? undefined : k, message: unstorableTextMessage });
+        }
+      }
       const query = route.query === undefined ? rawQuery : validate(route.query, rawQuery, 'query');
       const key = route.idempotent === true ? idempotencyKeyOf(inc.headers) : null;
       // An empty body counts as {} for routes with a body schema (bodiless creating POSTs).

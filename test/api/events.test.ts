@@ -69,6 +69,15 @@ t.test('events', async (t) => {
     t.match([customer.status, customer.body.error?.param], [400, 'attributes.a']);
     const fine = await api.post('/v1/events', event('txt-7', 'txt-p', { properties: { trophy: '\u{1F3C6}', name: 'Zoë' } }));
     t.equal(fine.status, 202, 'surrogate pairs and other text pass');
+    // In a path, such an id names nothing (it was a 500 on most routes); in a query, bad input.
+    for (const path of ['/v1/rules/%00', '/v1/rewards/%00', '/v1/segments/a%00b', '/v1/match_profiles/%00', '/v1/tier_programs/%00', '/v1/customers/%00']) {
+      const r = await tenant.admin.get(path);
+      t.match([r.status, r.body.error?.code], [404, 'resource_not_found'], path);
+    }
+    for (const path of ['/v1/customers?external_id=%00', '/v1/rules?status=%00']) {
+      const r = await api.get(path);
+      t.match([r.status, r.body.error?.code], [400, 'validation_failed'], path);
+    }
     // The whole batch is refused, like invalid JSON: its valid item was not recorded.
     t.equal((await api.post('/v1/events', event('txt-5', 'txt-p'))).body.duplicate, undefined, 'txt-5 is new when sent alone');
   });
