@@ -63,8 +63,18 @@ for (const kind of sqlKinds) {
 
     t.test('rows come back as camelCase with ms timestamps; JSON and odd text survive', async (t) => {
       const p = next();
-      const attributes = { tier: 'gold', nested: { list: [1, 'two', null] }, quote: 'a"b\\c', nul: 'x\u0000y', slash: '\\u0000' };
-      await rm.apply(p, '1-0', [upsert('c1', 1, { attributes }), event('e1', 'c1', T0 + 10, { amount: 5, raw: 'p\u0000q' }), alias('anon-1', 'c1')]);
+      const attributes = {
+        tier: 'gold',
+        nested: { list: [1, 'two', null] },
+        quote: 'a"b\\c',
+        nul: 'x\u0000y',
+        slash: '\\u0000',
+        slashD: '\\ud800',
+        pair: '\u{1F3C6}',
+      };
+      // Journaled before the gateway refused them: a NUL and an unpaired surrogate, in a value and a key.
+      const properties = { amount: 5, raw: 'p\u0000q', lone: 'a\ud800b', ['k\udc00']: 1 };
+      await rm.apply(p, '1-0', [upsert('c1', 1, { attributes }), event('e1', 'c1', T0 + 10, properties), alias('anon-1', 'c1')]);
       t.same(await rm.getCustomer('env_a', 'c1'), {
         environmentId: 'env_a',
         id: 'c1',
@@ -83,7 +93,7 @@ for (const kind of sqlKinds) {
         name: 'level_up',
         occurredAtMs: T0 + 5,
         receivedAtMs: T0 + 10,
-        properties: { amount: 5, raw: 'p\uFFFDq' },
+        properties: { amount: 5, raw: 'p\uFFFDq', lone: 'a\uFFFDb', ['k\uFFFD']: 1 },
         status: 'evaluated',
         trust: 'merchant_asserted',
         sourceType: 'secret_key',

@@ -158,16 +158,21 @@ export interface EventRow {
 }
 
 /**
- * PostgreSQL text and jsonb cannot hold U+0000. A fact carrying one must not block the
- * partition's projection forever, so read models store U+FFFD in its place (the journal keeps
- * the original).
+ * PostgreSQL text and jsonb cannot hold U+0000, and jsonb refuses an unpaired surrogate. The
+ * gateway refuses both, but a fact journaled before it did must not block the partition's
+ * projection forever, so read models store U+FFFD in their place (the journal keeps the original).
+ * In text columns the driver already encodes an unpaired surrogate as U+FFFD (UTF-8).
  */
 const text = (s: string) => (s.includes('\u0000') ? s.replaceAll('\u0000', '\uFFFD') : s);
-const escapedNul = /(\\+)u0000/g;
+// JSON.stringify writes U+0000 as \u0000 and an unpaired surrogate as \udXXX (a pair is written
+// as itself), so these escapes, not preceded by an escaped backslash, are exactly the bad text.
+const escapedBad = /(\\+)u(?:0000|d[89a-f][0-9a-f]{2})/g;
 const json = (v: unknown) => {
   const s = JSON.stringify(v);
-  // The regex scan costs a third of the stringify on large documents; almost none holds a NUL.
-  return s.includes('u0000') ? s.replace(escapedNul, (m, bs: string) => (bs.length % 2 === 1 ? `${bs.slice(1)}\\ufffd` : m)) : s;
+  // The regex scan costs a third of the stringify on large documents; almost none holds either.
+  return s.includes('u0000') || s.includes('\\ud')
+    ? s.replace(escapedBad, (m, bs: string) => (bs.length % 2 === 1 ? `${bs.slice(1)}\\ufffd` : m))
+    : s;
 };
 
 /** Highest version per key; among equal versions the last one. */
