@@ -7,7 +7,7 @@
 // for exports.
 import type postgres from 'postgres';
 import type { ChallengeFact } from '../../domain/challenges.js';
-import type { Sql } from './db.js';
+import { jsonDocument, type Sql } from './db.js';
 import { chunks, rowsPerStatementMax } from './pipelined.js';
 
 type Tx = postgres.TransactionSql<Record<string, unknown>>;
@@ -168,7 +168,7 @@ function contributionChunks(rows: FoldedProgress[]): FoldedProgress[][] {
 }
 
 async function updateContributions(tx: Tx, part: FoldedProgress[]): Promise<void> {
-  const doc = JSON.stringify(
+  const doc = jsonDocument(
     part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, k: p.periodKey, y: p.cycle, s: p.ops!.set, a: p.ops!.add, r: p.ops!.remove })),
   );
   await tx`
@@ -189,7 +189,7 @@ async function updateContributions(tx: Tx, part: FoldedProgress[]): Promise<void
 }
 
 async function upsertProgress(tx: Tx, part: Progress[]): Promise<void> {
-  const doc = JSON.stringify(
+  const doc = jsonDocument(
     part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, k: p.periodKey, y: p.cycle, n: p.count, t: p.target, d: p.completedAtMs, a: p.atMs })),
   );
   await tx`
@@ -212,7 +212,7 @@ export async function writeChallengeEnrollments(tx: Tx, run: Enrollment[]): Prom
   const added = all.filter((p) => p.enrolledAtMs !== null);
   const removed = all.filter((p) => p.enrolledAtMs === null);
   for (const part of chunks(added, rowsPerStatementMax)) {
-    const doc = JSON.stringify(part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, a: p.enrolledAtMs })));
+    const doc = jsonDocument(part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId, a: p.enrolledAtMs })));
     await tx`
       insert into challenge_enrollments (environment_id, challenge_id, customer_id, enrolled_at)
       select u.e, u.h, u.c, to_timestamp(u.a / 1000)
@@ -220,7 +220,7 @@ export async function writeChallengeEnrollments(tx: Tx, run: Enrollment[]): Prom
       on conflict (environment_id, challenge_id, customer_id) do update set enrolled_at = excluded.enrolled_at`;
   }
   for (const part of chunks(removed, rowsPerStatementMax)) {
-    const doc = JSON.stringify(part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId })));
+    const doc = jsonDocument(part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId })));
     await tx`
       delete from challenge_enrollments x
       using jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, h text, c text)

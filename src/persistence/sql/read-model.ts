@@ -7,7 +7,7 @@
 import type postgres from 'postgres';
 import { compareOffsets, type Offset, offsetZero } from '../ports.js';
 import { type ChallengeProjection, writeChallengeEnrollments, writeChallengeProgress } from './challenge-read-model.js';
-import type { Sql } from './db.js';
+import { jsonDocument, type Sql } from './db.js';
 import { chunks, pipelined, rowsPerStatementMax } from './pipelined.js';
 
 /** What the projector derives from journal facts. Plain data. */
@@ -164,16 +164,7 @@ export interface EventRow {
  * In text columns the driver already encodes an unpaired surrogate as U+FFFD (UTF-8).
  */
 const text = (s: string) => (s.includes('\u0000') ? s.replaceAll('\u0000', '\uFFFD') : s);
-// JSON.stringify writes U+0000 as \u0000 and an unpaired surrogate as \udXXX (a pair is written
-// as itself), so these escapes, not preceded by an escaped backslash, are exactly the bad text.
-const escapedBad = /(\\+)u(?:0000|d[89a-f][0-9a-f]{2})/g;
-const json = (v: unknown) => {
-  const s = JSON.stringify(v);
-  // The regex scan costs a third of the stringify on large documents; almost none holds either.
-  return s.includes('u0000') || s.includes('\\ud')
-    ? s.replace(escapedBad, (m, bs: string) => (bs.length % 2 === 1 ? `${bs.slice(1)}\\ufffd` : m))
-    : s;
-};
+const json = jsonDocument;
 
 /** Highest version per key; among equal versions the last one. */
 function newestPerKey<T extends { version: number }>(xs: T[], key: (x: T) => string): T[] {
