@@ -216,7 +216,13 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
     (env, program) => moveHolders(env, program, program.levels.map((l) => l.key), { kind: 'tier.reevaluate', program: tierProgramOf(program) }),
   );
   await tiers.start();
-  const challenges = new ChallengeCatalog(sql, storage.bus, currencies);
+  const rewards = new RewardCatalog(sql, currencies);
+  // Completion actions must name existing currencies, rewards and tier programs.
+  const challenges = new ChallengeCatalog(sql, storage.bus, {
+    currencies: (env) => currencies.all(env),
+    rewards: (env, ids) => rewards.existingIds(env, ids),
+    tierPrograms: (env) => tiers.all(env),
+  });
   await challenges.start();
   const challengeReadModel = new ChallengeReadModel(sql);
   const counters = new CounterCatalog(sql, storage.bus);
@@ -316,7 +322,6 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   };
   const backfill = new CounterBackfill({ sql, engine, counters, pool, drainProjector: () => projector.drain(), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX, inlineScanMax: config.COUNTER_BACKFILL_INLINE_SCAN_MAX });
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
-  const rewards = new RewardCatalog(sql, currencies);
   const rewardDue = new RewardDueWork({ sql, engine, rewards, now, drainProjector: () => projector.drain(), logger });
   const challengeEnds = new ChallengeEnds({ challenges, now, logger });
   // One scheduler for all due work; a test clock's advance runs the same jobs for its environment.

@@ -4,8 +4,9 @@
 // compared in the UPDATE). Status transitions are the domain's canTransitionChallenge:
 // draft -> active | ended; active <-> paused; active | paused -> ended; ended is final.
 // DELETE removes only drafts and ended challenges (an active or paused one must be ended first).
-// A points.award completion action must name a currency of the environment (404 resource_not_found
-// naming the field, as every body field naming a missing resource), checked after validation.
+// A completion action must name resources of the environment (points.award a currency, reward.issue
+// a reward, tier.evaluate with a program a tier program by key or id): 404 resource_not_found naming
+// the field, as every body field naming a missing resource, checked after validation.
 import { type ChallengeRuntime, compileChallenge, validateChallengeDefinition } from '../domain/challenge-effects.js';
 import {
   type ChallengeConfig,
@@ -16,7 +17,7 @@ import {
 } from '../domain/challenges.js';
 import type { PeriodKind } from '../domain/periods.js';
 import { ApiError } from '../errors/api-error.js';
-import type { CurrencyCatalog } from './currencies.js';
+import type { ReferenceSources } from './rule-references.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
 import { jsonColumn, type Sql } from '../persistence/sql/db.js';
@@ -81,15 +82,23 @@ function validated(c: ChallengeInput): void {
 
 const ts = (ms: number | null) => (ms === null ? null : new Date(ms));
 
-/** The points.award completion actions of a validated list, with their wire field. */
-function awardedCurrencies(actions: readonly unknown[]): Array<{ currency: string; param: string }> {
-  const out: Array<{ currency: string; param: string }> = [];
+type CompletionReference = { kind: 'currency' | 'reward' | 'tier_program'; name: string; param: string };
+
+/** The resources a validated list of completion actions names, in order, with their wire field. */
+function completionReferences(actions: readonly unknown[]): CompletionReference[] {
+  const out: CompletionReference[] = [];
   for (const [i, a] of actions.entries()) {
-    const o = a as { type?: unknown; currency?: unknown };
-    if (o.type === 'points.award' && typeof o.currency === 'string') out.push({ currency: o.currency, param: `completion_actions[${i}].currency` });
+    const o = a as { type?: unknown; currency?: unknown; reward_id?: unknown; program?: unknown };
+    const at = (field: string) => `completion_actions[${i}].${field}`;
+    if (o.type === 'points.award' && typeof o.currency === 'string') out.push({ kind: 'currency', name: o.currency, param: at('currency') });
+    if (o.type === 'reward.issue' && typeof o.reward_id === 'string') out.push({ kind: 'reward', name: o.reward_id, param: at('reward_id') });
+    // Without a program, tier.evaluate re-places every program: it names nothing.
+    if (o.type === 'tier.evaluate' && typeof o.program === 'string') out.push({ kind: 'tier_program', name: o.program, param: at('program') });
   }
   return out;
 }
+
+const nouns = { currency: 'currency', reward: 'reward', tier_program: 'tier program' } as const;
 
 export class ChallengeCatalog {
   private readonly cache = new Map<string, Promise<ChallengeSet>>();
@@ -97,26 +106,38 @@ export class ChallengeCatalog {
   constructor(
     private readonly sql: Sql,
     private readonly bus: Bus,
-    /** Completion awards must name one of these (absent: not checked). */
-    private readonly currencies: Pick<CurrencyCatalog, 'all'> | null = null,
+    /** What completion actions may name (absent: not checked). */
+    private readonly references: Pick<ReferenceSources, 'currencies' | 'rewards' | 'tierPrograms'> | null = null,
   ) {}
 
   async start(): Promise<void> {
     await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
   }
 
-  /** resource_not_found naming the first completion award whose currency the environment lacks. */
-  private async checkCurrencies(environmentId: string, actions: readonly unknown[]): Promise<void> {
-    const awards = awardedCurrencies(actions);
-    if (awards.length === 0 || this.currencies === null) return;
-    const keys = new Set((await this.currencies.all(environmentId)).map((c) => c.key));
-    const missing = awards.find((a) => !keys.has(a.currency));
-    if (missing !== undefined) throw new ApiError('resource_not_found', { message: `No currency ${missing.currency}.`, param: missing.param });
+  /**
+   * resource_not_found naming the first completion action whose resource the environment lacks;
+   * each catalog is read once and only when an action names it (archived rewards count as existing).
+   */
+  private async checkReferences(environmentId: string, actions: readonly unknown[]): Promise<void> {
+    const refs = completionReferences(actions);
+    if (refs.length === 0 || this.references === null) return;
+    const src = this.references;
+    const named = (kind: CompletionReference['kind']) => [...new Set(refs.filter((r) => r.kind === kind).map((r) => r.name))];
+    const none: ReadonlySet<string> = new Set();
+    const [currencies, rewards, programs] = await Promise.all([
+      named('currency').length > 0 ? src.currencies(environmentId).then((cs) => new Set(cs.map((c) => c.key))) : none,
+      named('reward').length > 0 ? src.rewards(environmentId, named('reward')).then((ids) => new Set(ids)) : none,
+      named('tier_program').length > 0 ? src.tierPrograms(environmentId).then((ps) => new Set(ps.flatMap((p) => [p.key, p.id]))) : none,
+    ]);
+    const known = { currency: currencies, reward: rewards, tier_program: programs };
+    const missing = refs.find((r) => !known[r.kind].has(r.name));
+    if (missing === undefined) return;
+    throw new ApiError('resource_not_found', { message: `No ${nouns[missing.kind]} ${missing.name}.`, param: missing.param });
   }
 
   async create(environmentId: string, input: ChallengeInput): Promise<ChallengeRecord> {
     validated(input);
-    await this.checkCurrencies(environmentId, input.completionActions);
+    await this.checkReferences(environmentId, input.completionActions);
     const rows = await this.sql`
       insert into challenges (environment_id, id, name, qualifying, target, period, contribution_key, enrollment, repeatable,
         completion_actions, campaign_id, starts_at, ends_at, status)
@@ -166,10 +187,10 @@ export class ChallengeCatalog {
     const move = canTransitionChallenge(before.status, after.status);
     if (!move.ok) throw new ApiError('invalid_state', { message: move.message, param: 'status' });
     validated(after);
-    // New completion actions, or an activation, must award existing currencies; other edits (ending
-    // a challenge above all) are never blocked by a currency missing since it was stored.
+    // New completion actions, or an activation, must name existing resources; other edits (ending a
+    // challenge above all) are never blocked by a resource missing since it was stored.
     if (patch.completionActions !== undefined || (after.status === 'active' && before.status !== 'active')) {
-      await this.checkCurrencies(environmentId, after.completionActions);
+      await this.checkReferences(environmentId, after.completionActions);
     }
     const rows = await this.sql`
       update challenges set

@@ -397,4 +397,50 @@ t.test('challenges over the API', async (t) => {
     t.equal((await api.get(`/v1/challenges/${c.id}`)).body.status, 'ended', 'the sweep ended it when the test clock passed ends_at');
     t.same((await send('daily', 'app.opened')).body.effects, [], 'an ended challenge is not offered events');
   });
+
+  // Last: the tier program made here would re-place the customers of the earlier subtests.
+  await t.test('a completion reward or tier program that does not exist is 404 naming the field (create, PATCH, activation)', async (t) => {
+    const relics = { name: 'Relics', qualifying: { event: 'relic.found' }, target: 2 };
+    const issue = (reward_id: string) => ({ type: 'reward.issue', reward_id });
+    const coins = { type: 'points.award', currency: 'coins', amount: 5 };
+    const created = await api.post('/v1/challenges', { ...relics, status: 'active', completion_actions: [coins, issue('rw_nope')] }, idem());
+    t.equal(created.status, 404);
+    t.equal(created.body.error.code, 'resource_not_found');
+    t.equal(created.body.error.param, 'completion_actions[1].reward_id');
+    const program = await api.post('/v1/challenges', { ...relics, completion_actions: [{ type: 'tier.evaluate', program: 'club' }] }, idem());
+    t.equal(program.status, 404);
+    t.equal(program.body.error.param, 'completion_actions[0].program');
+    t.notOk(
+      (await api.get('/v1/challenges?limit=200')).body.data.some((c: { name: string }) => c.name === 'Relics'),
+      'nothing was created',
+    );
+
+    const c = (await api.post('/v1/challenges', { ...relics, name: 'Relics ok', completion_actions: [{ type: 'tier.evaluate' }] }, idem())).body;
+    t.ok(c.id, 'tier.evaluate without a program names nothing');
+    const patched = await api.patch(`/v1/challenges/${c.id}`, { completion_actions: [issue('rw_nope')] });
+    t.equal(patched.status, 404);
+    t.equal(patched.body.error.code, 'resource_not_found');
+    t.equal(patched.body.error.param, 'completion_actions[0].reward_id');
+    t.equal((await api.get(`/v1/challenges/${c.id}`)).body.version, 1, 'unchanged');
+
+    // A challenge stored before this check (written here directly) can still be edited, not activated.
+    await sql`update challenges set completion_actions = ${sql.json([issue('rw_nope')])} where id = ${c.id}`;
+    const activate = await api.patch(`/v1/challenges/${c.id}`, { status: 'active' });
+    t.equal(activate.status, 404, 'activation checks the stored actions');
+    t.equal(activate.body.error.param, 'completion_actions[0].reward_id');
+    t.equal((await api.patch(`/v1/challenges/${c.id}`, { name: 'Relics renamed' })).status, 200, 'other edits are not blocked');
+
+    const reward = (await api.post('/v1/rewards', { name: 'Relic', cost: 0, currency: 'coins', availability: 10, expiry_after: null }, idem())).body;
+    const levels = [
+      { key: 'bronze', title: 'Bronze', threshold: 0 },
+      { key: 'silver', title: 'Silver', threshold: 100 },
+    ];
+    const club = await api.post('/v1/tier_programs', { key: 'club', name: 'Club', currency: 'coins', basis: 'lifetime_earned', levels }, idem());
+    t.equal(club.status, 201);
+    const both = [issue(reward.id), { type: 'tier.evaluate', program: 'club' }, { type: 'tier.evaluate', program: club.body.id }];
+    const fixed = await api.patch(`/v1/challenges/${c.id}`, { completion_actions: both, status: 'active' });
+    t.equal(fixed.status, 200, 'an existing reward, and a tier program by key or by id');
+    t.equal((await api.post('/v1/challenges', { ...relics, completion_actions: both }, idem())).status, 201);
+    t.equal((await api.patch(`/v1/challenges/${c.id}`, { status: 'ended' })).status, 200);
+  });
 });
