@@ -8,6 +8,7 @@ import type { RuleMeta, RulePlan } from '../domain/rules/compile.js';
 import type { RuleProblem } from '../domain/rules/schema.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
+import { canonicalJson } from '../util/canonical-json.js';
 import type { Bus } from '../persistence/ports.js';
 import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 
@@ -269,7 +270,11 @@ export class RuleCatalog {
       try {
         return await this.mutate(environmentId, id, expected, async (rule, tx) => {
           requireState(rule, 'publish');
-          if (rule.draftDefinition === null) {
+          // A draft edited back to the active version's document is no change either.
+          const unchanged =
+            rule.draftDefinition === null ||
+            (rule.activeVersion !== null && canonicalJson(rule.draftDefinition) === canonicalJson(rule.activeVersion.definition));
+          if (unchanged) {
             throw new ApiError('invalid_state', {
               message: 'Nothing to publish: the draft has not changed since the active version.',
               details: { status: rule.status, active_version: rule.activeVersion?.number ?? null },

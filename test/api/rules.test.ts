@@ -276,4 +276,16 @@ t.test('rules', async (t) => {
     t.equal(stale.body.error.code, 'stale_write');
     t.same(await sim(7), [], 'a refused edit changes nothing');
   });
+
+  await t.test('a draft edited back to the active version (keys in another order) is nothing to publish', async (t) => {
+    const id = (await api.post('/v1/rules', { name: 'same again', definition: definition(40) }, idem())).body.id as string;
+    t.equal((await api.post(`/v1/rules/${id}/publish`)).status, 200);
+    const reordered = Object.fromEntries(Object.entries(definition(40) as Record<string, unknown>).reverse());
+    t.equal((await api.patch(`/v1/rules/${id}`, { definition: reordered })).status, 200);
+    const unchanged = await api.post(`/v1/rules/${id}/publish`);
+    t.match([unchanged.status, unchanged.body.error?.code], [409, 'invalid_state'], 'no new version for the same document');
+    t.equal((await api.get(`/v1/rules/${id}/versions`)).body.data.length, 1, 'still one version');
+    t.equal((await api.patch(`/v1/rules/${id}`, { definition: definition(41) })).status, 200);
+    t.match((await api.post(`/v1/rules/${id}/publish`)).body, { active_version: { number: 2 } }, 'a real change publishes');
+  });
 });
