@@ -245,8 +245,13 @@ t.test('challenges over the API', async (t) => {
     t.equal((await api.delete(`/v1/challenges/${c.id}/enrollments/${id}`)).body.error.code, 'resource_not_found');
     t.same((await api.get(`/v1/challenges/${c.id}/enrollments`)).body.data, []);
     t.match((await send('vip', 'shot.scored')).body.effects, [{ type: 'challenge.skipped', reason: 'not_enrolled' }]);
-    const nobody = await api.post(`/v1/challenges/${c.id}/enrollments`, { customer_id: 'cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ' });
-    t.equal(nobody.body.error.code, 'resource_not_found');
+    // A customer that does not exist is named by customer_id (id is the challenge in the path).
+    for (const ref of ['cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ', 'nobody-here']) {
+      const nobody = await api.post(`/v1/challenges/${c.id}/enrollments`, { customer_id: ref });
+      t.same([nobody.status, nobody.body.error.code, nobody.body.error.param], [404, 'resource_not_found', 'customer_id'], ref);
+      const gone = await api.delete(`/v1/challenges/${c.id}/enrollments/${ref}`);
+      t.same([gone.status, gone.body.error.code, gone.body.error.param], [404, 'resource_not_found', 'customer_id'], ref);
+    }
     t.equal((await api.post(`/v1/challenges/${c.id}/enrollments`, {})).body.error.param, 'customer_id');
     t.equal((await api.post('/v1/challenges/chl_nope/enrollments', { customer_id: id })).body.error.code, 'resource_not_found');
     t.equal((await api.patch(`/v1/challenges/${c.id}`, { status: 'ended' })).status, 200);
@@ -307,7 +312,8 @@ t.test('challenges over the API', async (t) => {
     t.same([long.status, long.body.error.code, long.body.error.param], [400, 'validation_failed', 'reason']);
     const noContribution = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: id, reason: 'x' });
     t.same([noContribution.body.error.code, noContribution.body.error.param], ['validation_failed', 'contribution']);
-    t.equal((await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: 'nobody', contribution: 'g1', reason: 'x' })).body.error.code, 'resource_not_found');
+    const nobody = await api.post(`/v1/challenges/${c.id}/progress/revoke`, { customer_id: 'nobody', contribution: 'g1', reason: 'x' });
+    t.same([nobody.status, nobody.body.error.code, nobody.body.error.param], [404, 'resource_not_found', 'customer_id'], 'the unknown customer is named');
     t.match((await send('striker', 'goal.scored', { goal_id: 'g2' })).body.effects, [{ type: 'challenge.progressed', count: 2 }], 'a revoked value may count again');
 
     const notYet = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id, reason: 'check' });
@@ -338,6 +344,8 @@ t.test('challenges over the API', async (t) => {
     const unexplained = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: id });
     t.same([unexplained.status, unexplained.body.error.code], [403, 'audit_reason_required']);
     t.equal((await api.post(`/v1/challenges/${c.id}/reevaluate`, { reason: 'x' })).body.error.param, 'customer_id');
+    const nobodyRe = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: 'nobodyprog', reason: 'x' });
+    t.same([nobodyRe.status, nobodyRe.body.error.code, nobodyRe.body.error.param], [404, 'resource_not_found', 'customer_id'], 'the unknown customer is named');
     t.equal((await api.post('/v1/challenges/chl_nope/reevaluate', { customer_id: id, reason: 'x' })).body.error.code, 'resource_not_found');
 
     const audit = await sql`select * from audit_entries where target_id = ${c.id} order by created_at, id`;

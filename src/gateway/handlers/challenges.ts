@@ -5,7 +5,7 @@
 // Customers are named by service id (cust_...) or external id.
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
-import type { ReplyView, } from '../../actors/partition.js';
+import type { CallResult, ReplyView } from '../../actors/partition.js';
 import type { ChallengeCatalog, ChallengeRecord } from '../../catalog/challenges.js';
 import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
@@ -191,15 +191,29 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
     };
   }
 
+  /**
+   * Runs a challenge command on the customer's actor. The engine and the actor name a customer they
+   * do not hold (unknown, deleted, malformed id) as `id`; here `id` is the challenge in the path, so
+   * that answer names customer_id, the field that holds the customer.
+   */
   async function run(env: string, customer: string, challenge: ChallengeRecord, command: ChallengeCommand): Promise<ChallengeReplyView> {
-    const reply = unwrap(
-      await deps.engine.execute({
-        env,
-        target: customerTarget(customer),
-        command: { kind: 'challenge.run', command, challenge: compileChallenge(challenge, challenge.version), context: await context(env) },
-        nowMs: await deps.now(env),
-      }),
-    );
+    const call = {
+      env,
+      target: customerTarget(customer),
+      command: { kind: 'challenge.run', command, challenge: compileChallenge(challenge, challenge.version), context: await context(env) },
+      nowMs: await deps.now(env),
+    } as const;
+    let result: CallResult;
+    try {
+      result = await deps.engine.execute(call);
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'resource_not_found' && err.param === 'id') {
+        throw new ApiError('resource_not_found', { message: err.message, param: 'customer_id' });
+      }
+      throw err;
+    }
+    if (result.ok === false && result.code === 'resource_not_found' && result.param === 'id') result = { ...result, param: 'customer_id' };
+    const reply = unwrap(result);
     if (reply.kind !== 'challenge') throw new ApiError('internal_error');
     return reply;
   }
