@@ -122,10 +122,19 @@ t.test('challenges over the API', async (t) => {
     const invalid = await api.patch(`/v1/challenges/${c.id}`, { target: -1 });
     t.equal(invalid.body.error.code, 'validation_failed');
     t.equal(invalid.body.error.param, 'target');
-    const active = await api.patch(`/v1/challenges/${c.id}`, { status: 'active', name: 'Lifecycle 2' }, { 'if-match': '"1"' });
+    // A body naming nothing to change is refused, as the other catalog PATCHes refuse it.
+    const nothing = await api.patch(`/v1/challenges/${c.id}`, {}, { 'if-match': '"1"' });
+    t.same([nothing.status, nothing.body.error.code], [400, 'validation_failed']);
+    t.match(nothing.body.error.message, 'Name at least one of name, qualifying, target, period, contribution_key');
+    const kept = await api.get(`/v1/challenges/${c.id}`);
+    t.equal(kept.body.version, 1, 'an empty PATCH keeps the version');
+    t.equal(kept.headers.get('etag'), '"1"', 'the ETag a client holds stays valid');
+    const cleared = await api.patch(`/v1/challenges/${c.id}`, { contribution_key: null }, { 'if-match': '"1"' });
+    t.match([cleared.status, cleared.body], [200, { contribution_key: null, version: 2 }], 'null is a change');
+    const active = await api.patch(`/v1/challenges/${c.id}`, { status: 'active', name: 'Lifecycle 2' }, { 'if-match': '"2"' });
     t.equal(active.status, 200);
-    t.match(active.body, { status: 'active', name: 'Lifecycle 2', version: 2 });
-    t.equal(active.headers.get('etag'), '"2"');
+    t.match(active.body, { status: 'active', name: 'Lifecycle 2', version: 3 });
+    t.equal(active.headers.get('etag'), '"3"');
     const del = await api.delete(`/v1/challenges/${c.id}`);
     t.equal(del.status, 409, 'an active challenge is not deleted');
     t.equal(del.body.error.code, 'invalid_state');

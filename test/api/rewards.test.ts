@@ -231,6 +231,14 @@ t.test('rewards and issuances over the API', async (t) => {
     t.equal(ok.headers.get('etag'), `"${cur.body.version + 1}"`);
     const missing = await api.patch('/v1/rewards/rw_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ', { name: 'x' });
     t.same([missing.status, missing.body.error.code], [404, 'resource_not_found']);
+    // A body naming nothing to change is refused, as the other catalog PATCHes refuse it.
+    const nothing = await api.patch(`/v1/rewards/${mug}`, {}, { 'if-match': ok.headers.get('etag')! });
+    t.same([nothing.status, nothing.body.error.code], [400, 'validation_failed']);
+    t.match(nothing.body.error.message, 'Name at least one of name, cost, availability, expiry_after, status');
+    const kept = await api.get(`/v1/rewards/${mug}`);
+    t.equal(kept.body.version, cur.body.version + 1, 'an empty PATCH keeps the version');
+    t.equal(kept.headers.get('etag'), ok.headers.get('etag'), 'the ETag a client holds stays valid');
+    t.equal((await api.patch(`/v1/rewards/${mug}`, { expiry_after: null })).status, 200, 'null is a change');
   });
 
   await t.test('expiry: the test clock expires issued issuances (no refund, no unit back)', async (t) => {

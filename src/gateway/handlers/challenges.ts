@@ -65,20 +65,25 @@ const createBody = z.strictObject({
   status: z.enum(['draft', 'active']).default('draft').describe('A challenge starts as draft (default) or active.'),
 });
 
-const patchBody = z.strictObject({
-  name: fields.name.optional(),
-  qualifying: fields.qualifying.optional(),
-  target: fields.target.optional(),
-  period: fields.period.optional(),
-  contribution_key: fields.contribution_key.optional(),
-  enrollment: fields.enrollment.optional(),
-  repeatable: fields.repeatable.optional(),
-  completion_actions: fields.completion_actions.optional(),
-  campaign_id: fields.campaign_id.optional(),
-  starts_at: fields.starts_at.optional(),
-  ends_at: fields.ends_at.optional(),
-  status: status.optional().describe('draft -> active | ended; active <-> paused; active | paused -> ended.'),
-});
+// A body naming nothing to change is refused like the other catalog PATCHes (no version bump, so a
+// held ETag stays valid). null is a change for the nullable fields.
+const patchFields = ['name', 'qualifying', 'target', 'period', 'contribution_key', 'enrollment', 'repeatable', 'completion_actions', 'campaign_id', 'starts_at', 'ends_at', 'status'] as const;
+const patchBody = z
+  .strictObject({
+    name: fields.name.optional(),
+    qualifying: fields.qualifying.optional(),
+    target: fields.target.optional(),
+    period: fields.period.optional(),
+    contribution_key: fields.contribution_key.optional(),
+    enrollment: fields.enrollment.optional(),
+    repeatable: fields.repeatable.optional(),
+    completion_actions: fields.completion_actions.optional(),
+    campaign_id: fields.campaign_id.optional(),
+    starts_at: fields.starts_at.optional(),
+    ends_at: fields.ends_at.optional(),
+    status: status.optional().describe('draft -> active | ended; active <-> paused; active | paused -> ended.'),
+  })
+  .refine((b) => patchFields.some((f) => b[f] !== undefined), `Name at least one of ${patchFields.join(', ')}.`);
 
 const listQuery = pageQuerySchema.extend({ status: status.optional() });
 const progressQuery = pageQuerySchema.extend({

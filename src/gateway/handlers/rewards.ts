@@ -38,13 +38,18 @@ const createBody = z.strictObject({
   expiry_after: expiryAfter.default(null),
 });
 
-const patchBody = z.strictObject({
-  name: z.string().min(1).max(limits.nameCharsMax).optional(),
-  cost: cost.optional(),
-  availability: availability.optional(),
-  expiry_after: expiryAfter.optional(),
-  status: z.enum(['active', 'archived']).optional(),
-});
+// A body naming nothing to change is refused like the other catalog PATCHes (no version bump, so a
+// held ETag stays valid). null is a change for the nullable fields.
+const patchFields = ['name', 'cost', 'availability', 'expiry_after', 'status'] as const;
+const patchBody = z
+  .strictObject({
+    name: z.string().min(1).max(limits.nameCharsMax).optional(),
+    cost: cost.optional(),
+    availability: availability.optional(),
+    expiry_after: expiryAfter.optional(),
+    status: z.enum(['active', 'archived']).optional(),
+  })
+  .refine((b) => patchFields.some((f) => b[f] !== undefined), `Name at least one of ${patchFields.join(', ')}.`);
 
 const listQuery = pageQuerySchema.extend({ status: z.enum(['active', 'archived']).optional() });
 
