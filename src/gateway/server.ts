@@ -267,7 +267,10 @@ export function createGateway(opts: GatewayOptions): Gateway {
 
   /** The request body as JSON, or undefined when empty / not a body method. Throws 415/400. */
   function bodyOf(inc: Incoming): unknown {
-    if (inc.parsedBody !== null) return inc.parsedBody.value;
+    if (inc.parsedBody !== null) {
+      if (checkBody(inc.parsedBody.value, limits.jsonDepthMax) !== null) throw badBody(inc.parsedBody.value);
+      return inc.parsedBody.value;
+    }
     if (!bodyMethods.has(inc.method) || inc.rawBody.length === 0) return undefined;
     const ct = inc.headers['content-type'];
     if (!isJsonContentType(ct)) throw new ApiError('unsupported_media_type', { param: 'Content-Type' });
@@ -468,8 +471,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
         inc.rawBody = typeof b === 'string' ? Buffer.from(b) : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
         // gRPC callers send no Content-Type; their bodies are JSON by contract.
         headers['content-type'] ??= jsonType;
-      } else if (b !== undefined && checkBody(b, limits.jsonDepthMax) !== null) {
-        // Before JSON.stringify, which would overflow its stack on a body too deep.
+      } else if (b !== undefined && checkBody(b, limits.jsonDepthMax) === 'too_deep') {
+        // Before JSON.stringify, which would overflow its stack (other body checks run after auth, as over HTTP).
         out = errorOut(badBody(b), inc);
       } else if (b !== undefined) {
         inc.rawBody = Buffer.from(JSON.stringify(b));
