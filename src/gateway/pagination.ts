@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { ApiError } from '../errors/api-error.js';
 import { limits } from '../limits.js';
+import { isUnstorableText } from '../util/body-check.js';
 
 /** Longest sort-key part the service writes is an id (~31 characters); anything longer is forged. */
 export const cursorPartCharsMax = 256;
@@ -50,15 +51,12 @@ function invalidCursor(): ApiError {
   return new ApiError('invalid_cursor', { param: 'cursor' });
 }
 
-/** A high surrogate not followed by a low one, or a low one not preceded by a high one. */
-const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
 /**
  * A part the database can take as text: bounded, no NUL (PostgreSQL text cannot hold one), and
  * well-formed UTF-16 (a lone surrogate cannot be encoded as UTF-8).
  */
 function isUsablePart(x: unknown): x is string {
-  return typeof x === 'string' && x.length <= cursorPartCharsMax && !x.includes('\u0000') && !loneSurrogate.test(x);
+  return typeof x === 'string' && x.length <= cursorPartCharsMax && !isUnstorableText(x);
 }
 
 /** The sort key in a cursor, or invalid_cursor. Numeric parts still need cursorInt. */

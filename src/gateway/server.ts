@@ -28,7 +28,7 @@ import { buildOpenApiDocument } from './openapi.js';
 import type { AnyRoute, AuthSpec, Method, Reply, RequestContext } from './route.js';
 import { Router } from './router.js';
 import { validate } from './validation.js';
-import { checkBody, isUnstorableText, unstorableTextPath } from '../util/json-depth.js';
+import { type BodyProblem, checkBody, isUnstorableText, unstorableTextPath } from '../util/body-check.js';
 
 export type CredentialSpec = Extract<AuthSpec, { kind: 'credential' }>;
 
@@ -105,7 +105,8 @@ interface Incoming {
   headers: Record<string, string>;
   rawBody: Buffer;
   /** Set when the caller (invoke) passed an already-parsed JSON value. */
-  parsedBody: { value: unknown } | null;
+  /** A body handed over already parsed (invoke), with what checkBody found in it. */
+  parsedBody: { value: unknown; problem: BodyProblem } | null;
   receivedAtMs: number;
   /** The matched route, set by run() (the metrics observer of the answer). */
   entry: Entry | null;
@@ -140,7 +141,7 @@ function isThenable<T>(x: T | Promise<T>): x is Promise<T> {
 
 const unstorableTextMessage = 'Strings and keys may not contain U+0000 or an unpaired surrogate (\\ud800-\\udfff without its pair).';
 
-/** A body checkBody refused (util/json-depth.ts): too deep, or holding text PostgreSQL cannot store. */
+/** A body checkBody refused (util/body-check.ts): too deep, or holding text PostgreSQL cannot store. */
 function badBody(value: unknown): ApiError {
   if (checkBody(value, limits.jsonDepthMax) === 'too_deep') {
     return new ApiError('validation_failed', { message: `A request body nests objects and arrays at most ${limits.jsonDepthMax} levels deep.` });
@@ -268,7 +269,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
   /** The request body as JSON, or undefined when empty / not a body method. Throws 415/400. */
   function bodyOf(inc: Incoming): unknown {
     if (inc.parsedBody !== null) {
-      if (checkBody(inc.parsedBody.value, limits.jsonDepthMax) !== null) throw badBody(inc.parsedBody.value);
+      if (inc.parsedBody.problem !== null) throw badBody(inc.parsedBody.value);
       return inc.parsedBody.value;
     }
     if (!bodyMethods.has(inc.method) || inc.rawBody.length === 0) return undefined;
@@ -471,12 +472,15 @@ export function createGateway(opts: GatewayOptions): Gateway {
         inc.rawBody = typeof b === 'string' ? Buffer.from(b) : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
         // gRPC callers send no Content-Type; their bodies are JSON by contract.
         headers['content-type'] ??= jsonType;
-      } else if (b !== undefined && checkBody(b, limits.jsonDepthMax) === 'too_deep') {
-        // Before JSON.stringify, which would overflow its stack (other body checks run after auth, as over HTTP).
-        out = errorOut(badBody(b), inc);
       } else if (b !== undefined) {
-        inc.rawBody = Buffer.from(JSON.stringify(b));
-        if (bodyMethods.has(inc.method)) inc.parsedBody = { value: b };
+        // One walk: a body too deep is refused here, before JSON.stringify would overflow its
+        // stack; unstorable text is refused after auth by bodyOf, in the same order as over HTTP.
+        const problem = checkBody(b, limits.jsonDepthMax);
+        if (problem === 'too_deep') out = errorOut(badBody(b), inc);
+        else {
+          inc.rawBody = Buffer.from(JSON.stringify(b));
+          if (bodyMethods.has(inc.method)) inc.parsedBody = { value: b, problem };
+        }
       }
       out ??= inc.rawBody.length > limits.bodyBytesMax ? errorOut(new ApiError('body_too_large'), inc) : await run(inc);
       const outHeaders: Record<string, string> = { 'request-id': inc.requestId };

@@ -58,3 +58,11 @@ export function validate<T>(schema: z.ZodType<T>, input: unknown, where: 'body' 
 }
 
 export { formatPath };
+
+/**
+ * The refine of a PATCH body that must name something to change: at least one of `fields` set
+ * (null counts: it clears a nullable field). Use as `.refine(...namesOneOf(fields))`.
+ */
+export function namesOneOf<K extends string>(fields: readonly K[]): [(body: Partial<Record<K, unknown>>) => boolean, string] {
+  return [(body) => fields.some((f) => body[f] !== undefined), `Name at least one of ${fields.join(', ')}.`];
+}

@@ -24,6 +24,7 @@ import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, rou
 import { customerTarget, iso, unwrap } from '../wire.js';
 import type { CampaignGate } from '../../domain/campaigns.js';
 import { effectWire } from './events.js';
+import { namesOneOf } from '../validation.js';
 
 const timestamp = z.iso.datetime({ offset: true });
 const status = z.enum(challengeStatuses as [string, ...string[]]);
@@ -83,7 +84,7 @@ const patchBody = z
     ends_at: fields.ends_at.optional(),
     status: status.optional().describe('draft -> active | ended; active <-> paused; active | paused -> ended.'),
   })
-  .refine((b) => patchFields.some((f) => b[f] !== undefined), `Name at least one of ${patchFields.join(', ')}.`);
+  .refine(...namesOneOf(patchFields));
 
 const listQuery = pageQuerySchema.extend({ status: status.optional() });
 const progressQuery = pageQuerySchema.extend({

@@ -21,6 +21,7 @@ import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { customerTarget, iso, unwrap } from '../wire.js';
+import { namesOneOf } from '../validation.js';
 
 const expiryAfter = z
   .string()
@@ -49,7 +50,7 @@ const patchBody = z
     expiry_after: expiryAfter.optional(),
     status: z.enum(['active', 'archived']).optional(),
   })
-  .refine((b) => patchFields.some((f) => b[f] !== undefined), `Name at least one of ${patchFields.join(', ')}.`);
+  .refine(...namesOneOf(patchFields));
 
 const listQuery = pageQuerySchema.extend({ status: z.enum(['active', 'archived']).optional() });
 

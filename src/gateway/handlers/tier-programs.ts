@@ -11,6 +11,7 @@ import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
+import { namesOneOf } from '../validation.js';
 
 // Shapes only: ranges, ordering and level keys are checked by validateTierProgram so that the
 // error names the wire path (levels[1].threshold) with the domain's message.
@@ -46,7 +47,7 @@ const patchBody = z
     reassign_to: z.string().min(1).max(64).nullable().optional(),
     reevaluate: z.boolean().optional(),
   })
-  .refine((b) => patchFields.some((f) => b[f] !== undefined), `Name at least one of ${patchFields.join(', ')}.`);
+  .refine(...namesOneOf(patchFields));
 
 export interface TierProgramDeps {
   tiers: TierProgramCatalog;

@@ -3,7 +3,9 @@
 // levels is answered, not a stack overflow), and text PostgreSQL cannot store (U+0000, unpaired
 // surrogates) in any string or key, named by its path.
 import t from 'tap';
-import { checkBody, isUnstorableText, nestsDeeperThan, unstorableTextPath } from '../../src/util/json-depth.js';
+import { checkBody, isUnstorableText, unstorableTextPath } from '../../src/util/body-check.js';
+
+const nestsDeeperThan = (value: unknown, max: number) => checkBody(value, max) === 'too_deep';
 
 const arrays = (n: number, inner: unknown = 1): unknown => {
   let v = inner;

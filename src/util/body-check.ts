@@ -72,11 +72,6 @@ export function checkBody(value: unknown, maxDepth: number): BodyProblem {
   return problem;
 }
 
-/** True when `value` nests objects and arrays more than `max` levels deep. */
-export function nestsDeeperThan(value: unknown, max: number): boolean {
-  return checkBody(value, max) === 'too_deep';
-}
-
 /**
  * The path (`events[2].properties.name`; for a key, the object holding it, '' for the body) of
  * the first string or key holding unstorable text, or null. Only for a body checkBody found such text in, so its depth
