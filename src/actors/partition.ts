@@ -1,8 +1,9 @@
 // One partition: the single writer for its customers. Commands are applied synchronously (load
 // first, then decide+evolve with no await), their facts go into the partition's open batch, and
 // every reply waits until the batch holding everything applied before it is durable (group
-// commit: one journal entry per flush, one flush in flight). If an append fails, memory may be
-// ahead of the journal, so the partition is poisoned and rebuilt from snapshots + journal.
+// commit: one journal entry per flush, one flush in flight). If an append fails (or its batch
+// cannot be encoded), memory may be ahead of the journal, so the partition is poisoned and rebuilt
+// from snapshots + journal.
 // Never reply before the ack; never await between load and apply.
 import type { ErrorCode } from '../errors/codes.js';
 import { encodePartition, newCustomerId, newId, random53 } from '../ids.js';
@@ -677,16 +678,26 @@ export class Partition {
       return null;
     }
     this.batch = { records: [], waiters: [], capture: null };
-    if (this.captureWanted && !this.saving) {
-      // Memory now equals the state after this batch: a snapshot taken here is valid at its offset.
-      batch.capture = this.capture();
-      this.captureWanted = false;
+    let payload: Uint8Array;
+    try {
+      if (this.captureWanted && !this.saving) {
+        // Memory now equals the state after this batch: a snapshot taken here is valid at its offset.
+        batch.capture = this.capture();
+        this.captureWanted = false;
+      }
+      payload = encodeEntry(batch.records);
+    } catch (err) {
+      // The batch's facts are applied in memory but cannot be written: nothing of it is acknowledged,
+      // and the partition is rebuilt from durable state (like a failed append), not the process ended.
+      for (const w of batch.waiters) w.resolve(unwritable);
+      this.deps.onPoisoned(this, err);
+      return null;
     }
     this.inFlight = true;
     this.inFlightRecords = batch.records.length;
     this.flying = batch;
     this.flightStarted = performance.now();
-    return { partition: this.id, epoch: this.epoch, payload: encodeEntry(batch.records) };
+    return { partition: this.id, epoch: this.epoch, payload };
   }
 
   /** The outcome of the write begun by beginFlush: its offset, or the error. */
@@ -881,6 +892,8 @@ const snapshotLoadBatch = 2000;
 const unbound = '';
 
 const notFound: CallResult = { ok: false, code: 'resource_not_found', message: 'No customer with this id.', param: 'id' };
+/** A batch the journal's encoding refused (beginFlush): nothing of it was written or kept. */
+const unwritable: CallResult = { ok: false, code: 'internal_error', message: 'The change could not be written to the journal; nothing was applied.' };
 
 function settle(waiters: Waiter[]): void {
   for (const w of waiters) {

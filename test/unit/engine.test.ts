@@ -547,3 +547,60 @@ t.test('ingest gate: events wait while it is shut and go on when it opens; a wai
   t.match(again, { kind: 'event', duplicate: false }, 'the refused event was not recorded: its retry is the first');
   await n.placement.stop();
 });
+
+/** Waits until the partition holding `key` is served again after a rebuild (a new Partition object). */
+async function rebuilt(n: Awaited<ReturnType<typeof node>>, key: string, before: Partition): Promise<void> {
+  const p = n.engine.partitionOfTarget('env_1', { by: 'key', key });
+  for (let i = 0; i < 200; i++) {
+    const now = n.placement.local(p);
+    if (now !== undefined && now !== before) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`partition ${p} was not rebuilt`);
+}
+
+const viewOf = async (n: Awaited<ReturnType<typeof node>>, key: string) =>
+  ok(await n.engine.execute({ env: 'env_1', target: { by: 'key', key }, command: { kind: 'customer.view' }, nowMs: 1 }));
+
+t.test('an append the journal refuses fails its batch, and the partition is rebuilt from what was written', async (t) => {
+  const s = shared();
+  const real = s.journal.appendMany.bind(s.journal);
+  let refuse = false;
+  s.journal.appendMany = (items) => (refuse ? Promise.reject(new Error('connection lost')) : real(items));
+  const n = await node(s);
+  ok(await n.engine.execute(ev('poison-1', 'p1')));
+  const p = n.engine.partitionOfTarget('env_1', { by: 'key', key: 'poison-1' });
+  const before = n.placement.local(p)!;
+  refuse = true;
+  t.match(await n.engine.execute(ev('poison-1', 'p2')), { ok: false, code: 'internal_error' });
+  refuse = false;
+  await rebuilt(n, 'poison-1', before);
+  const view = await viewOf(n, 'poison-1');
+  t.equal(view.kind === 'customer' && view.customer.eventCount, 1, 'the unacknowledged event is not applied');
+  ok(await n.engine.execute(ev('poison-1', 'p2')));
+  const after = await viewOf(n, 'poison-1');
+  t.equal(after.kind === 'customer' && after.customer.eventCount, 2, 'its retry is');
+  await n.placement.stop();
+});
+
+t.test('a batch the journal cannot encode fails its callers; the node keeps serving and the partition is rebuilt', async (t) => {
+  const s = shared();
+  const n = await node(s);
+  ok(await n.engine.execute(ev('enc-1', 'e1')));
+  const p = n.engine.partitionOfTarget('env_1', { by: 'key', key: 'enc-1' });
+  const before = n.placement.local(p)!;
+  // Nested far deeper than the gateway lets through (64 levels): msgpack's encoder overflows the stack.
+  let deep: unknown = 1;
+  for (let i = 0; i < 50_000; i++) deep = [deep];
+  const bad = ev('enc-1', 'e2');
+  if (bad.command.kind === 'event.record') bad.command.properties = { deep };
+  t.match(await n.engine.execute(bad), { ok: false, code: 'internal_error', message: /nothing was applied/ });
+  await rebuilt(n, 'enc-1', before);
+  const view = await viewOf(n, 'enc-1');
+  t.equal(view.kind === 'customer' && view.customer.eventCount, 1, 'the event that could not be written is not applied');
+  ok(await n.engine.execute(ev('enc-1', 'e3')));
+  ok(await n.engine.execute(ev('enc-2', 'e4')));
+  const after = await viewOf(n, 'enc-1');
+  t.equal(after.kind === 'customer' && after.customer.eventCount, 2, 'later events of the customer are written');
+  await n.placement.stop();
+});
