@@ -406,15 +406,18 @@ function revoke(state: ChallengesState, cmd: Command & { kind: 'challenge.revoke
  */
 function reevaluate(state: ChallengesState, challenge: ChallengeConfig, timeZone: string, ctx: ChallengeCtx): Decision {
   const latest = get(state.progress, challenge.id) ?? null;
+  const key = currentPeriodKey(state, challenge, ctx.nowMs, timeZone);
+  // The answer shows the current period's record: one of an earlier period (or of the period
+  // kind the challenge had before an edit) is not what was re-checked.
+  const current = latest !== null && latest.periodKey === key ? latest : null;
   const none = (reason: SkipReason | null): Decision => ({
     ok: true,
     facts: noFacts,
-    reply: { kind: 'reevaluated', challengeId: challenge.id, completed: 0, reason, progress: latest },
+    reply: { kind: 'reevaluated', challengeId: challenge.id, completed: 0, reason, progress: current },
   });
   const gated = gate(state, challenge, ctx.nowMs);
   if (gated !== null) return none(gated);
   if (!challenge.repeatable && (state.completions[challenge.id] ?? 0) > 0) return none('already_completed');
-  const key = currentPeriodKey(state, challenge, ctx.nowMs, timeZone);
   if (latest === null || latest.periodKey !== key) return none(null);
   if (latest.status === 'completed') return none('period_completed');
   if (latest.count < challenge.target) return none(null);

@@ -311,6 +311,19 @@ t.test('given the target was lowered, reevaluate completes the current period on
   t.same(facts(notYet), []);
 });
 
+t.test("given progress of an earlier period only, reevaluate answers no current record, not the old one", async (t) => {
+  const daily = challenge({ period: 'daily', repeatable: true, target: 5 });
+  const w = new World();
+  w.contribute(daily, 'm1', utc('2026-11-23T10:00:00Z'));
+  const nextDay = w.run({ kind: 'challenge.reevaluate', challenge: { ...daily, target: 1 }, timeZone: berlin }, utc('2026-11-24T10:00:00Z'));
+  t.match(nextDay, { ok: true, reply: { completed: 0, reason: null, progress: null } });
+  t.same(facts(nextDay), []);
+  const weekly = w.run({ kind: 'challenge.reevaluate', challenge: { ...daily, period: 'weekly', target: 1 }, timeZone: berlin }, utc('2026-11-23T11:00:00Z'));
+  t.match(weekly, { ok: true, reply: { completed: 0, progress: null } }, 'after the period kind changed');
+  const sameDay = w.run({ kind: 'challenge.reevaluate', challenge: daily, timeZone: berlin }, utc('2026-11-23T12:00:00Z'));
+  t.match(sameDay, { ok: true, reply: { completed: 0, progress: { periodKey: '2026-11-23', count: 1 } } }, 'the current period is shown');
+});
+
 // --- replay and invariants --------------------------------------------------------------------
 
 t.test('given the journal, replaying only evolve rebuilds the same state', async (t) => {
