@@ -66,7 +66,7 @@ export class MembershipService {
       ${after === null ? this.sql`` : this.sql`and m.user_id > ${after}`}
       order by m.user_id
       limit ${page.limit + 1}`;
-    return toPage(rows, page.limit, (r) => [r.user_id as string], membershipRecord);
+    return toPage(rows, page, (r) => [r.user_id as string], membershipRecord);
   }
 
   /** Adds the user with this email (created without a credential when unknown). */

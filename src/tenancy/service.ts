@@ -351,7 +351,7 @@ export class TenancyService {
       ${after === null ? this.sql`` : this.sql`where o.id < ${after}`}
       order by o.id desc
       limit ${page.limit + 1}`;
-    return toPage(rows, page.limit, (r) => [r.id as string], organizationListing);
+    return toPage(rows, page, (r) => [r.id as string], organizationListing);
   }
 
   async createApiKey(principal: Principal, input: CreateApiKeyInput): Promise<CreatedApiKey> {
@@ -430,7 +430,7 @@ export class TenancyService {
       ${after === null ? this.sql`` : this.sql`and id < ${after}`}
       order by id desc
       limit ${page.limit + 1}`;
-    return toPage(rows, page.limit, (r) => [r.id as string], apiKeyRecord);
+    return toPage(rows, page, (r) => [r.id as string], apiKeyRecord);
   }
 
   /** Revoking twice answers the first revocation unchanged. Foreign or unknown ids: resource_not_found. */

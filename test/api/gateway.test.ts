@@ -159,7 +159,7 @@ const routes: AnyRoute[] = [
     query: pageQuerySchema,
     responses: { 200: { description: 'A page.' } },
     handler: (ctx) => {
-      const page = pageRequest(ctx.query);
+      const page = pageRequest(ctx);
       return { status: 200, body: { data: [], next_cursor: null, has_more: false, limit: page.limit } };
     },
   }),
@@ -516,7 +516,7 @@ t.test('an empty POST body counts as {} when the schema accepts it', async (t) =
 });
 
 t.test('invalid_cursor from pagination, for an empty or overlong cursor too', async (t) => {
-  for (const cursor of ['not-a-cursor!', '', 'A'.repeat(limits.cursorCharsMax + 1), encodeCursor(['a\u0000'])]) {
+  for (const cursor of ['not-a-cursor!', '', 'A'.repeat(limits.cursorCharsMax + 1), encodeCursor(['a\u0000'], 'any-scope')]) {
     const r = await call('GET', `/v1/things?cursor=${cursor}`);
     t.equal(r.status, 400, cursor.slice(0, 20));
     t.equal(r.json.error.code, 'invalid_cursor', cursor.slice(0, 20));

@@ -2,8 +2,10 @@
 // an idempotent replay repeats the headers a client needs next (the ETag for If-Match), and an
 // unusable cursor is 400 invalid_cursor on every paged list, never a 500 from the database
 // (a NUL byte, a lone surrogate, an empty or overlong cursor, a numeric part out of range).
+// The forged cursors carry the right list binding (cursorScope of the path and environment),
+// so what refuses them is the check of their key, not the binding (test/api/cursor-binding.test.ts).
 import t from 'tap';
-import { encodeCursor } from '../../src/gateway/pagination.js';
+import { cursorScope, encodeCursor } from '../../src/gateway/pagination.js';
 import { limits } from '../../src/limits.js';
 import { idem, signUp, startForTest } from '../helpers/service.js';
 
@@ -49,24 +51,49 @@ t.test('idempotent replays and cursors over the API', async (t) => {
   t.ok(lists.length >= 10, `found ${lists.length} paged lists`);
   const nested = [`/v1/customers/${customer}/ledger_entries`, `/v1/challenges/${challenge.body.id}/progress`];
 
+  // The caller's user id: /v1/organizations is bound to the user (it has no environment).
+  const members = await admin.get(`/v1/organizations/${tenant.orgId}/memberships`);
+  const userId = members.body.data[0].user_id as string;
+  /** The binding the service writes into the first page's cursor of `path` (no filters). */
+  const scopeOf = (path: string) =>
+    path === '/v1/organizations'
+      ? cursorScope({ path, environmentId: null, userId, filters: {} })
+      : cursorScope({ path, environmentId: tenant.testEnv, userId: null, filters: {} });
+  /** A cursor bound to `path` holding `key` raw (JSON text of the k array). */
+  const rawBound = (path: string, k: string) => rawCursor(`{"v":2,"s":"${scopeOf(path)}","k":${k}}`);
+
+  await t.test('a well-formed key with the right binding pages every list (so the refusals below are the key)', async (t) => {
+    for (const path of lists) {
+      const r = await admin.get(`${path}?cursor=${encodeCursor(['zzz'], scopeOf(path))}`);
+      t.equal(r.status, 200, `${path}: ${JSON.stringify(r.body.error ?? null)}`);
+    }
+    for (const [path, key] of [
+      [nested[0]!, ['1700000000000', 'le_x']],
+      [nested[1]!, ['cust_x', '2030-01-01', '0']],
+    ] as const) {
+      const r = await api.get(`${path}?cursor=${encodeCursor([...key], scopeOf(path))}`);
+      t.equal(r.status, 200, `${path}: ${JSON.stringify(r.body.error ?? null)}`);
+    }
+  });
+
   await t.test('a NUL or a lone surrogate in any cursor part is invalid_cursor on every list', async (t) => {
-    const bad: Array<[string, string]> = [
-      ['NUL', encodeCursor(['a\u0000b'])],
-      ['lone surrogate', rawCursor('{"v":1,"k":["\\ud800"]}')],
-      ['part too long', encodeCursor(['x'.repeat(300)])],
+    const bad = (path: string): Array<[string, string]> => [
+      ['NUL', encodeCursor(['a\u0000b'], scopeOf(path))],
+      ['lone surrogate', rawBound(path, '["\\ud800"]')],
+      ['part too long', encodeCursor(['x'.repeat(300)], scopeOf(path))],
     ];
     const nestedBad: Record<string, Array<[string, string]>> = {
       [nested[0]!]: [
-        ['NUL in the id', encodeCursor(['1700000000000', 'le_\u0000'])],
-        ['lone surrogate in the id', rawCursor('{"v":1,"k":["1700000000000","\\udfff"]}')],
+        ['NUL in the id', encodeCursor(['1700000000000', 'le_\u0000'], scopeOf(nested[0]!))],
+        ['lone surrogate in the id', rawBound(nested[0]!, '["1700000000000","\\udfff"]')],
       ],
       [nested[1]!]: [
-        ['NUL in the customer', encodeCursor(['cust_\u0000', '2030-01-01', '0'])],
-        ['NUL in the period', encodeCursor(['cust_x', '\u0000', '0'])],
+        ['NUL in the customer', encodeCursor(['cust_\u0000', '2030-01-01', '0'], scopeOf(nested[1]!))],
+        ['NUL in the period', encodeCursor(['cust_x', '\u0000', '0'], scopeOf(nested[1]!))],
       ],
     };
     for (const path of lists) {
-      for (const [what, cursor] of bad) {
+      for (const [what, cursor] of bad(path)) {
         // The PAT client: it may call every list (a secret key may not list API keys).
         const r = await admin.get(`${path}?cursor=${cursor}`);
         t.equal(r.status, 400, `${path}: ${what}`);
@@ -110,9 +137,9 @@ t.test('idempotent replays and cursors over the API', async (t) => {
     'a numeric cursor part out of its column range is invalid_cursor',
     async (t) => {
       for (const [path, cursor] of [
-        [nested[0]!, encodeCursor(['99999999999999999999', 'le_x'])],
-        [nested[0]!, encodeCursor(['9007199254740993', 'le_x'])],
-        [nested[1]!, encodeCursor(['cust_x', '2030-01-01', '99999999999'])],
+        [nested[0]!, encodeCursor(['99999999999999999999', 'le_x'], scopeOf(nested[0]!))],
+        [nested[0]!, encodeCursor(['9007199254740993', 'le_x'], scopeOf(nested[0]!))],
+        [nested[1]!, encodeCursor(['cust_x', '2030-01-01', '99999999999'], scopeOf(nested[1]!))],
       ] as const) {
         const r = await api.get(`${path}?cursor=${cursor}`);
         t.equal(r.status, 400, `${path}: ${cursor}`);

@@ -4,6 +4,7 @@
 import { createHash } from 'node:crypto';
 import t from 'tap';
 import { ApiError } from '../../src/errors/api-error.js';
+import { decodeCursor } from '../../src/gateway/pagination.js';
 import { Authenticator } from '../../src/tenancy/authenticator.js';
 import { CustomerTokens } from '../../src/tenancy/customer-tokens.js';
 import { defaultSecretKeyScopes } from '../../src/tenancy/roles.js';
@@ -17,7 +18,7 @@ const tenancy = new TenancyService(sql, { signupEnabled: true });
 const auth = new Authenticator(sql);
 
 const management: CredentialKind[] = ['pat', 'session'];
-const firstPage = { limit: 50, after: null };
+const firstPage = { limit: 50, after: null, scope: 'test-list' };
 
 async function principal(token: string, environment?: string, origin?: string): Promise<Principal> {
   return auth.authenticate(
@@ -158,11 +159,11 @@ t.test('createOrganization and listOrganizations', async (t) => {
   t.equal(page.has_more, false);
   t.equal(page.next_cursor, null);
 
-  const p1 = await tenancy.listOrganizations(pat, { limit: 1, after: null });
+  const p1 = await tenancy.listOrganizations(pat, { limit: 1, after: null, scope: 'test-list' });
   t.equal(p1.data.length, 1);
   t.equal(p1.has_more, true);
   t.type(p1.next_cursor, 'string');
-  const p2 = await tenancy.listOrganizations(pat, { limit: 1, after: [p1.data[0]!.id] });
+  const p2 = await tenancy.listOrganizations(pat, { limit: 1, after: decodeCursor(p1.next_cursor!, 'test-list'), scope: 'test-list' });
   t.same(
     p2.data.map((o) => o.id),
     [s.organization.id],
@@ -270,9 +271,9 @@ t.test('API keys: create, list, revoke', async (t) => {
   );
   t.notOk(JSON.stringify(list).includes('"token"'), 'no token field in a listing');
   for (const k of [secret, pub, minting, byAdmin]) t.notOk(JSON.stringify(list).includes(k.token));
-  const paged = await tenancy.listApiKeys(editor, { limit: 3, after: null });
+  const paged = await tenancy.listApiKeys(editor, { limit: 3, after: null, scope: 'test-list' });
   t.equal(paged.has_more, true);
-  const rest = await tenancy.listApiKeys(editor, { limit: 3, after: [paged.data[2]!.id] });
+  const rest = await tenancy.listApiKeys(editor, { limit: 3, after: decodeCursor(paged.next_cursor!, 'test-list'), scope: 'test-list' });
   t.same(
     rest.data.map((k) => k.id),
     [secret.id],

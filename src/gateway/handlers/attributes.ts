@@ -50,9 +50,9 @@ export function attributeRoutes(deps: { attributes: AttributeCatalog }): AnyRout
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of attribute definitions.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await deps.attributes.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], wire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], wire) };
       },
     }),
     route({

@@ -123,14 +123,14 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       query: listQuery,
       responses: { 200: { description: 'A page of campaigns.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         await deps.drainProjector();
         const rows = await campaigns.list(environmentIdOf(ctx.principal), {
           limit: page.limit + 1,
           after: page.after?.[0] ?? null,
           status: ctx.query.status ?? null,
         });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], campaignWire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], campaignWire) };
       },
     }),
     route({

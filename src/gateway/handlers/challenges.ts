@@ -19,7 +19,7 @@ import type { AuditLog } from '../../persistence/sql/audit-log.js';
 import type { ChallengeReadModel, ProgressRow } from '../../persistence/sql/challenge-read-model.js';
 import type { Principal } from '../../tenancy/types.js';
 import { etagHeader, expectedVersion } from '../etag.js';
-import { cursorInt, cursorInt4Max, decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
+import { cursorInt, cursorInt4Max, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { customerTarget, iso, unwrap } from '../wire.js';
 import type { CampaignGate } from '../../domain/campaigns.js';
@@ -285,13 +285,13 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       query: listQuery,
       responses: { 200: { description: 'A page of challenges.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await deps.challenges.list(environmentIdOf(ctx.principal), {
           status: (ctx.query.status ?? null) as ChallengeRecord['status'] | null,
           limit: page.limit + 1,
           after: page.after?.[0] ?? null,
         });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], challengeWire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], challengeWire) };
       },
     }),
     route({
@@ -362,12 +362,12 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         await deps.drainProjector();
         const rows = await deps.readModel.listEnrollments(env, c.id, { after: page.after?.[0] ?? null, limit: page.limit + 1 });
         return {
           status: 200,
-          body: toPage(rows, page.limit, (r) => [r.customerId], (r) => ({ challenge_id: r.challengeId, customer_id: r.customerId, enrolled_at: iso(r.enrolledAtMs) })),
+          body: toPage(rows, page, (r) => [r.customerId], (r) => ({ challenge_id: r.challengeId, customer_id: r.customerId, enrolled_at: iso(r.enrolledAtMs) })),
         };
       },
     }),
@@ -421,16 +421,17 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');
         const q = ctx.query;
+        const page = pageRequest(ctx);
         let after: [string, string, number] | null = null;
-        if (q.cursor !== undefined) {
-          const [cust, period, cycle] = decodeCursor(q.cursor);
+        if (page.after !== null) {
+          const [cust, period, cycle] = page.after;
           if (cust === undefined || period === undefined) throw new ApiError('invalid_cursor', { param: 'cursor' });
           after = [cust, period, cursorInt(cycle, 0, cursorInt4Max)];
         }
         const customer = q.customer_id === undefined ? null : await resolveCustomer(env, q.customer_id, 'customer_id');
         await deps.drainProjector();
-        const rows = await deps.readModel.listProgress(env, c.id, { customerId: customer, status: q.status ?? null, after, limit: q.limit + 1 });
-        return { status: 200, body: toPage(rows, q.limit, (r) => [r.customerId, r.periodKey, String(r.cycle)], progressWire) };
+        const rows = await deps.readModel.listProgress(env, c.id, { customerId: customer, status: q.status ?? null, after, limit: page.limit + 1 });
+        return { status: 200, body: toPage(rows, page, (r) => [r.customerId, r.periodKey, String(r.cycle)], progressWire) };
       },
     }),
     route({

@@ -83,9 +83,9 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of counter definitions.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await deps.counters.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], counterWire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], counterWire) };
       },
     }),
     route({

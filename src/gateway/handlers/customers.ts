@@ -391,7 +391,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       responses: { 200: { description: 'A page of customers.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
         const env = environmentIdOf(ctx.principal);
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         if (ctx.query.external_id !== undefined) {
           // Exact lookup through the actor: sees a customer created a moment ago.
           const result = await deps.engine.execute({
@@ -414,7 +414,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const rows = await deps.readModel.listCustomers(env, { limit: page.limit + 1, after: page.after?.[0] ?? null, withoutMerged: true });
         return {
           status: 200,
-          body: toPage(rows, page.limit, (r) => [r.id], (r) =>
+          body: toPage(rows, page, (r) => [r.id], (r) =>
             customerWire(r),
           ),
         };

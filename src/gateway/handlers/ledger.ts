@@ -12,7 +12,7 @@ import { ledgerLimits } from '../../domain/ledger.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { LedgerRow } from '../../persistence/sql/read-model.js';
-import { cursorEpochMsMax, cursorInt, decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
+import { cursorEpochMsMax, cursorInt, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
 import { balanceWire, customerTarget, iso, ledgerEntryWire, unwrap } from '../wire.js';
 
@@ -96,9 +96,9 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of currencies.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await deps.currencies.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], currencyWire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], currencyWire) };
       },
     }),
     route({
@@ -158,18 +158,18 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
         // The customer must exist in this environment (404 otherwise, like every customer route).
         const view = unwrap(await deps.engine.execute({ env, target: customerTarget(id), command: { kind: 'customer.view' }, nowMs: await deps.now(env) }));
         if (view.kind !== 'customer') throw new ApiError('internal_error');
-        const q = ctx.query;
+        const page = pageRequest(ctx);
         let before: { createdAtMs: number; id: string } | null = null;
-        if (q.cursor !== undefined) {
-          const [at, entryId] = decodeCursor(q.cursor);
+        if (page.after !== null) {
+          const [at, entryId] = page.after;
           if (entryId === undefined) throw new ApiError('invalid_cursor', { param: 'cursor' });
           before = { createdAtMs: cursorInt(at, 0, cursorEpochMsMax), id: entryId };
         }
         await deps.drainProjector();
-        const rows = await deps.readModel.listLedgerEntries(env, view.customer.id, { limit: q.limit + 1, before });
+        const rows = await deps.readModel.listLedgerEntries(env, view.customer.id, { limit: page.limit + 1, before });
         return {
           status: 200,
-          body: toPage(rows, q.limit, (r) => [String(r.createdAtMs), r.id], ledgerEntryWire),
+          body: toPage(rows, page, (r) => [String(r.createdAtMs), r.id], ledgerEntryWire),
         };
       },
     }),

@@ -206,9 +206,9 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of match profiles.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await deps.profiles.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], matchProfileWire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], matchProfileWire) };
       },
     }),
     route({
@@ -252,13 +252,13 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       query: matchListQuery,
       responses: { 200: { description: 'A page of match results.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof matchListQuery>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await deps.results.list(environmentIdOf(ctx.principal), {
           status: ctx.query.status ?? null,
           limit: page.limit + 1,
           after: page.after?.[0] ?? null,
         });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], (r) => matchWire(r, false)) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], (r) => matchWire(r, false)) };
       },
     }),
     route({

@@ -45,7 +45,7 @@ export function membershipRoutes(deps: MembershipRouteDeps): AnyRoute[] {
       responses: { 200: { description: 'A page of memberships', schema: pageSchema } },
       handler: async (ctx) => ({
         status: 200,
-        body: await memberships.list(ctx.principal, ctx.params.id!, pageRequest(ctx.query)),
+        body: await memberships.list(ctx.principal, ctx.params.id!, pageRequest(ctx)),
       }),
     }),
     route({

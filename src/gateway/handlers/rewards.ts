@@ -185,13 +185,13 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       query: listQuery,
       responses: { 200: { description: 'A page of rewards.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await deps.rewards.list(environmentIdOf(ctx.principal), {
           limit: page.limit + 1,
           after: page.after?.[0] ?? null,
           status: (ctx.query.status as RewardStatus | undefined) ?? null,
         });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], rewardWire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], rewardWire) };
       },
     }),
     route({
@@ -282,7 +282,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       responses: { 200: { description: 'A page of issuances.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof issuanceListQuery>>) => {
         const env = environmentIdOf(ctx.principal);
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         let customerId: string | null = null;
         if (ctx.query.customer_id !== undefined) {
           try {
@@ -299,7 +299,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
           status: ctx.query.status ?? null,
           customerId,
         });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], (r) => issuanceWire(r, r.customerId)) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], (r) => issuanceWire(r, r.customerId)) };
       },
     }),
     route({

@@ -20,7 +20,7 @@ import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { WorkerPool } from '../../workers/pool.js';
 import { etagHeader, expectedVersion } from '../etag.js';
-import { decodeCursor, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
+import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { SimulationPlans } from '../simulation-plans.js';
 import { emptySubject, type SimulationSubject } from '../simulation-subject.js';
@@ -236,14 +236,14 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       query: listQuery,
       responses: { 200: { description: 'A page of rules.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await rules.list(environmentIdOf(ctx.principal), {
           limit: page.limit + 1,
           after: page.after?.[0] ?? null,
           status: ctx.query.status ?? null,
           campaignId: ctx.query.campaign_id ?? null,
         });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], ruleWire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], ruleWire) };
       },
     }),
     route({
@@ -303,14 +303,15 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of rule versions.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
+        const page = pageRequest(ctx);
         let before: number | null = null;
-        if (ctx.query.cursor !== undefined) {
-          const [n] = decodeCursor(ctx.query.cursor);
+        if (page.after !== null) {
+          const [n] = page.after;
           if (n === undefined || !/^\d{1,9}$/.test(n)) throw new ApiError('invalid_cursor', { param: 'cursor' });
           before = Number(n);
         }
-        const rows = await rules.versions(environmentIdOf(ctx.principal), ctx.params.id ?? '', { limit: ctx.query.limit + 1, before });
-        return { status: 200, body: toPage(rows, ctx.query.limit, (v) => [String(v.number)], versionWire) };
+        const rows = await rules.versions(environmentIdOf(ctx.principal), ctx.params.id ?? '', { limit: page.limit + 1, before });
+        return { status: 200, body: toPage(rows, page, (v) => [String(v.number)], versionWire) };
       },
     }),
     route({

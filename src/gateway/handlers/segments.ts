@@ -140,9 +140,9 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of segments.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await segments.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], segmentWire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], segmentWire) };
       },
     }),
     route({
@@ -232,12 +232,12 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const env = environmentIdOf(ctx.principal);
         const s = await staticSegment(env, ctx.params.id ?? '');
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         await deps.drainProjector();
         const rows = await deps.members.listSegmentMembers(env, s.id, { limit: page.limit + 1, after: page.after?.[0] ?? null });
         return {
           status: 200,
-          body: toPage(rows, page.limit, (r) => [r.customerId], (r) => ({ customer_id: r.customerId, added_at: iso(r.addedAtMs) })),
+          body: toPage(rows, page, (r) => [r.customerId], (r) => ({ customer_id: r.customerId, added_at: iso(r.addedAtMs) })),
         };
       },
     }),

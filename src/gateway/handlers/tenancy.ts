@@ -155,7 +155,7 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'], environment: false },
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of organizations', schema: pageOf(organizationListing) } },
-      handler: async (ctx) => ({ status: 200, body: await tenancy.listOrganizations(ctx.principal, pageRequest(ctx.query)) }),
+      handler: async (ctx) => ({ status: 200, body: await tenancy.listOrganizations(ctx.principal, pageRequest(ctx)) }),
     }),
     route({
       method: 'POST',
@@ -183,7 +183,7 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of keys', schema: pageOf(apiKeySchema) } },
-      handler: async (ctx) => ({ status: 200, body: await tenancy.listApiKeys(ctx.principal, pageRequest(ctx.query)) }),
+      handler: async (ctx) => ({ status: 200, body: await tenancy.listApiKeys(ctx.principal, pageRequest(ctx)) }),
     }),
     route({
       method: 'POST',

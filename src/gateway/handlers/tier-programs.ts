@@ -115,9 +115,9 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of tier programs.' } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
-        const page = pageRequest(ctx.query);
+        const page = pageRequest(ctx);
         const rows = await deps.tiers.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
-        return { status: 200, body: toPage(rows, page.limit, (r) => [r.id], tierProgramWire) };
+        return { status: 200, body: toPage(rows, page, (r) => [r.id], tierProgramWire) };
       },
     }),
     route({
