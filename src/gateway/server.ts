@@ -125,6 +125,21 @@ const emptyBody = Buffer.alloc(0);
 const bodyMethods = new Set(['POST', 'PATCH', 'PUT']);
 const knownMethods = new Set(['GET', 'POST', 'PATCH', 'DELETE', 'PUT']);
 
+// CORS. Every credential is a bearer token in Authorization (never a cookie), so a page of another
+// origin learns nothing it could not ask for with its own token: any Origin is answered, and a
+// publishable key's allowed_origins is enforced on the request itself (403 origin_not_allowed).
+/** Request headers a browser may send (preflight answer). */
+const corsRequestHeaders = 'Authorization, Content-Type, Idempotency-Key, If-Match, X-Service-Environment';
+/** Response headers a browser's script may read. */
+const corsExposedHeaders = 'Request-Id, ETag, Idempotent-Replayed, Retry-After';
+const corsMaxAgeSeconds = '600';
+
+function writeCors(res: uWS.HttpResponse, origin: string): void {
+  res.writeHeader('access-control-allow-origin', origin);
+  res.writeHeader('access-control-expose-headers', corsExposedHeaders);
+  res.writeHeader('vary', 'Origin');
+}
+
 const statusLines = new Map<number, string>();
 function statusLine(status: number): string {
   let line = statusLines.get(status);
@@ -285,9 +300,40 @@ export function createGateway(opts: GatewayOptions): Gateway {
     return value;
   }
 
+  /**
+   * A request no route takes as it is: OPTIONS (a CORS preflight, or a plain question) answers
+   * 204 with the path's methods; a known path with another method stays 404 route_not_found (the
+   * spec's code for it) but names the methods the path takes.
+   */
+  function unrouted(inc: Incoming): Out {
+    const methods = methodsAt(inc.path);
+    if (methods.length === 0) return errorOut(new ApiError('route_not_found'), inc);
+    const allow = [...methods, ...(methods.includes('GET') ? ['HEAD'] : []), 'OPTIONS'].join(', ');
+    if (inc.method !== 'OPTIONS') {
+      const message = `No route for ${inc.method} ${inc.path}; it takes ${allow}.`;
+      const out = errorOut(new ApiError('route_not_found', { message }), inc);
+      return { ...out, headers: { ...out.headers, allow } };
+    }
+    const headers: Record<string, string> = { allow };
+    if (inc.headers.origin !== undefined && inc.headers['access-control-request-method'] !== undefined) {
+      headers['access-control-allow-methods'] = allow;
+      headers['access-control-allow-headers'] = corsRequestHeaders;
+      headers['access-control-max-age'] = corsMaxAgeSeconds;
+    }
+    return { status: 204, headers, text: undefined, contentType: jsonType, code: undefined };
+  }
+
+  /** The methods some route takes at this path (OPTIONS and wrong-method answers only). */
+  function methodsAt(path: string): string[] {
+    const out: string[] = [];
+    for (const m of knownMethods) if (router.find(m, path) !== null) out.push(m);
+    return out;
+  }
+
   function run(inc: Incoming): Out | Promise<Out> {
-    const match = router.find(inc.method, inc.path);
-    if (match === null) return errorOut(new ApiError('route_not_found'), inc);
+    // HEAD is GET without the body (the writer leaves it out).
+    const match = router.find(inc.method === 'HEAD' ? 'GET' : inc.method, inc.path);
+    if (match === null) return unrouted(inc);
     const entry = match.value;
     inc.entry = entry;
     if (entry.raw !== null) {
@@ -585,7 +631,10 @@ export function createGateway(opts: GatewayOptions): Gateway {
     if (out.text !== undefined) res.writeHeader('content-type', out.contentType);
     const h = out.headers;
     if (h !== null) for (const k in h) res.writeHeader(k, h[k]!);
-    res.end(out.text, corkClose);
+    const origin = x.inc.headers.origin;
+    if (origin !== undefined) writeCors(res, origin);
+    if (x.inc.method === 'HEAD') res.endWithoutBody(out.text === undefined ? 0 : Buffer.byteLength(out.text), corkClose);
+    else res.end(out.text, corkClose);
   }
 
   const app = uWS.App();

@@ -189,8 +189,18 @@ t.test('events', async (t) => {
     );
     t.equal(k.status, 201);
     const pub = anon.with({ authorization: `Bearer ${k.body.token}`, origin: 'https://game.example' });
+    // What a browser does first: a preflight without credentials.
+    const preflight = await anon.request('OPTIONS', '/v1/events', undefined, {
+      origin: 'https://game.example',
+      'access-control-request-method': 'POST',
+      'access-control-request-headers': 'authorization, content-type',
+    });
+    t.equal(preflight.status, 204);
+    t.equal(preflight.headers.get('access-control-allow-origin'), 'https://game.example');
+    t.match(preflight.headers.get('access-control-allow-headers'), /Authorization/);
     const ok = await pub.post('/v1/events', { ...event('pub-1'), name: 'page.viewed' });
     t.equal(ok.status, 202);
+    t.equal(ok.headers.get('access-control-allow-origin'), 'https://game.example', 'the browser may read the answer');
     const notAllowed = await pub.post('/v1/events', event('pub-2'));
     t.equal(notAllowed.status, 403);
     t.equal(notAllowed.body.error.code, 'event_requires_secret_key', 'an event the key may not send needs a secret key');

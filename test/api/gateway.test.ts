@@ -349,7 +349,7 @@ async function call(
   } catch {
     json = undefined;
   }
-  if (res.status >= 400 && path !== '/readyz') {
+  if (res.status >= 400 && path !== '/readyz' && method !== 'HEAD') {
     // Every error: the exact wire shape, request_id equal to the header (a replay keeps the
     // stored body byte for byte, so it names the original request).
     const e = (json as { error: Record<string, unknown> }).error;
@@ -380,6 +380,60 @@ t.test('route_not_found for unknown paths and methods, with Request-Id', async (
     t.equal(r.json.error.code, 'route_not_found');
     t.equal(r.json.error.type, 'not_found');
   }
+});
+
+t.test('a known path with a method it does not take: 404 route_not_found naming the methods, with Allow', async (t) => {
+  const r = await call('PUT', '/v1/things');
+  t.equal(r.status, 404);
+  t.equal(r.json.error.code, 'route_not_found');
+  t.equal(r.headers.get('allow'), 'GET, POST, HEAD, OPTIONS');
+  t.match(r.json.error.message, 'it takes GET, POST, HEAD, OPTIONS');
+  t.equal((await call('PUT', '/v1/nope')).headers.get('allow'), null, 'an unknown path names none');
+});
+
+t.test('OPTIONS answers the methods of a path; a CORS preflight gets what a browser needs', async (t) => {
+  const plain = await call('OPTIONS', '/v1/things/t1', { auth: null });
+  t.equal(plain.status, 204);
+  t.equal(plain.headers.get('allow'), 'GET, PATCH, DELETE, HEAD, OPTIONS');
+  t.equal(plain.headers.get('access-control-allow-origin'), null, 'no Origin, no CORS headers');
+  const pre = await call('OPTIONS', '/v1/things', {
+    auth: null,
+    headers: { origin: 'https://shop.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' },
+  });
+  t.equal(pre.status, 204, 'a preflight needs no credentials');
+  t.equal(pre.headers.get('access-control-allow-origin'), 'https://shop.example');
+  t.equal(pre.headers.get('access-control-allow-methods'), 'GET, POST, HEAD, OPTIONS');
+  t.match(pre.headers.get('access-control-allow-headers'), /Authorization.*Content-Type.*Idempotency-Key/);
+  t.equal(pre.headers.get('access-control-max-age'), '600');
+  t.equal(pre.headers.get('vary'), 'Origin');
+  const unknown = await call('OPTIONS', '/v1/nope', { auth: null, headers: { origin: 'https://shop.example', 'access-control-request-method': 'GET' } });
+  t.equal(unknown.status, 404, 'an unknown path is still route_not_found');
+});
+
+t.test('a response to a request with an Origin names it and exposes Request-Id and ETag; errors too', async (t) => {
+  const origin = { origin: 'https://shop.example' };
+  const ok = await call('GET', '/v1/things/t1', { headers: origin });
+  t.equal(ok.status, 200);
+  t.equal(ok.headers.get('access-control-allow-origin'), 'https://shop.example');
+  t.match(ok.headers.get('access-control-expose-headers'), /Request-Id.*ETag/);
+  t.equal(ok.headers.get('access-control-allow-credentials'), null, 'bearer tokens only: never credentials');
+  const denied = await call('GET', '/v1/things/t1', { auth: null, headers: origin });
+  t.equal(denied.status, 401);
+  t.equal(denied.headers.get('access-control-allow-origin'), 'https://shop.example', 'a browser can read the error');
+  const none = await call('GET', '/v1/things/t1');
+  t.equal(none.headers.get('access-control-allow-origin'), null);
+});
+
+t.test('HEAD is GET without the body', async (t) => {
+  const get = await call('GET', '/healthz', { auth: null });
+  const head = await call('HEAD', '/healthz', { auth: null });
+  t.equal(head.status, 200);
+  t.equal(head.text, '');
+  t.equal(head.headers.get('content-length'), String(Buffer.byteLength(get.text)), 'the length GET would send');
+  const list = await call('HEAD', '/v1/things/t1');
+  t.equal(list.status, 200);
+  t.equal(list.text, '');
+  t.equal((await call('HEAD', '/v1/things/t1', { auth: null })).status, 401, 'with the same checks as GET');
 });
 
 t.test('healthz and readyz', async (t) => {
