@@ -62,7 +62,7 @@ export type ReplyView =
 
 export type CallResult =
   | { ok: true; reply: ReplyView }
-  | { ok: false; code: ErrorCode; message?: string; param?: string; retryAfterSeconds?: number }
+  | { ok: false; code: ErrorCode; message?: string; param?: string; retryAfterSeconds?: number; currentVersion?: number }
   /** The target lives elsewhere (merged customer, alias of a customer on another partition). */
   | { ok: 'redirect'; customerId: string };
 
@@ -496,7 +496,7 @@ export class Partition {
     }
     if ((cmd.kind === 'customer.create' || cmd.kind === 'event.record' || cmd.kind === 'match.admit') && call.target.by === 'key') {
       const d = decide(null, cmd, this.ctx(call));
-      if (!d.ok) return this.reply({ ok: false, code: d.code, message: d.message, param: d.param }, null, resolve);
+      if (!d.ok) return this.reply(refusal(d), null, resolve);
       let actor: Actor | null = null;
       for (const f of d.facts) {
         if (actor === null) actor = this.install(evolve(null, f), false);
@@ -538,7 +538,7 @@ export class Partition {
     }
     if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
     const d = decide(state, cmd, this.ctx(call));
-    if (!d.ok) return this.reply({ ok: false, code: d.code, message: d.message, param: d.param }, actor, resolve);
+    if (!d.ok) return this.reply(refusal(d), actor, resolve);
     if (d.facts.length > 0) {
       for (const f of d.facts) {
         evolve(state, f);
@@ -892,6 +892,13 @@ const snapshotLoadBatch = 2000;
 const unbound = '';
 
 const notFound: CallResult = { ok: false, code: 'resource_not_found', message: 'No customer with this id.', param: 'id' };
+/** A decision's refusal as a call's answer (currentVersion only where the decision set one: stale_write). */
+function refusal(d: Extract<ReturnType<typeof decide>, { ok: false }>): CallResult {
+  const r: CallResult = { ok: false, code: d.code, message: d.message, param: d.param };
+  if (d.currentVersion !== undefined) r.currentVersion = d.currentVersion;
+  return r;
+}
+
 /** A batch the journal's encoding refused (beginFlush): nothing of it was written or kept. */
 const unwritable: CallResult = { ok: false, code: 'internal_error', message: 'The change could not be written to the journal; nothing was applied.' };
 

@@ -336,7 +336,7 @@ export function mergeHandover(state: CustomerState): MergeHandover {
 
 export type Decision =
   | { ok: true; facts: Fact[]; reply: Reply }
-  | { ok: false; code: ErrorCode; message?: string; param?: string };
+  | { ok: false; code: ErrorCode; message?: string; param?: string; currentVersion?: number };
 
 const noFacts: Fact[] = [];
 
@@ -347,6 +347,11 @@ function eventsToErase(state: CustomerState, erased: number): Decision {
 
 function fail(code: ErrorCode, message?: string, param?: string): Decision {
   return { ok: false, code, message, param };
+}
+
+/** stale_write with the version the caller should have named (the answer's details.current_version). */
+function stale(version: number): Decision {
+  return { ok: false, code: 'stale_write', message: `The customer is at version ${version}.`, currentVersion: version };
 }
 
 export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Decision {
@@ -389,7 +394,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       return { ok: true, facts: noFacts, reply: { kind: 'customer', customer: state } };
     case 'customer.update': {
       if (cmd.expectedVersion !== null && cmd.expectedVersion !== state.version) {
-        return fail('stale_write', `The customer is at version ${state.version}.`);
+        return stale(state.version);
       }
       const attributes = mergeAttributes(state.attributes, cmd.attributes);
       if (Object.keys(attributes).length > limits.attributeKeysMax) {
@@ -407,7 +412,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     }
     case 'customer.delete':
       if (cmd.expectedVersion !== undefined && cmd.expectedVersion !== state.version) {
-        return fail('stale_write', `The customer is at version ${state.version}.`);
+        return stale(state.version);
       }
       if (state.events.size > cmd.eventsErased) return eventsToErase(state, cmd.eventsErased);
       return {

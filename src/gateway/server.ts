@@ -159,13 +159,11 @@ const unstorableTextMessage = 'Strings and keys may not contain U+0000 or an unp
 /** A body checkBody refused (util/body-check.ts): too deep, or holding text PostgreSQL cannot store. */
 function badBody(value: unknown): ApiError {
   if (checkBody(value, limits.jsonDepthMax) === 'too_deep') {
-    return new ApiError('validation_failed', { message: `A request body nests objects and arrays at most ${limits.jsonDepthMax} levels deep.` });
+    const message = `A request body nests objects and arrays at most ${limits.jsonDepthMax} levels deep.`;
+    return new ApiError('validation_failed', { message, param: 'body', details: [{ param: 'body', message }] });
   }
-  const at = unstorableTextPath(value);
-  return new ApiError('validation_failed', {
-    message: unstorableTextMessage,
-    ...(at ? { param: at } : {}),
-  });
+  const param = unstorableTextPath(value) ?? 'body';
+  return new ApiError('validation_failed', { message: unstorableTextMessage, param, details: [{ param, message: unstorableTextMessage }] });
 }
 
 /** application/json with optional parameters (charset); nothing else. */

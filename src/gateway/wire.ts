@@ -44,6 +44,7 @@ export function unwrap(result: CallResult): Extract<CallResult, { ok: true }>['r
     message: result.message,
     param: result.param,
     retryAfterSeconds: result.retryAfterSeconds,
+    details: result.currentVersion === undefined ? undefined : { current_version: result.currentVersion },
   });
 }
 

@@ -41,6 +41,9 @@ t.test('customers', async (t) => {
     const stale = await api.patch(`/v1/customers/${c.id}`, { attributes: { level: 6 } }, { 'if-match': '"1"' });
     t.equal(stale.status, 409);
     t.equal(stale.body.error.code, 'stale_write');
+    t.same(stale.body.error.details, { current_version: 2 }, 'the version to read again, as on every other resource');
+    const staleBody = await api.patch(`/v1/customers/${c.id}`, { attributes: { level: 6 }, expected_version: 1 });
+    t.same(staleBody.body.error.details, { current_version: 2 });
     const rm = await api.patch(`/v1/customers/${c.id}`, { attributes: { vip: null }, expected_version: 2 });
     t.same(rm.body.attributes, { level: 5 });
     const bad = await api.patch(`/v1/customers/${c.id}`, { attributes: 'nope' });
@@ -305,6 +308,7 @@ t.test('customers', async (t) => {
     await api.post('/v1/events', { id: 'd-1', name: 'app.opened', customer_id: 'gone@example.com', occurred_at: now(), properties: { ip: '1.2.3.4' } });
     const stale = await api.delete(`/v1/customers/${c.id}`, { 'if-match': '"7"' });
     t.same({ status: stale.status, code: stale.body.error.code }, { status: 409, code: 'stale_write' }, 'If-Match naming another version');
+    t.same(stale.body.error.details, { current_version: 1 });
     t.equal((await api.get(`/v1/customers/${c.id}`)).status, 200, 'nothing erased');
     const d = await api.delete(`/v1/customers/${c.id}`, { 'if-match': '"1"' });
     t.equal(d.status, 204, 'If-Match naming its version');

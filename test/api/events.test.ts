@@ -43,6 +43,7 @@ t.test('events', async (t) => {
       t.equal(r.status, 400, `${n} arrays inside properties`);
       t.equal(r.body.error.code, 'validation_failed');
       t.match(r.body.error.message, /at most 64 levels/);
+      t.match(r.body.error, { param: 'body', details: [{ param: 'body', message: /at most 64 levels/ }] }, 'details like every validation_failed');
     }
     // 3,000 levels of arrays in one event used to overflow the journal's msgpack encoder and end the process.
     const deepRule = await tenant.admin.post('/v1/rules', { name: 'deep', definition: { schema: 'service.rule/v2', conditions: arrays(2000) } }, idem());
@@ -62,6 +63,7 @@ t.test('events', async (t) => {
       const r = await api.post('/v1/events', body);
       t.equal(r.status, 400, what);
       t.match(r.body.error, { code: 'validation_failed', param, message: /U\+0000 or an unpaired surrogate/ }, what);
+      t.match(r.body.error.details, [{ param }], `${what}: details`);
     }
     const currency = await api.post('/v1/currencies', { key: 'txt', name: 'Coins\u0000' }, idem());
     t.match([currency.status, currency.body.error?.param], [400, 'name'], 'a catalog name (was a 500)');

@@ -494,7 +494,10 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         // first), and again by the delete itself.
         const expected = expectedVersion(ctx.headers);
         if (expected !== undefined && expected !== before.version) {
-          throw new ApiError('stale_write', { message: `The customer is at version ${before.version}.` });
+          throw new ApiError('stale_write', {
+            message: `The customer is at version ${before.version}.`,
+            details: { current_version: before.version },
+          });
         }
         // Customers merged into this one hold personal data too (their external id, attributes,
         // event properties): erased with it, and those merged into them in turn. First, so that a
