@@ -455,8 +455,8 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
           database: db,
           journal,
           workers,
-          partitions_owned: String(placement.ownedCount),
-          partitions_recovering: String(placement.recoveringCount),
+          partitions_owned: placement.ownedCount,
+          partitions_recovering: placement.recoveringCount,
         },
       };
     },

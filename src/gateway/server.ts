@@ -51,7 +51,7 @@ export interface GatewayOptions {
    */
   idempotencyStaleAfterMs?: number;
   logger: Logger;
-  ready: () => Promise<{ ok: boolean; checks: Record<string, boolean | string> }>;
+  ready: () => Promise<{ ok: boolean; checks: Record<string, boolean | number | string> }>;
   /** How long close() waits for in-flight requests. Default 10 s. */
   drainTimeoutMs?: number;
   openapiInfo?: { title?: string; version?: string };
@@ -216,7 +216,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
     router.add('GET', path, { route: null, raw, observer: new HttpObserver('GET', path) });
   addRaw('/healthz', () => jsonOut(200, { status: 'ok' }));
   addRaw('/readyz', async () => {
-    let result: { ok: boolean; checks: Record<string, boolean | string> };
+    let result: { ok: boolean; checks: Record<string, boolean | number | string> };
     try {
       result = await opts.ready();
     } catch (err) {

@@ -83,7 +83,7 @@ export async function waitReady(server: ServerProcess, timeoutMs: number): Promi
 export async function partitionsOwned(server: ServerProcess): Promise<number> {
   try {
     const r = await fetch(`http://127.0.0.1:${server.port}/readyz`);
-    const body = (await r.json()) as { checks?: { partitions_owned?: string } };
+    const body = (await r.json()) as { checks?: { partitions_owned?: number } };
     return Number(body.checks?.partitions_owned ?? 0);
   } catch {
     return -1;
