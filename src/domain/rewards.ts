@@ -289,9 +289,12 @@ export function takeOver(state: RewardsState, handed: RewardsState, fromId: stri
   return facts;
 }
 
+/** A reward's expiry_after: `<n>d` (days) or `<n>h` (hours), n a positive integer of at most 6 digits. */
+export const expiryAfterPattern = /^([1-9][0-9]{0,5})([dh])$/;
+
 /** Parses `<n>d` or `<n>h` (n a positive integer) into milliseconds; null when malformed. */
 export function parseExpiryAfter(s: string): number | null {
-  const m = /^([1-9][0-9]{0,5})([dh])$/.exec(s);
+  const m = expiryAfterPattern.exec(s);
   if (m === null) return null;
   const n = Number(m[1]);
   return n * (m[2] === 'd' ? 86_400_000 : 3_600_000);

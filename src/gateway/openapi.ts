@@ -1,11 +1,13 @@
 // Builds the OpenAPI 3.1 document served at GET /v1/openapi.json from the RouteDefs: the SAME zod
 // schemas that validate requests describe them (z.toJSONSchema, input shape for requests, output
-// shape for responses), so the document cannot drift from the code. The Error schema's code enum
+// shape for responses), so the document cannot drift from the code. Response bodies come from
+// wire-schemas.ts (test/api/openapi-responses.test.ts holds the real answers to them); If-Match,
+// ETag and Idempotent-Replayed are declared from the route's flags. The Error schema's code enum
 // is the whole error table. Pure and deterministic; the server builds it once and caches it.
 import { z } from 'zod';
-import { errorTable } from '../errors/codes.js';
 import { limits } from '../limits.js';
 import type { AnyRoute } from './route.js';
+import { apiErrorBody } from './wire-schemas.js';
 
 type JsonSchema = Record<string, unknown>;
 type Io = 'input' | 'output';
@@ -19,6 +21,7 @@ export interface OpenApiDocument {
     securitySchemes: Record<string, unknown>;
     schemas: Record<string, JsonSchema>;
     responses: Record<string, unknown>;
+    headers: Record<string, unknown>;
   };
   tags: Array<{ name: string }>;
 }
@@ -36,35 +39,19 @@ function operationId(method: string, pattern: string): string {
   return `${method.toLowerCase()}_${parts.join('_')}`;
 }
 
-const errorTypes = [...new Set(Object.values(errorTable).map((e) => e.type))];
-
+/** components.schemas.Error, from the same zod schema a batch item's error uses (wire-schemas.ts). */
 export function errorSchema(): JsonSchema {
-  return {
-    type: 'object',
-    required: ['error'],
-    additionalProperties: false,
-    properties: {
-      error: {
-        type: 'object',
-        required: ['code', 'type', 'message', 'request_id'],
-        additionalProperties: false,
-        properties: {
-          code: { type: 'string', enum: Object.keys(errorTable) },
-          type: { type: 'string', enum: errorTypes },
-          message: { type: 'string', description: 'For people; may change. Match on code.' },
-          param: {
-            type: 'string',
-            description: 'The first failing field, e.g. events[3].occurred_at, or a header name.',
-          },
-          details: {
-            description: 'validation_failed: [{param, message}] for every issue; other codes: code-specific.',
-          },
-          request_id: { type: 'string', description: 'Same as the Request-Id response header.' },
-        },
-      },
-    },
-  };
+  const out = z.toJSONSchema(apiErrorBody, { io: 'output', unrepresentable: 'any' }) as JsonSchema;
+  delete out.$schema;
+  return out;
 }
+
+/** Response headers, declared once in components.headers. */
+const headerRefs = {
+  requestId: { $ref: '#/components/headers/Request-Id' },
+  etag: { $ref: '#/components/headers/ETag' },
+  replayed: { $ref: '#/components/headers/Idempotent-Replayed' },
+};
 
 class SchemaConverter {
   readonly components: Record<string, JsonSchema> = {};
@@ -86,7 +73,10 @@ class SchemaConverter {
     for (const [name, def] of Object.entries(defs)) {
       const existing = this.components[name];
       let target = name;
-      if (existing !== undefined && JSON.stringify(existing) !== JSON.stringify(def)) {
+      // A stored component's refs are rewritten already: compare this one as it will be stored, so
+      // a named schema nesting another (EventEvaluated holds Effect) is one component, not two.
+      const stored = JSON.stringify(def).replaceAll('"#/$defs/', '"#/components/schemas/');
+      if (existing !== undefined && JSON.stringify(existing) !== stored) {
         target = `${name}${io === 'input' ? 'Input' : 'Output'}`;
       }
       renames.set(name, target);
@@ -163,6 +153,17 @@ export function buildOpenApiDocument(
         schema: { type: 'string', minLength: 1, maxLength: limits.idempotencyKeyCharsMax },
       });
     }
+    if (r.ifMatch === true) {
+      parameters.push({
+        name: 'If-Match',
+        in: 'header',
+        required: false,
+        description:
+          'A safe edit: the ETag of the version read, e.g. "3" (or *). Another version is 409 stale_write ' +
+          '(details.current_version); absent, the change is unconditional.',
+        schema: { type: 'string' },
+      });
+    }
     if (r.auth.kind === 'credential' && (r.auth.allow.includes('pat') || r.auth.allow.includes('session'))) {
       parameters.push({
         name: 'X-Service-Environment',
@@ -186,6 +187,11 @@ export function buildOpenApiDocument(
     const responses: Record<string, unknown> = {};
     for (const [status, res] of Object.entries(r.responses)) {
       const entry: Record<string, unknown> = { description: res.description };
+      const headers: Record<string, unknown> = { 'Request-Id': headerRefs.requestId };
+      if (res.etag === true) headers.ETag = headerRefs.etag;
+      // A repeat with the same Idempotency-Key replays the stored answer, marked so.
+      if (r.idempotent === true) headers['Idempotent-Replayed'] = headerRefs.replayed;
+      entry.headers = headers;
       if (res.schema !== undefined) {
         entry.content = { 'application/json': { schema: conv.convert(res.schema, 'output') } };
       }
@@ -215,7 +221,8 @@ export function buildOpenApiDocument(
       version: info.version ?? '1.0.0',
       description:
         'Errors share one shape (components.schemas.Error); match on error.code. Every response ' +
-        'carries a Request-Id header. Creating POSTs take an Idempotency-Key header.',
+        'carries a Request-Id header. Creating POSTs take an Idempotency-Key header. A versioned ' +
+        'resource answers ETag: "<version>"; the edits that declare If-Match take it back for a safe edit.',
     },
     servers: [{ url: '/' }],
     paths,
@@ -226,10 +233,22 @@ export function buildOpenApiDocument(
         Error: {
           description: 'An error; the status comes from error.code.',
           headers: {
-            'Request-Id': { schema: { type: 'string' } },
+            'Request-Id': headerRefs.requestId,
             'Retry-After': { schema: { type: 'integer' }, description: 'Seconds to wait before resending unchanged.' },
+            'Idempotent-Replayed': headerRefs.replayed,
           },
           content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+        },
+      },
+      headers: {
+        'Request-Id': { description: 'The id of this request (req_...); every response carries it.', schema: { type: 'string' } },
+        ETag: {
+          description: 'The version of the resource answered, as a strong ETag ("<version>"); send it back in If-Match for a safe edit.',
+          schema: { type: 'string', pattern: '^"[0-9]+"$' },
+        },
+        'Idempotent-Replayed': {
+          description: 'true when the answer is the stored one of an earlier request with the same Idempotency-Key.',
+          schema: { type: 'string', enum: ['true'] },
         },
       },
     },

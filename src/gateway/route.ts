@@ -71,8 +71,16 @@ export interface RouteDef<B = unknown, Q = unknown> {
    * mint answers customer_token: null on a replay, rule 4). Must not mutate its argument.
    */
   replayTransform?: (body: unknown) => unknown;
-  /** Documented success responses, for OpenAPI. */
-  responses: Record<number, { description: string; schema?: z.ZodType }>;
+  /**
+   * The route honours If-Match (a safe edit: 409 stale_write when it names another version);
+   * OpenAPI declares the header. Documentation only: the handler reads it.
+   */
+  ifMatch?: boolean;
+  /**
+   * Documented success responses, for OpenAPI: `schema` is the body (every 2xx but 204 has one),
+   * `etag` says the answer carries ETag: "<version>" (set by the handler).
+   */
+  responses: Record<number, { description: string; schema?: z.ZodType; etag?: boolean }>;
   handler: (ctx: RequestContext<B, Q>) => Promise<Reply> | Reply;
 }
 

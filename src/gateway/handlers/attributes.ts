@@ -4,6 +4,7 @@ import { type AttributeCatalog, type AttributeDefinition, attributeTypes } from 
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
+import { attributeDefinitionSchema, pageOf } from '../wire-schemas.js';
 
 const createBody = z.strictObject({
   key: z
@@ -14,16 +15,6 @@ const createBody = z.strictObject({
   type: z.enum(attributeTypes),
   description: z.string().max(500).nullable().optional(),
   pii: z.boolean().default(false).describe('Personal data: erased with the customer, listed in exports.'),
-});
-
-const definitionSchema = z.object({
-  id: z.string(),
-  key: z.string(),
-  type: z.enum(attributeTypes),
-  description: z.string().nullable(),
-  pii: z.boolean(),
-  created_at: z.string(),
-  updated_at: z.string(),
 });
 
 function wire(d: AttributeDefinition) {
@@ -48,7 +39,7 @@ export function attributeRoutes(deps: { attributes: AttributeCatalog }): AnyRout
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customers:read'], allow: ['secret', 'pat', 'session'] },
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of attribute definitions.' } },
+      responses: { 200: { description: 'A page of attribute definitions.', schema: pageOf(attributeDefinitionSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx);
         const rows = await deps.attributes.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
@@ -63,7 +54,7 @@ export function attributeRoutes(deps: { attributes: AttributeCatalog }): AnyRout
       auth: { kind: 'credential', scopes: ['customers:write'], allow: ['secret', 'pat', 'session'] },
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The attribute definition.', schema: definitionSchema } },
+      responses: { 201: { description: 'The attribute definition.', schema: attributeDefinitionSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const d = await deps.attributes.create(environmentIdOf(ctx.principal), ctx.body);
         return { status: 201, body: wire(d) };

@@ -11,6 +11,7 @@ import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
+import { campaignSchema, pageOf } from '../wire-schemas.js';
 
 export interface CampaignDeps {
   campaigns: CampaignCatalog;
@@ -87,7 +88,8 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       tag: 'Campaigns',
       auth: writeAuth,
       body: emptyBody,
-      responses: { 200: { description: 'The campaign.' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The campaign.', schema: campaignSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof emptyBody>>) =>
         reply(await campaigns.transition(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), op)),
     });
@@ -100,7 +102,7 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       auth: writeAuth,
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The campaign (ETag = version).' } },
+      responses: { 201: { description: 'The campaign.', schema: campaignSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
         const c = await campaigns.create(environmentIdOf(ctx.principal), {
@@ -121,7 +123,7 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       tag: 'Campaigns',
       auth: readAuth,
       query: listQuery,
-      responses: { 200: { description: 'A page of campaigns.' } },
+      responses: { 200: { description: 'A page of campaigns.', schema: pageOf(campaignSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
         const page = pageRequest(ctx);
         await deps.drainProjector();
@@ -139,7 +141,7 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       summary: 'Read a campaign with its budgets and spent amounts (ETag = version)',
       tag: 'Campaigns',
       auth: readAuth,
-      responses: { 200: { description: 'The campaign.' } },
+      responses: { 200: { description: 'The campaign.', schema: campaignSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         await deps.drainProjector();
         return reply(await campaigns.get(environmentIdOf(ctx.principal), ctx.params.id ?? ''));
@@ -152,7 +154,8 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       tag: 'Campaigns',
       auth: writeAuth,
       body: patchBody,
-      responses: { 200: { description: 'The campaign.' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The campaign.', schema: campaignSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const b = ctx.body;
         const patch: CampaignPatch = {};
@@ -171,6 +174,7 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       summary: 'Delete a campaign (not while active: 409 invalid_state; not while a non-archived rule names it: 409 resource_in_use)',
       tag: 'Campaigns',
       auth: writeAuth,
+      ifMatch: true,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
         await campaigns.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));

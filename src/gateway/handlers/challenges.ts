@@ -25,6 +25,7 @@ import { customerTarget, iso, unwrap } from '../wire.js';
 import type { CampaignGate } from '../../domain/campaigns.js';
 import { effectWire } from './events.js';
 import { namesOneOf } from '../validation.js';
+import { challengeSchema, enrollmentSchema, pageOf, progressRevokedSchema, progressSchema, reevaluationSchema } from '../wire-schemas.js';
 
 const timestamp = z.iso.datetime({ offset: true });
 const status = z.enum(challengeStatuses as [string, ...string[]]);
@@ -255,7 +256,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       auth: writeAuth,
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The challenge (ETag = version).' } },
+      responses: { 201: { description: 'The challenge.', schema: challengeSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
         await checkCampaign(deps, environmentIdOf(ctx.principal), b.campaign_id);
@@ -283,7 +284,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       tag: 'Challenges',
       auth: readAuth,
       query: listQuery,
-      responses: { 200: { description: 'A page of challenges.' } },
+      responses: { 200: { description: 'A page of challenges.', schema: pageOf(challengeSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
         const page = pageRequest(ctx);
         const rows = await deps.challenges.list(environmentIdOf(ctx.principal), {
@@ -300,7 +301,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       summary: 'Read a challenge',
       tag: 'Challenges',
       auth: readAuth,
-      responses: { 200: { description: 'The challenge (ETag = version).' } },
+      responses: { 200: { description: 'The challenge.', schema: challengeSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         const c = await deps.challenges.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
         return { status: 200, body: challengeWire(c), headers: etagHeader(c.version) };
@@ -313,7 +314,8 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       tag: 'Challenges',
       auth: writeAuth,
       body: patchBody,
-      responses: { 200: { description: 'The challenge (ETag = version).' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The challenge.', schema: challengeSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const b = ctx.body;
         await checkCampaign(deps, environmentIdOf(ctx.principal), b.campaign_id);
@@ -345,6 +347,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       summary: 'Delete a draft or ended challenge (active or paused: end it first)',
       tag: 'Challenges',
       auth: writeAuth,
+      ifMatch: true,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
         await deps.challenges.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));
@@ -358,7 +361,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       tag: 'Challenges',
       auth: readAuth,
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of enrollments {challenge_id, customer_id, enrolled_at}.' } },
+      responses: { 200: { description: 'A page of enrollments.', schema: pageOf(enrollmentSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');
@@ -378,7 +381,10 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       tag: 'Challenges',
       auth: writeAuth,
       body: enrollBody,
-      responses: { 201: { description: 'The enrollment.' }, 200: { description: 'Already enrolled: the enrollment.' } },
+      responses: {
+        201: { description: 'The enrollment.', schema: enrollmentSchema },
+        200: { description: 'Already enrolled: the enrollment.', schema: enrollmentSchema },
+      },
       handler: async (ctx: RequestContext<z.infer<typeof enrollBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');
@@ -413,8 +419,8 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       query: progressQuery,
       responses: {
         200: {
-          description:
-            'A page of progress records {challenge_id, customer_id, period_key, cycle, count, target, status, contributions[], completed_at, updated_at}; contributions is [] for a challenge without contribution_key.',
+          description: 'A page of progress records (one per customer, period and cycle).',
+          schema: pageOf(progressSchema),
         },
       },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof progressQuery>>) => {
@@ -441,7 +447,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       tag: 'Challenges',
       auth: writeAuth,
       body: revokeBody,
-      responses: { 200: { description: 'The progress record after the revoke, with audit_entry_id.' } },
+      responses: { 200: { description: 'The progress record after the revoke, with audit_entry_id.', schema: progressRevokedSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof revokeBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');
@@ -466,7 +472,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       tag: 'Challenges',
       auth: writeAuth,
       body: reevaluateBody,
-      responses: { 200: { description: '{completed (integer: completions made, 0 or 1), reason, effects[], progress, audit_entry_id}' } },
+      responses: { 200: { description: 'What the reevaluation did (completed: completions made, 0 or 1), with audit_entry_id.', schema: reevaluationSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof reevaluateBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');

@@ -13,6 +13,7 @@ import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
 import { eventNamePattern } from './events.js';
+import { counterDefinitionSchema, pageOf } from '../wire-schemas.js';
 
 // Shapes only: the window and the filter are checked by the domain so errors name the wire path.
 const createBody = z.strictObject({
@@ -66,7 +67,7 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       auth: writeAuth,
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The counter definition.' } },
+      responses: { 201: { description: 'The counter definition (status backfilling or ready).', schema: counterDefinitionSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const b = ctx.body;
@@ -81,7 +82,7 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       tag: 'Counters',
       auth: readAuth,
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of counter definitions.' } },
+      responses: { 200: { description: 'A page of counter definitions.', schema: pageOf(counterDefinitionSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx);
         const rows = await deps.counters.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
@@ -94,7 +95,7 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       summary: 'Read a counter definition',
       tag: 'Counters',
       auth: readAuth,
-      responses: { 200: { description: 'The counter definition.' } },
+      responses: { 200: { description: 'The counter definition.', schema: counterDefinitionSchema } },
       handler: async (ctx: RequestContext) => {
         const c = await deps.counters.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
         return { status: 200, body: counterWire(c) };
@@ -106,6 +107,7 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       summary: 'Delete a counter definition (409 resource_in_use while a non-archived rule or a challenge not ended reads it)',
       tag: 'Counters',
       auth: writeAuth,
+      ifMatch: true,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
         await deps.counters.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));
@@ -119,8 +121,8 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       tag: 'Counters',
       auth: writeAuth,
       responses: {
-        200: { description: 'The ready counter definition.' },
-        202: { description: 'The backfill runs as a job; the definition is still backfilling.' },
+        200: { description: 'The ready counter definition.', schema: counterDefinitionSchema },
+        202: { description: 'The backfill runs as a job; the definition is still backfilling.', schema: counterDefinitionSchema },
       },
       handler: async (ctx: RequestContext) => {
         const env = ctx.principal.environment;

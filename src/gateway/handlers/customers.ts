@@ -21,10 +21,21 @@ import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
 import { aliasWire, balanceWire, customerWire, iso, ledgerEntryWire, unwrap } from '../wire.js';
+import {
+  aliasAddedSchema,
+  balancesSchema,
+  clientTokenSchema,
+  customerExportSchema,
+  customerSchema,
+  customerSessionSchema,
+  customerStateSchema,
+  pageOf,
+} from '../wire-schemas.js';
 
 const attributesSchema = z
   .record(z.string().min(1).max(128), z.unknown())
-  .refine((a) => Object.keys(a).length <= limits.attributeKeysMax, `At most ${limits.attributeKeysMax} attributes.`);
+  .refine((a) => Object.keys(a).length <= limits.attributeKeysMax, `At most ${limits.attributeKeysMax} attributes.`)
+  .meta({ maxProperties: limits.attributeKeysMax });
 
 const createBody = z.strictObject({
   external_id: z.string().min(1).max(limits.externalIdCharsMax),
@@ -55,16 +66,6 @@ const sessionBody = z.strictObject({
   ttl_seconds: ttlSeconds,
 });
 const clientTokenBody = z.strictObject({ ttl_seconds: ttlSeconds });
-
-const customerSchema = z.object({
-  id: z.string(),
-  external_id: z.string().nullable(),
-  attributes: z.record(z.string(), z.unknown()),
-  version: z.number().int(),
-  deleted_at: z.string().nullable(),
-  created_at: z.string(),
-  updated_at: z.string(),
-});
 
 export interface CustomerReadModel {
   listCustomers(
@@ -388,7 +389,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customers:read'], allow: [...read] },
       query: listQuery,
-      responses: { 200: { description: 'A page of customers.' } },
+      responses: { 200: { description: 'A page of customers.', schema: pageOf(customerSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
         const env = environmentIdOf(ctx.principal);
         const page = pageRequest(ctx);
@@ -428,7 +429,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The customer.', schema: customerSchema } },
+      responses: { 201: { description: 'The customer.', schema: customerSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const env = environmentIdOf(ctx.principal);
         await deps.checkAttributes(env, ctx.body.attributes);
@@ -447,7 +448,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       summary: 'Read a customer',
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customers:read'], allow: [...readOrCustomer] },
-      responses: { 200: { description: 'The customer (ETag = version).', schema: customerSchema } },
+      responses: { 200: { description: 'The customer.', schema: customerSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
@@ -463,7 +464,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
       body: patchBody,
-      responses: { 200: { description: 'The customer.', schema: customerSchema } },
+      ifMatch: true,
+      responses: { 200: { description: 'The customer.', schema: customerSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const expected = expectedVersion(ctx.headers, ctx.body.expected_version) ?? null;
@@ -485,6 +487,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       summary: 'Delete a customer: erases personal data, keeps ids and amounts for ledger integrity',
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
+      ifMatch: true,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
@@ -525,7 +528,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       summary: "The customer's state: balances, tiers, segments, counters, challenges, issuances, aliases",
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customers:read'], allow: [...readOrCustomer] },
-      responses: { 200: { description: 'The state view.' } },
+      responses: { 200: { description: 'The state view.', schema: customerStateSchema } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
@@ -540,7 +543,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       summary: "The customer's balances per currency",
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['ledger:read'], allow: [...readOrCustomer] },
-      responses: { 200: { description: '{data: [{currency, available, pending, lifetime_earned}]}' } },
+      responses: { 200: { description: 'A balance per currency.', schema: balancesSchema } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
@@ -555,7 +558,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       summary: 'Export everything held about a customer',
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customers:read'], allow: [...read] },
-      responses: { 200: { description: 'The export document.' } },
+      responses: { 200: { description: 'The export document.', schema: customerExportSchema } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
@@ -612,7 +615,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
       body: aliasBody,
       idempotent: true,
-      responses: { 201: { description: '{alias, merged_from}' } },
+      responses: { 201: { description: 'The alias, and the customer it merged in (or null).', schema: aliasAddedSchema } },
       handler: (ctx: RequestContext<z.infer<typeof aliasBody>>) => {
         const env = environmentIdOf(ctx.principal);
         return mergesOf(env, () => underMergeLock(deps, env, (hold) => addAlias(ctx, hold)));
@@ -625,7 +628,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customer_sessions:write'], allow: ['secret', 'pat', 'session'] },
       body: clientTokenBody,
-      responses: { 200: { description: '{customer_id, external_id, customer_token}' } },
+      responses: { 200: { description: 'A customer token for this customer.', schema: clientTokenSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof clientTokenBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
@@ -649,7 +652,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       idempotent: true,
       // Only a stored success carries a token; a stored 4xx error replays unchanged.
       replayTransform: (body) => ('error' in (body as object) ? body : { ...(body as Record<string, unknown>), customer_token: null }),
-      responses: { 201: { description: '{customer_token} (null on an idempotent replay)' } },
+      responses: { 201: { description: 'The customer token (null on an idempotent replay) and when it expires.', schema: customerSessionSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof sessionBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const ref = ctx.body.customer_id;

@@ -19,6 +19,7 @@ import type { EventIdClaims } from '../event-id-claims.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
 import { challengeEffectWire, iso } from '../wire.js';
+import { eventAcceptedSchema, eventBatchSchema, eventEvaluatedSchema, eventRecordSchema } from '../wire-schemas.js';
 
 export const eventNamePattern = /^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$/;
 
@@ -40,17 +41,11 @@ const modeSchema = z.enum(['sync', 'async']).optional();
 /** Documented shape; items are validated one by one in the handler so a batch reports per-item errors. */
 const eventsBodySchema = z.union([
   eventSchema.extend({ mode: modeSchema }),
-  z.strictObject({ events: z.array(eventSchema).describe('At most 100 events.'), mode: modeSchema }),
+  z.strictObject({
+    events: z.array(eventSchema).min(1).max(limits.eventsPerBatchMax).describe(`1 to ${limits.eventsPerBatchMax} events; more is 400 batch_too_large.`),
+    mode: modeSchema,
+  }),
 ]);
-
-const eventAccepted = z.object({
-  id: z.string().nullable(),
-  client_event_id: z.string(),
-  status: z.enum(['accepted', 'evaluated']),
-  duplicate: z.boolean().optional(),
-  effects: z.array(z.unknown()).optional(),
-  fallback: z.boolean().optional(),
-});
 
 export interface EventReadModel {
   getEvent(
@@ -291,9 +286,9 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
       // Validated by hand below (per-item errors in batches); the schema documents the shape.
       docBody: eventsBodySchema,
       responses: {
-        202: { description: 'Journaled; evaluated asynchronously (or sync fallback).', schema: eventAccepted },
-        200: { description: 'mode: sync; evaluated with effects.', schema: eventAccepted },
-        207: { description: 'Batch: one result per item, in request order.' },
+        202: { description: 'Journaled; evaluated asynchronously (or sync fallback).', schema: eventAcceptedSchema },
+        200: { description: 'mode: sync; evaluated with effects.', schema: eventEvaluatedSchema },
+        207: { description: 'Batch: one result per item, in request order.', schema: eventBatchSchema },
       },
       handler: async (ctx: RequestContext) => {
         const principal = ctx.principal;
@@ -357,7 +352,7 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
       summary: 'Read an event by its service id (evt_...)',
       tag: 'Events',
       auth: { kind: 'credential', scopes: ['events:read'], allow: ['secret', 'pat', 'session'] },
-      responses: { 200: { description: 'The event with its status.' } },
+      responses: { 200: { description: 'The event with its status.', schema: eventRecordSchema } },
       handler: async (ctx: RequestContext) => {
         const env = ctx.principal.environment;
         if (env === null) throw new ApiError('environment_required');

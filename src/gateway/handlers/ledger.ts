@@ -15,6 +15,7 @@ import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import { cursorEpochMsMax, cursorInt, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
 import { balanceWire, customerTarget, iso, ledgerEntryWire, unwrap } from '../wire.js';
+import { currencySchema, ledgerEntryCreatedSchema, ledgerEntrySchema, pageOf } from '../wire-schemas.js';
 
 const currencyBody = z.strictObject({
   key: z
@@ -30,7 +31,10 @@ const currencyBody = z.strictObject({
 const amount = z
   .number()
   .int()
-  .refine((n) => n !== 0 && Math.abs(n) <= ledgerLimits.amountMinorMax, 'A non-zero integer amount in minor units.');
+  .refine((n) => n !== 0 && Math.abs(n) <= ledgerLimits.amountMinorMax, 'A non-zero integer amount in minor units.')
+  // The refine is not representable in JSON Schema: its bounds are documented here.
+  .meta({ minimum: -ledgerLimits.amountMinorMax, maximum: ledgerLimits.amountMinorMax, not: { const: 0 } })
+  .describe('Minor units, non-zero: positive credits, negative debits.');
 
 const entryBody = z.strictObject({
   customer_id: z.string().min(1).max(limits.externalIdCharsMax).describe("The customer's service id (cust_...) or external id."),
@@ -81,7 +85,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['programs:write'], allow: ['secret', 'pat', 'session'] },
       body: currencyBody,
       idempotent: true,
-      responses: { 201: { description: 'The currency.' } },
+      responses: { 201: { description: 'The currency.', schema: currencySchema } },
       handler: async (ctx: RequestContext<z.infer<typeof currencyBody>>) => ({
         status: 201,
         body: currencyWire(await deps.currencies.create(environmentIdOf(ctx.principal), ctx.body)),
@@ -94,7 +98,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       tag: 'Ledger',
       auth: { kind: 'credential', scopes: ['programs:read'], allow: ['secret', 'pat', 'session'] },
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of currencies.' } },
+      responses: { 200: { description: 'A page of currencies.', schema: pageOf(currencySchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx);
         const rows = await deps.currencies.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
@@ -109,7 +113,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['ledger:write'], allow: ['secret', 'pat', 'session'] },
       body: entryBody,
       idempotent: true,
-      responses: { 201: { description: '{entry, balance}' } },
+      responses: { 201: { description: 'The ledger entry, with the balance of its currency after it.', schema: ledgerEntryCreatedSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof entryBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const b = ctx.body;
@@ -151,7 +155,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       tag: 'Ledger',
       auth: { kind: 'credential', scopes: ['ledger:read'], allow: ['secret', 'pat', 'session'] },
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of ledger entries.' } },
+      responses: { 200: { description: 'A page of ledger entries, newest first.', schema: pageOf(ledgerEntrySchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';

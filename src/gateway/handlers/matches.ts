@@ -15,6 +15,7 @@ import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { validate } from '../validation.js';
 import { iso } from '../wire.js';
+import { changeSetApplicationSchema, changeSetSchema, matchProfileSchema, matchResultSchema, matchReviewSchema, pageOf } from '../wire-schemas.js';
 import type { Principal } from '../../tenancy/types.js';
 import { isRecord } from '../../util/is-record.js';
 
@@ -97,7 +98,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       auth: configWrite,
       docBody: changeSetBody,
       idempotent: true,
-      responses: { 201: { description: '{id, status: pending, commands, revision, created_at}' } },
+      responses: { 201: { description: 'The change set, pending.', schema: changeSetSchema } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         const b = ctx.body as Record<string, unknown> | null;
@@ -118,7 +119,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       summary: 'Read a change set (status pending, awaiting_confirmation or applied; results once applied)',
       tag: 'Change sets',
       auth: configRead,
-      responses: { 200: { description: 'The change set.' } },
+      responses: { 200: { description: 'The change set.', schema: changeSetSchema } },
       handler: async (ctx: RequestContext) => {
         const cs = await deps.profiles.getChangeSet(environmentIdOf(ctx.principal), ctx.params.id ?? '').catch((e: unknown) => {
           if (e instanceof ApiError && e.code === 'resource_not_found') throw new ApiError('resource_not_found', { message: e.message, param: 'id' });
@@ -137,8 +138,11 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       body: applicationBody,
       idempotent: true,
       responses: {
-        201: { description: '{change_set_id, status: applied, results}' },
-        202: { description: '{change_set_id, status: awaiting_confirmation, results: []}: POST /v1/change_sets/{id}/confirm applies it.' },
+        201: { description: 'Applied: status applied, one result per command.', schema: changeSetApplicationSchema },
+        202: {
+          description: 'Held: status awaiting_confirmation, results []; POST /v1/change_sets/{id}/confirm applies it.',
+          schema: changeSetApplicationSchema,
+        },
       },
       handler: async (ctx: RequestContext<z.infer<typeof applicationBody>>) => {
         const env = environmentIdOf(ctx.principal);
@@ -155,7 +159,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['config:write'], allow: ['pat', 'session'] },
       // Confirming applies the set, as /change_set_applications does: a retried confirm gets the result, not invalid_state.
       idempotent: true,
-      responses: { 201: { description: '{change_set_id, status: applied, results}' } },
+      responses: { 201: { description: 'Applied: status applied, one result per command.', schema: changeSetApplicationSchema } },
       handler: async (ctx: RequestContext) => {
         requireOwnerOrAdmin(ctx.principal);
         const env = environmentIdOf(ctx.principal);
@@ -169,7 +173,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       summary: "The environment's settings: autonomy (auto | limits; live environments start under limits, test environments apply every change set on request)",
       tag: 'Change sets',
       auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
-      responses: { 200: { description: '{environment_id, runtime_class, autonomy, version} with ETag "<version>"; a test environment reports auto', schema: settingsSchema } },
+      responses: { 200: { description: 'The settings; a test environment reports auto.', schema: settingsSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         const a = await deps.profiles.autonomy(env);
@@ -185,7 +189,8 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
       // Validated in the handler, after the environment check (a test environment is 403 whatever the body).
       docBody: settingsBody,
-      responses: { 200: { description: '{environment_id, runtime_class, autonomy, version} with ETag "<version>"', schema: settingsSchema } },
+      ifMatch: true,
+      responses: { 200: { description: 'The settings.', schema: settingsSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         requireOwnerOrAdmin(ctx.principal);
         const env = environmentIdOf(ctx.principal);
@@ -204,7 +209,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       tag: 'Matches',
       auth: programsRead,
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of match profiles.' } },
+      responses: { 200: { description: 'A page of match profiles.', schema: pageOf(matchProfileSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx);
         const rows = await deps.profiles.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
@@ -217,7 +222,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       summary: 'Read a match profile by id or key, with its version (revision)',
       tag: 'Matches',
       auth: programsRead,
-      responses: { 200: { description: 'The match profile.' } },
+      responses: { 200: { description: 'The match profile.', schema: matchProfileSchema } },
       handler: async (ctx: RequestContext) => {
         const p = await deps.profiles.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
         return { status: 200, body: matchProfileWire(p) };
@@ -234,9 +239,10 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       responses: {
         201: {
           description:
-            'The match result with a verdict per player. admission_errors items are {player_id, customer_id, code, message}: a player whose admission did not finish shows status admitted with event_id null until the same report is sent again.',
+            'The match result with a verdict per player. A player whose admission did not finish shows status admitted with event_id null (listed in admission_errors) until the same report is sent again.',
+          schema: matchResultSchema,
         },
-        200: { description: 'An identical repeat: the stored result with replayed: true (pending players completed).' },
+        200: { description: 'An identical repeat: the stored result with replayed: true (pending players completed).', schema: matchResultSchema },
       },
       handler: async (ctx: RequestContext) => {
         const r = await deps.results.report(environmentIdOf(ctx.principal), ctx.principal.credentialId, ctx.body);
@@ -250,7 +256,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       tag: 'Matches',
       auth: { kind: 'credential', scopes: ['events:read'], allow: [...management] },
       query: matchListQuery,
-      responses: { 200: { description: 'A page of match results.' } },
+      responses: { 200: { description: 'A page of match results.', schema: pageOf(matchResultSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof matchListQuery>>) => {
         const page = pageRequest(ctx);
         const rows = await deps.results.list(environmentIdOf(ctx.principal), {
@@ -267,7 +273,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       summary: "Read a match result by its mr_ id or the caller's match_id",
       tag: 'Matches',
       auth: { kind: 'credential', scopes: ['events:read'], allow: [...management] },
-      responses: { 200: { description: 'The match result.' } },
+      responses: { 200: { description: 'The match result.', schema: matchResultSchema } },
       handler: async (ctx: RequestContext) => {
         const m = await deps.results.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
         return { status: 200, body: matchWire(m, false) };
@@ -285,7 +291,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       // Spec 3: the same decision repeated answers replayed: true, also from the stored answer of
       // the same Idempotency-Key (stored errors have no `replayed` and replay unchanged).
       replayTransform: (body) => (isRecord(body) && 'replayed' in body ? { ...body, replayed: true } : body),
-      responses: { 200: { description: '{player, match_result: {id, match_id, status}, replayed}' } },
+      responses: { 200: { description: 'The player after the review, and its match result.', schema: matchReviewSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof reviewBodySchema>>) => {
         const r = await deps.results.review(
           environmentIdOf(ctx.principal),

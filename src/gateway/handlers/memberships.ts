@@ -9,6 +9,7 @@ import type { Sql } from '../../persistence/sql/db.js';
 import { MembershipService } from '../../tenancy/memberships.js';
 import { pageQuerySchema, pageRequest } from '../pagination.js';
 import { type AnyRoute, route } from '../route.js';
+import { pageOf, timestamp } from '../wire-schemas.js';
 
 const roles = ['owner', 'admin', 'editor', 'viewer'] as const;
 const role = z.enum(roles);
@@ -22,9 +23,9 @@ const membershipSchema = z.object({
   user_id: z.string(),
   email: z.string(),
   role,
-  created_at: z.string(),
+  created_at: timestamp,
 });
-const pageSchema = z.object({ data: z.array(membershipSchema), next_cursor: z.string().nullable(), has_more: z.boolean() });
+const pageSchema = pageOf(membershipSchema);
 
 export interface MembershipRouteDeps {
   sql: Sql;

@@ -11,7 +11,7 @@ import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import type { RewardCatalog, RewardRecord, RewardStatus } from '../../catalog/rewards.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
 import { ledgerLimits } from '../../domain/ledger.js';
-import { type Issuance, issuanceIdPrefix, type RewardCommand } from '../../domain/rewards.js';
+import { expiryAfterPattern, type Issuance, issuanceIdPrefix, type RewardCommand } from '../../domain/rewards.js';
 import type { TierProgram } from '../../domain/tiers.js';
 import { ApiError } from '../../errors/api-error.js';
 import { newId } from '../../ids.js';
@@ -22,10 +22,13 @@ import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { customerTarget, iso, unwrap } from '../wire.js';
 import { namesOneOf } from '../validation.js';
+import { pageOf, rewardIssuanceSchema, rewardSchema } from '../wire-schemas.js';
 
 const expiryAfter = z
   .string()
   .max(16)
+  // Checked by the catalog (its own message); documented here.
+  .meta({ pattern: expiryAfterPattern.source })
   .nullable()
   .describe('How long an issuance stays valid: "<n>d" (days) or "<n>h" (hours); null never expires.');
 const cost = z.number().int().min(0).max(ledgerLimits.amountMinorMax).describe('Price in minor units of `currency`, spent at redeem.');
@@ -163,7 +166,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       auth: catalogWrite,
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The reward (ETag = version).' } },
+      responses: { 201: { description: 'The reward.', schema: rewardSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
         const r = await deps.rewards.create(environmentIdOf(ctx.principal), {
@@ -183,7 +186,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       tag: 'Rewards',
       auth: catalogRead,
       query: listQuery,
-      responses: { 200: { description: 'A page of rewards.' } },
+      responses: { 200: { description: 'A page of rewards.', schema: pageOf(rewardSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
         const page = pageRequest(ctx);
         const rows = await deps.rewards.list(environmentIdOf(ctx.principal), {
@@ -200,7 +203,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       summary: 'Read a reward (issued = units issued or redeemed now)',
       tag: 'Rewards',
       auth: catalogRead,
-      responses: { 200: { description: 'The reward (ETag = version).' } },
+      responses: { 200: { description: 'The reward.', schema: rewardSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         const r = await deps.rewards.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
         return { status: 200, body: rewardWire(r), headers: etagHeader(r.version) };
@@ -213,7 +216,8 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       tag: 'Rewards',
       auth: catalogWrite,
       body: patchBody,
-      responses: { 200: { description: 'The reward (ETag = version).' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The reward.', schema: rewardSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const b = ctx.body;
         const r = await deps.rewards.update(
@@ -231,6 +235,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       summary: 'Archive a reward: no new issuances; existing issuances keep referring to it and can still be redeemed or cancelled',
       tag: 'Rewards',
       auth: catalogWrite,
+      ifMatch: true,
       responses: { 204: { description: 'Archived (empty body).' } },
       handler: async (ctx: RequestContext) => {
         await deps.rewards.archive(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));
@@ -245,7 +250,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       auth: issuanceWrite,
       body: issueBody,
       idempotent: true,
-      responses: { 201: { description: 'The issuance (ETag = version).' } },
+      responses: { 201: { description: 'The issuance.', schema: rewardIssuanceSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof issueBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const b = ctx.body;
@@ -279,7 +284,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       tag: 'Rewards',
       auth: issuanceRead,
       query: issuanceListQuery,
-      responses: { 200: { description: 'A page of issuances.' } },
+      responses: { 200: { description: 'A page of issuances.', schema: pageOf(rewardIssuanceSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof issuanceListQuery>>) => {
         const env = environmentIdOf(ctx.principal);
         const page = pageRequest(ctx);
@@ -308,7 +313,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       summary: 'Read a reward issuance',
       tag: 'Rewards',
       auth: issuanceRead,
-      responses: { 200: { description: 'The issuance (ETag = version).' } },
+      responses: { 200: { description: 'The issuance.', schema: rewardIssuanceSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         await deps.drainProjector();
@@ -324,7 +329,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       tag: 'Rewards',
       auth: issuanceWrite,
       body: z.strictObject({}),
-      responses: { 200: { description: 'The issuance, redeemed.' } },
+      responses: { 200: { description: 'The issuance, redeemed.', schema: rewardIssuanceSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
@@ -346,7 +351,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       tag: 'Rewards',
       auth: issuanceWrite,
       body: cancelBody,
-      responses: { 200: { description: 'The issuance, cancelled.' } },
+      responses: { 200: { description: 'The issuance, cancelled.', schema: rewardIssuanceSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof cancelBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';

@@ -25,6 +25,7 @@ import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, rou
 import { SimulationPlans } from '../simulation-plans.js';
 import { emptySubject, type SimulationSubject } from '../simulation-subject.js';
 import { iso } from '../wire.js';
+import { pageOf, ruleSchema, ruleSimulationSchema, ruleVersionSchema } from '../wire-schemas.js';
 
 export interface RulesDeps {
   rules: RuleCatalog;
@@ -204,7 +205,8 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       tag: 'Rules',
       auth: writeAuth,
       body: emptyBody,
-      responses: { 200: { description: 'The rule.' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The rule.', schema: ruleSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof emptyBody>>) =>
         reply(await rules.transition(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), op)),
     });
@@ -218,7 +220,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       auth: writeAuth,
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The rule, in draft.' } },
+      responses: { 201: { description: 'The rule, in draft.', schema: ruleSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
         checkDefinition(b.definition);
@@ -234,7 +236,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       tag: 'Rules',
       auth: readAuth,
       query: listQuery,
-      responses: { 200: { description: 'A page of rules.' } },
+      responses: { 200: { description: 'A page of rules.', schema: pageOf(ruleSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof listQuery>>) => {
         const page = pageRequest(ctx);
         const rows = await rules.list(environmentIdOf(ctx.principal), {
@@ -252,7 +254,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       summary: 'Get a rule (ETag: its version)',
       tag: 'Rules',
       auth: readAuth,
-      responses: { 200: { description: 'The rule.' } },
+      responses: { 200: { description: 'The rule.', schema: ruleSchema, etag: true } },
       handler: async (ctx: RequestContext) => reply(await rules.get(environmentIdOf(ctx.principal), ctx.params.id ?? '')),
     }),
     route({
@@ -262,7 +264,8 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       tag: 'Rules',
       auth: writeAuth,
       body: patchBody,
-      responses: { 200: { description: 'The rule.' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The rule.', schema: ruleSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const b = ctx.body;
         if (b.definition !== undefined) checkDefinition(b.definition);
@@ -284,7 +287,8 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       tag: 'Rules',
       auth: writeAuth,
       body: emptyBody,
-      responses: { 200: { description: 'The rule, published.' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The rule, published.', schema: ruleSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof emptyBody>>) => {
         const createdBy = ctx.principal.userId ?? ctx.principal.credentialId;
         const env = environmentIdOf(ctx.principal);
@@ -301,7 +305,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       tag: 'Rules',
       auth: readAuth,
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of rule versions.' } },
+      responses: { 200: { description: 'A page of rule versions, newest first.', schema: pageOf(ruleVersionSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx);
         let before: number | null = null;
@@ -321,7 +325,8 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       tag: 'Rules',
       auth: writeAuth,
       body: rollbackBody,
-      responses: { 200: { description: 'The rule.' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The rule.', schema: ruleSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof rollbackBody>>) => {
         const env = environmentIdOf(ctx.principal);
         return reply(await rules.rollback(env, ctx.params.id ?? '', expectedVersion(ctx.headers), ctx.body.number, referenceCheck(env)));
@@ -334,7 +339,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       tag: 'Rules',
       auth: writeAuth,
       body: simulateBody,
-      responses: { 200: { description: '{simulated, plan, trace}' } },
+      responses: { 200: { description: 'The simulation: what firing would do (plan) and every check made (trace).', schema: ruleSimulationSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof simulateBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const rule = await rules.getCached(env, ctx.params.id ?? '');

@@ -15,6 +15,7 @@ import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { customerTarget, iso, unwrap } from '../wire.js';
+import { pageOf, segmentMemberSchema, segmentMembershipSchema, segmentSchema, timestamp } from '../wire-schemas.js';
 
 export interface SegmentDeps {
   segments: SegmentCatalog;
@@ -124,7 +125,7 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       auth: writeAuth,
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The segment (ETag = version).' } },
+      responses: { 201: { description: 'The segment.', schema: segmentSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
         const s = await segments.create(environmentIdOf(ctx.principal), { name: b.name, description: b.description, kind: b.kind, condition: b.condition });
@@ -138,7 +139,7 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       tag: 'Segments',
       auth: readAuth,
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of segments.' } },
+      responses: { 200: { description: 'A page of segments.', schema: pageOf(segmentSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx);
         const rows = await segments.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
@@ -151,7 +152,7 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       summary: 'Read a segment (ETag = version)',
       tag: 'Segments',
       auth: readAuth,
-      responses: { 200: { description: 'The segment.' } },
+      responses: { 200: { description: 'The segment.', schema: segmentSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         const s = await segments.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
         return { status: 200, body: segmentWire(s), headers: etagHeader(s.version) };
@@ -164,7 +165,8 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       tag: 'Segments',
       auth: writeAuth,
       body: patchBody,
-      responses: { 200: { description: 'The segment.' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The segment.', schema: segmentSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const b = ctx.body;
         const patch: { name?: string; description?: string | null; condition?: unknown } = {};
@@ -181,6 +183,7 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       summary: 'Delete a segment (409 resource_in_use while a rule, a campaign audience or a challenge not ended names it)',
       tag: 'Segments',
       auth: writeAuth,
+      ifMatch: true,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
         await segments.delete(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers));
@@ -195,7 +198,13 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       auth: customersWrite,
       body: memberBody,
       idempotent: true,
-      responses: { 201: { description: '{segment_id, customer_id, added_at}' }, 200: { description: 'Already a member: the stored membership, its added_at included.' } },
+      responses: {
+        201: { description: 'Added: the membership.', schema: segmentMembershipSchema },
+        200: {
+          description: 'Already a member: the stored membership (added_at as first stored; null only if it was never projected).',
+          schema: segmentMembershipSchema.extend({ added_at: timestamp.nullable() }),
+        },
+      },
       handler: async (ctx: RequestContext<z.infer<typeof memberBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const s = await staticSegment(env, ctx.params.id ?? '');
@@ -228,7 +237,7 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       tag: 'Segments',
       auth: { kind: 'credential', scopes: ['customers:read'], allow: ['secret', 'pat', 'session'] },
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of {customer_id, added_at}.' } },
+      responses: { 200: { description: 'A page of members.', schema: pageOf(segmentMemberSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const env = environmentIdOf(ctx.principal);
         const s = await staticSegment(env, ctx.params.id ?? '');

@@ -8,6 +8,7 @@ import type { TenancyService } from '../../tenancy/service.js';
 import { allScopes } from '../../tenancy/types.js';
 import { pageQuerySchema, pageRequest } from '../pagination.js';
 import { type AnyRoute, route } from '../route.js';
+import { pageOf, timestamp } from '../wire-schemas.js';
 
 const name = z.string().min(1).max(limits.nameCharsMax);
 const timezone = z
@@ -48,7 +49,7 @@ const apiKeyBody = z.strictObject({
 });
 const keyParams = z.object({ id: z.string().min(1).max(64) });
 
-const userSchema = z.object({ id: z.string(), email: z.string(), name: z.string().nullable(), created_at: z.string() });
+const userSchema = z.object({ id: z.string(), email: z.string(), name: z.string().nullable(), created_at: timestamp });
 const orgRef = z.object({ id: z.string(), name: z.string(), slug: z.string() });
 const projectSchema = z.object({ id: z.string(), name: z.string() });
 const environmentSchema = z.object({ id: z.string(), name: z.string(), runtime_class: z.enum(['test', 'live']) });
@@ -58,15 +59,15 @@ const organizationListing = orgRef.extend({
   billing_mode: z.enum(['card', 'invoice', 'none']),
   ai_drafting_disabled: z.boolean(),
   version: z.number().int(),
-  created_at: z.string(),
-  updated_at: z.string(),
+  created_at: timestamp,
+  updated_at: timestamp,
 });
 const membershipSchema = z.object({
   organization_id: z.string(),
   user_id: z.string(),
   email: z.string(),
   role: z.enum(['owner', 'admin', 'editor', 'viewer']),
-  created_at: z.string(),
+  created_at: timestamp,
 });
 const apiKeySchema = z.object({
   id: z.string(),
@@ -77,10 +78,9 @@ const apiKeySchema = z.object({
   allowed_events: z.array(z.string()),
   allowed_origins: z.array(z.string()),
   environment_id: z.string(),
-  created_at: z.string(),
-  revoked_at: z.string().nullable(),
+  created_at: timestamp,
+  revoked_at: timestamp.nullable(),
 });
-const pageOf = (item: z.ZodType) => z.object({ data: z.array(item), next_cursor: z.string().nullable(), has_more: z.boolean() });
 
 export interface TenancyRouteDeps {
   tenancy: TenancyService;
@@ -130,7 +130,7 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
             user: userSchema,
             created: z.boolean(),
             memberships: z.array(membershipSchema),
-            token: z.object({ id: z.string(), token: z.string(), scopes: z.array(z.string()), expires_at: z.string() }),
+            token: z.object({ id: z.string(), token: z.string(), scopes: z.array(z.string()), expires_at: timestamp }),
           }),
         },
       },

@@ -12,6 +12,7 @@ import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
 import { namesOneOf } from '../validation.js';
+import { pageOf, tierProgramSchema } from '../wire-schemas.js';
 
 // Shapes only: ranges, ordering and level keys are checked by validateTierProgram so that the
 // error names the wire path (levels[1].threshold) with the domain's message.
@@ -91,7 +92,7 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
       auth: writeAuth,
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The tier program (ETag = version).' } },
+      responses: { 201: { description: 'The tier program.', schema: tierProgramSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
         const p = await deps.tiers.create(environmentIdOf(ctx.principal), {
@@ -113,7 +114,7 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
       tag: 'Tiers',
       auth: readAuth,
       query: pageQuerySchema,
-      responses: { 200: { description: 'A page of tier programs.' } },
+      responses: { 200: { description: 'A page of tier programs.', schema: pageOf(tierProgramSchema) } },
       handler: async (ctx: RequestContext<unknown, z.infer<typeof pageQuerySchema>>) => {
         const page = pageRequest(ctx);
         const rows = await deps.tiers.list(environmentIdOf(ctx.principal), { limit: page.limit + 1, after: page.after?.[0] ?? null });
@@ -126,7 +127,7 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
       summary: 'Read a tier program by id or key',
       tag: 'Tiers',
       auth: readAuth,
-      responses: { 200: { description: 'The tier program (ETag = version).' } },
+      responses: { 200: { description: 'The tier program.', schema: tierProgramSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         const p = await deps.tiers.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
         return { status: 200, body: tierProgramWire(p), headers: etagHeader(p.version) };
@@ -139,7 +140,8 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
       tag: 'Tiers',
       auth: writeAuth,
       body: patchBody,
-      responses: { 200: { description: 'The tier program (ETag = version).' } },
+      ifMatch: true,
+      responses: { 200: { description: 'The tier program.', schema: tierProgramSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof patchBody>>) => {
         const b = ctx.body;
         const p = await deps.tiers.update(
