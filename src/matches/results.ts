@@ -526,6 +526,13 @@ export class MatchResults {
     return pending;
   }
 
+  /** An event prepared by grantedEventSpec that no engine call will carry: its grant and slots go back. */
+  private giveBack(env: string, event: MatchEventSpec): void {
+    const notRun: Promise<CallResult> = Promise.resolve({ ok: false, code: 'invalid_state' });
+    settleGrant(this.deps.budgets, env, event.rules?.budget ?? null, notRun);
+    settleSharedLimits(this.deps.sharedLimits, this.heldSlots.get(event) ?? null, notRun);
+  }
+
   /**
    * A player's rule-6 event and its properties (built once: the fingerprint and the budget grant
    * read them); `customerId` is the identifier a client would send it with (eventCustomerId).
@@ -574,14 +581,14 @@ export class MatchResults {
   ): Promise<{ player: ReturnType<typeof playerWire>; match_result: { id: string; match_id: string; status: string }; replayed: boolean }> {
     const nowMs = await this.now(env);
     const rules = decision === 'admit' ? await this.eventContext(env) : null;
-    // The actor call below runs inside the transaction: bring the customer's actor into memory
-    // first, so it needs no snapshot read then (with one connection, as in embedded mode, that
-    // read would wait for the transaction, which waits for the actor).
-    const customerId = await this.records.playerCustomer(env, playerId);
-    if (customerId !== null) await this.deps.engine.execute({ env, target: { by: 'id', id: customerId }, command: { kind: 'customer.resolve' }, nowMs });
-    return this.deps.sql.begin(async (txn) => {
-      const tx = txn as unknown as Sql;
-      const p = await this.records.lockPlayer(tx, env, playerId);
+    // Every statement outside the transaction runs before it: with one connection, as in embedded
+    // mode, the transaction holds it, and a statement outside (the event id's claim, a shared limit
+    // slot, a budget lease, a snapshot read) would wait for it forever. So the review is checked
+    // first without a lock, its event prepared (id claimed, grants taken), and checked again under
+    // the lock; a concurrent review that won in between makes this one a replay or invalid_state,
+    // and what it prepared is given back. The actor is brought into memory first for the same
+    // reason (its call runs inside the transaction and must need no snapshot read).
+    const decideNow = async (tx: Sql, p: PlayerRow | null) => {
       if (p === null) throw new ApiError('resource_not_found', { message: `No match result player ${playerId}.`, param: 'id' });
       const m = await this.records.load(env, { id: p.matchResultId }, tx);
       if (m === null) throw new ApiError('internal_error');
@@ -595,16 +602,46 @@ export class MatchResults {
       };
       const d = decideReview(record, { kind: 'match_player.review', decision, reason, actor, reportingKeyRevoked: revoked.length > 0 }, { nowMs });
       if (!d.ok) throw new ApiError(d.code, { param: d.param, message: d.message });
-      const matchRef = { id: m.id, match_id: m.matchId, status: m.status };
-      if (d.reply.replayed) return { player: playerWire(p), match_result: matchRef, replayed: true };
-      const { spec, properties } = this.eventSpec(m, m.event, p, rules, await this.eventCustomerId(env, p, nowMs));
-      if (decision === 'admit') {
-        // As in a report, the id is bound before the actor records the event; bound to other
-        // content, the admit is refused and the player stays held (it can still be rejected).
-        const refused = await this.claimEventId(env, clientEventId(m.matchId, p.customerId ?? ''), spec.fp);
-        if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
+      return { m, d, matchRef: { id: m.id, match_id: m.matchId, status: m.status } };
+    };
+    const first = await this.records.player(env, playerId);
+    if (first?.customerId != null) {
+      await this.deps.engine.execute({ env, target: { by: 'id', id: first.customerId }, command: { kind: 'customer.resolve' }, nowMs });
+    }
+    const before = await decideNow(this.deps.sql, first);
+    if (before.d.reply.replayed) return { player: playerWire(first!), match_result: before.matchRef, replayed: true };
+    const prepared = first!;
+    const pm = before.m;
+    const { spec, properties } = this.eventSpec(pm, pm.event, prepared, rules, await this.eventCustomerId(env, prepared, nowMs));
+    if (decision === 'admit') {
+      // As in a report, the id is bound before the actor records the event; bound to other
+      // content, the admit is refused and the player stays held (it can still be rejected).
+      const refused = await this.claimEventId(env, clientEventId(pm.matchId, prepared.customerId ?? ''), spec.fp);
+      if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
+    }
+    const event = await this.grantedEventSpec(env, spec, properties, nowMs, decision === 'admit' ? clientEventId(pm.matchId, prepared.customerId ?? '') : null);
+    /** Gives back the prepared grants and slots of an event that is not recorded after all. */
+    const unused = () => this.giveBack(env, event);
+    return this.deps.sql.begin(async (txn) => {
+      const tx = txn as unknown as Sql;
+      const p = await this.records.lockPlayer(tx, env, playerId);
+      let now: Awaited<ReturnType<typeof decideNow>>;
+      try {
+        now = await decideNow(tx, p);
+      } catch (err) {
+        unused();
+        throw err;
       }
-      const event = await this.grantedEventSpec(env, spec, properties, nowMs, decision === 'admit' ? clientEventId(m.matchId, p.customerId ?? '') : null);
+      const { m, d, matchRef } = now;
+      if (d.reply.replayed) {
+        unused();
+        return { player: playerWire(p!), match_result: matchRef, replayed: true };
+      }
+      if (p === null || p.customerId !== prepared.customerId) {
+        // A held player's customer is set when it is reported and never changes.
+        unused();
+        throw new ApiError('internal_error');
+      }
       const r = await this.execute(
         env,
         { by: 'id', id: p.customerId ?? '' },

@@ -395,10 +395,10 @@ export class MatchRecords {
     return rows.length > 0;
   }
 
-  /** A player's customer id (no lock), or null when the player or its customer is unknown. */
-  async playerCustomer(env: string, playerId: string): Promise<string | null> {
-    const [row] = await this.sql`select customer_id from match_result_players where environment_id = ${env} and id = ${playerId}`;
-    return (row?.customer_id as string | null | undefined) ?? null;
+  /** A player row as it is now, unlocked (a review's first check; lockPlayer reads it again under the lock). */
+  async player(env: string, playerId: string): Promise<PlayerRow | null> {
+    const rows = await this.sql`select * from match_result_players where environment_id = ${env} and id = ${playerId}`;
+    return rows.length === 0 ? null : playerRow(rows[0]!);
   }
 
   /**

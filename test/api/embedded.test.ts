@@ -1,0 +1,127 @@
+// The service in embedded mode (what `npm start` runs: the fsynced file journal and PGlite over
+// one connection), end to end through the API: the README's walkthrough, a rule with a limit
+// shared by every customer, a match report with a held player and its review admit (it used to
+// hang the whole service: the review's transaction held the only connection while the event id's
+// claim waited for one), then a restart on the same data directory that finds everything again.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import t from 'tap';
+import { loadConfig } from '../../src/config.js';
+import { type Service, startService } from '../../src/service.js';
+import { Client, idem, signUp } from '../helpers/service.js';
+
+const arena = {
+  type: 'match_profile.create',
+  key: 'arena',
+  metrics: [{ key: 'kills', minimum: 0, maximum: 100 }, { key: 'score', minimum: 0, maximum: 100000 }],
+  duration: { minimum_seconds: 60, maximum_seconds: 3600 },
+  players: { minimum: 1, maximum: 10 },
+  rate_limits: [{ window_seconds: 3600, max_matches: 3 }],
+  outliers: { action: 'hold', hold_metrics: [{ key: 'score', above: 50000 }] },
+};
+
+/** Answers within `ms` or fails the test: a hang is the bug this file guards against. */
+async function within<T>(ms: number, what: string, p: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([p, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function startEmbedded(dataDir: string): Promise<Service> {
+  const config = loadConfig({
+    PORT: '0',
+    GRPC_PORT: '0',
+    PUBLIC_GRPC_PORT: '0',
+    HOST: '127.0.0.1',
+    DATA_DIR: dataDir,
+    PARTITIONS: '16',
+    LOG_LEVEL: 'silent',
+    POOL_THREADS: '1',
+  });
+  return startService(config, pino({ level: 'silent' }));
+}
+
+t.test('embedded mode end to end, and again after a restart', async (t) => {
+  const dataDir = await mkdtemp(join(tmpdir(), 'embedded-api-'));
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }));
+  let service = await startEmbedded(dataDir);
+  t.teardown(() => service.stop());
+  const anon = new Client(`http://127.0.0.1:${service.httpPort}`);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  const now = () => new Date().toISOString();
+
+  // A rule whose limit is shared by every customer: its slot is taken in SQL before the step.
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const rule = await api.post(
+    '/v1/rules',
+    {
+      name: 'one bonus per match',
+      definition: {
+        schema: 'service.rule/v2',
+        trigger: { kind: 'customer_event', event: 'match.completed' },
+        limits: [{ id: 'per-match', scope: ['event.properties.match_id'], max: 1 }],
+        trust: { minimum: 'merchant_asserted' },
+        actions: [{ type: 'points.award', currency: 'coins', amount: 10 }],
+      },
+    },
+    idem(),
+  );
+  t.equal(rule.status, 201, JSON.stringify(rule.body));
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+
+  const first = { id: 'emb-1', name: 'app.opened', customer_id: 'player-7', occurred_at: now(), properties: { x: 1 } };
+  const ev = await api.post('/v1/events', first);
+  t.equal(ev.status, 202, JSON.stringify(ev.body));
+
+  const cs = await api.post('/v1/change_sets', { commands: [arena] }, idem());
+  t.equal(cs.status, 201, JSON.stringify(cs.body));
+  t.equal((await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem())).status, 201);
+  const ended = Date.now() - 10 * 60_000;
+  const match = {
+    profile: 'arena',
+    match_id: 'emb-match-1',
+    started_at: new Date(ended - 10 * 60_000).toISOString(),
+    ended_at: new Date(ended).toISOString(),
+    players: [
+      { customer: { external_id: 'player-7' }, metrics: { kills: 5, score: 60000 } },
+      { customer: { external_id: 'player-8' }, metrics: { kills: 5, score: 1000 } },
+    ],
+  };
+  const reported = await within(10_000, 'report', api.post('/v1/match_results', match));
+  t.equal(reported.status, 201, JSON.stringify(reported.body));
+  const [held, admitted] = reported.body.players;
+  t.match([held.status, admitted.status], ['held', 'admitted']);
+
+  const review = await within(10_000, 'review admit', tenant.admin.post(`/v1/match_result_players/${held.id}/reviews`, { decision: 'admit' }, idem()));
+  t.equal(review.status, 200, JSON.stringify(review.body));
+  t.equal(review.body.player.status, 'admitted');
+  t.equal((await within(5_000, 'readyz after the review', anon.get('/readyz'))).status, 200, 'the service still answers');
+  const again = await within(10_000, 'review replay', tenant.admin.post(`/v1/match_result_players/${held.id}/reviews`, { decision: 'admit' }, idem()));
+  t.equal(again.body.replayed, true);
+
+  const balanceOf = async (c: Client, customerId: string) =>
+    ((await c.get(`/v1/customers/${customerId}/balances`)).body.data[0]?.available as number | undefined) ?? 0;
+  const balances = [await balanceOf(api, held.customer_id), await balanceOf(api, admitted.customer_id)];
+  t.same(balances.sort(), [0, 10], 'the shared limit let one player of the match have the bonus');
+
+  // Restart on the same data directory: the journal and PGlite hold it all.
+  await service.stop();
+  service = await startEmbedded(dataDir);
+  const after = new Client(`http://127.0.0.1:${service.httpPort}`).with({ authorization: `Bearer ${tenant.secretKey}` });
+  const state = await within(10_000, 'state after restart', after.get(`/v1/customers/${held.customer_id}/state`));
+  t.equal(state.status, 200);
+  t.same([await balanceOf(after, held.customer_id), await balanceOf(after, admitted.customer_id)].sort(), balances.sort(), 'balances survive');
+  const stored = await after.get(`/v1/match_results/${reported.body.id}`);
+  t.equal(stored.body.players[0].status, 'admitted', 'the review survives');
+  const dup = await after.post('/v1/events', first);
+  t.match([dup.status, dup.body], [202, { id: ev.body.id, duplicate: true }], 'the event id is still known');
+});
