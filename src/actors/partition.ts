@@ -148,8 +148,13 @@ export class Partition {
    */
   private readonly keys = new Map<string, Map<string, string>>();
   private readonly dirty = new Set<Actor>();
-  private keysAdded: KeyRow[] = [];
-  private keysRemoved: Array<{ environmentId: string; key: string }> = [];
+  /**
+   * Routing-key changes since the last capture, the last one per key: environment -> key -> the
+   * customer it is bound to now (a row to write), or null (released: the row to delete). One entry
+   * per key, so a key bound and released in one window is deleted, not written back by the save,
+   * and a key released and bound again is written, whatever order the store applies them in.
+   */
+  private pendingKeys = new Map<string, Map<string, string | null>>();
   private batch: Batch = { records: [], waiters: [], capture: null };
   private inFlight = false;
   private saving = false;
@@ -258,9 +263,9 @@ export class Partition {
       for (const f of facts as KeyFact[]) {
         if (f.kind === 'key.bound') {
           this.bindKey(env, f.key, f.customerId);
-          this.keysAdded.push({ environmentId: env, key: f.key, customerId: f.customerId, partition: this.id });
+          this.keyChanged(env, f.key, f.customerId);
         } else if (this.unbindKey(env, f.key, f.customerId)) {
-          this.keysRemoved.push({ environmentId: env, key: f.key });
+          this.keyChanged(env, f.key, null);
         }
       }
       return;
@@ -298,14 +303,14 @@ export class Partition {
     const s = actor.state;
     if (f.kind === 'customer.created') {
       this.bindKey(s.environmentId, f.externalId, s.id);
-      this.keysAdded.push({ environmentId: s.environmentId, key: f.externalId, customerId: s.id, partition: this.id });
+      this.keyChanged(s.environmentId, f.externalId, s.id);
     } else if (f.kind === 'customer.deleted') {
       const envKeys = this.keys.get(s.environmentId);
       if (envKeys) {
         for (const [k, v] of envKeys) {
           if (v === s.id) {
             envKeys.set(k, unbound);
-            this.keysRemoved.push({ environmentId: s.environmentId, key: k });
+            this.keyChanged(s.environmentId, k, null);
           }
         }
       }
@@ -484,7 +489,7 @@ export class Partition {
     if (cmd.kind === 'key.claim') {
       if (call.target.by !== 'key') return this.reply(notFound, null, resolve);
       this.bindKey(call.env, call.target.key, cmd.customerId);
-      this.keysAdded.push({ environmentId: call.env, key: call.target.key, customerId: cmd.customerId, partition: this.id });
+      this.keyChanged(call.env, call.target.key, cmd.customerId);
       this.batch.records.push([call.env, '', [{ kind: 'key.bound', key: call.target.key, customerId: cmd.customerId }]]);
       return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: null } }, null, resolve);
     }
@@ -563,7 +568,7 @@ export class Partition {
   ): undefined {
     if (cmd.kind === 'key.release') {
       if (this.unbindKey(env, key, cmd.customerId)) {
-        this.keysRemoved.push({ environmentId: env, key });
+        this.keyChanged(env, key, null);
         this.batch.records.push([env, '', [{ kind: 'key.released', key, customerId: cmd.customerId }]]);
       }
       return this.reply({ ok: true, reply: { kind: 'done' } }, null, resolve);
@@ -583,7 +588,7 @@ export class Partition {
     const owner = actor.state;
     if (cmd.kind === 'key.release') {
       if (this.unbindKey(call.env, key, cmd.customerId)) {
-        this.keysRemoved.push({ environmentId: call.env, key });
+        this.keyChanged(call.env, key, null);
         this.batch.records.push([call.env, '', [{ kind: 'key.released', key, customerId: cmd.customerId }]]);
       }
       return this.reply({ ok: true, reply: { kind: 'done' } }, null, resolve);
@@ -597,7 +602,7 @@ export class Partition {
         this.afterFact(actor, f);
       }
       this.bindKey(call.env, key, cmd.customerId);
-      this.keysAdded.push({ environmentId: call.env, key, customerId: cmd.customerId, partition: this.id });
+      this.keyChanged(call.env, key, cmd.customerId);
       this.batch.records.push([call.env, owner.id, facts]);
       this.batch.records.push([call.env, '', [{ kind: 'key.bound', key, customerId: cmd.customerId }]]);
       // What it hands over (its ledger, issuances, rate books, event ids...) travels to the survivor.
@@ -748,13 +753,20 @@ export class Partition {
    */
   requestSnapshot(): boolean {
     if (this.saving || this.closed) return false;
-    if (this.dirty.size === 0 && this.keysAdded.length === 0 && this.keysRemoved.length === 0) return true;
+    if (this.dirty.size === 0 && this.pendingKeys.size === 0) return true;
     if (!this.inFlight && this.batch.records.length === 0) {
       void this.save(this.lastAcked, this.capture());
     } else {
       this.captureWanted = true;
     }
     return true;
+  }
+
+  /** Records a routing-key change for the next save (see pendingKeys): bound to customerId, or released (null). */
+  private keyChanged(environmentId: string, key: string, customerId: string | null): void {
+    let changes = this.pendingKeys.get(environmentId);
+    if (changes === undefined) this.pendingKeys.set(environmentId, (changes = new Map()));
+    changes.set(key, customerId);
   }
 
   private capture(): Capture {
@@ -771,10 +783,16 @@ export class Partition {
     }
     this.dirty.clear();
     this.tailRecords = 0;
-    const cap: Capture = { rows, actors, keys: this.keysAdded, keysRemoved: this.keysRemoved };
-    this.keysAdded = [];
-    this.keysRemoved = [];
-    return cap;
+    const keys: KeyRow[] = [];
+    const keysRemoved: Array<{ environmentId: string; key: string }> = [];
+    for (const [environmentId, changes] of this.pendingKeys) {
+      for (const [key, customerId] of changes) {
+        if (customerId === null) keysRemoved.push({ environmentId, key });
+        else keys.push({ environmentId, key, customerId, partition: this.id });
+      }
+    }
+    this.pendingKeys = new Map();
+    return { rows, actors, keys, keysRemoved };
   }
 
   /** Resolves when the snapshot save in progress (if any) has finished. */
@@ -816,8 +834,12 @@ export class Partition {
     } catch {
       // Not saved: everything captured is dirty again and retried next cycle.
       for (const [actor] of cap.actors) this.dirty.add(actor);
-      this.keysAdded.push(...cap.keys);
-      this.keysRemoved.push(...cap.keysRemoved);
+      // The captured key changes came first: they go under what changed since.
+      const since = this.pendingKeys;
+      this.pendingKeys = new Map();
+      for (const k of cap.keys) this.keyChanged(k.environmentId, k.key, k.customerId);
+      for (const k of cap.keysRemoved) this.keyChanged(k.environmentId, k.key, null);
+      for (const [environmentId, changes] of since) for (const [key, customerId] of changes) this.keyChanged(environmentId, key, customerId);
     } finally {
       this.saving = false;
     }

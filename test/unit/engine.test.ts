@@ -450,6 +450,51 @@ t.test('a key released here is free at once: its stored row, not deleted yet, is
   await n.placement.stop();
 });
 
+t.test('a key bound and released between two saves is deleted by the save, not written back', async (t) => {
+  const s = shared();
+  const n = await node(s);
+  const created = ok(await n.engine.execute(ev('brief', 'b1')));
+  const id = created.kind === 'event' ? created.customerId : '';
+  ok(await n.engine.execute({ env: 'env_1', target: { by: 'id', id }, command: { kind: 'customer.delete', eventsErased: 1 }, nowMs: 1000 }));
+  const p = n.engine.partitionOfTarget('env_1', { by: 'key', key: 'brief' });
+  const part = n.placement.local(p)!;
+  part.requestSnapshot();
+  await part.saved();
+  t.same(await s.snapshots.lookupKeys('env_1', ['brief']), [], 'no stored row binds the external id to the erased customer');
+  await n.placement.stop();
+  // A restarted node looks the key up in storage: the external id is free, a new customer takes it.
+  const m = await node(s, 'n2');
+  const again = ok(await m.engine.execute(ev('brief', 'b2')));
+  t.ok(again.kind === 'event' && again.customerId !== id, 'a new customer for the external id');
+  await m.placement.stop();
+});
+
+t.test('a failed save keeps its key changes under the ones made since: the latest binding wins', async (t) => {
+  const s = shared();
+  const n = await node(s);
+  const created = ok(await n.engine.execute(ev('turn', 't1')));
+  const id = created.kind === 'event' ? created.customerId : '';
+  const p = n.engine.partitionOfTarget('env_1', { by: 'key', key: 'turn' });
+  const part = n.placement.local(p)!;
+  // The save holding the binding fails; the customer is deleted (key released) while it is out.
+  const real = s.snapshots.saveMany.bind(s.snapshots);
+  let release: () => void = () => {};
+  s.snapshots.saveMany = () =>
+    new Promise((_, reject) => {
+      release = () => reject(new Error('storage down'));
+    });
+  part.requestSnapshot();
+  await new Promise((r) => setImmediate(r));
+  ok(await n.engine.execute({ env: 'env_1', target: { by: 'id', id }, command: { kind: 'customer.delete', eventsErased: 1 }, nowMs: 1000 }));
+  release();
+  await part.saved();
+  s.snapshots.saveMany = real;
+  part.requestSnapshot();
+  await part.saved();
+  t.same(await s.snapshots.lookupKeys('env_1', ['turn']), [], 'the release, made after the failed capture, wins');
+  await n.placement.stop();
+});
+
 t.test('passivation runs in slices: each examines at most its budget, and only clean idle actors go', async (t) => {
   const s = shared();
   const n = await memoryNode(s, 'n1', 1);
