@@ -13,7 +13,7 @@ import type { LedgerReply } from '../domain/ledger.js';
 import type { RewardReply } from '../domain/rewards.js';
 import type { Reply as ChallengeReply } from '../domain/challenges.js';
 import type { Effect } from '../domain/rule-effects.js';
-import { type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type MergeHandover, mergeFacts, mergeHandover, type Reply } from '../domain/customer.js';
+import { type AliasState, type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type MergeHandover, mergeFacts, mergeHandover, type Reply } from '../domain/customer.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { mailboxDepth } from '../observability/metrics.js';
 import { decodeEntryToKeep, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
@@ -57,7 +57,7 @@ export type ReplyView =
   | { kind: 'erased'; mergedFrom: string[]; aliases: string[] }
   | { kind: 'events_to_erase'; records: number[] }
   | ({ kind: 'handover' } & MergeHandover)
-  | { kind: 'merged_from'; mergedFrom: string[] }
+  | { kind: 'merged_from'; mergedFrom: string[]; aliases: AliasState[]; attributes: Record<string, unknown> }
   | { kind: 'done' };
 
 export type CallResult =

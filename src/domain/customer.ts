@@ -289,7 +289,7 @@ export type Reply =
    */
   | { kind: 'erased'; mergedFrom: string[]; aliases: string[] }
   /** customer.merged_from: the customers merged into a merged customer before its own merge. */
-  | { kind: 'merged_from'; mergedFrom: string[] }
+  | { kind: 'merged_from'; mergedFrom: string[]; aliases: AliasState[]; attributes: Record<string, unknown> }
   | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'ledger'; reply: ledger.LedgerReply }
   | { kind: 'reward'; reply: rewards.RewardReply }
@@ -436,7 +436,11 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       return { ok: true, facts: noFacts, reply: { kind: 'handover', ...mergeHandover(state) } };
     case 'customer.merged_from':
       if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');
-      return { ok: true, facts: noFacts, reply: { kind: 'merged_from', mergedFrom: [...state.mergedFrom] } };
+      return {
+        ok: true,
+        facts: noFacts,
+        reply: { kind: 'merged_from', mergedFrom: [...state.mergedFrom], aliases: [...state.aliases], attributes: state.attributes },
+      };
     case 'event.record': {
       const seen = state.events.get(cmd.clientEventId);
       if (seen !== undefined) {

@@ -146,7 +146,9 @@ export const ledgerEntryCreatedSchema = ledgerEntrySchema.extend({ balance: bala
 export const customerExportSchema = z.object({
   exported_at: timestamp,
   customer: customerSchema,
-  aliases: z.array(z.object({ alias: z.string(), created_at: timestamp })),
+  aliases: z
+    .array(z.object({ alias: z.string(), created_at: timestamp }))
+    .describe("The customer's aliases and those of every customer merged into it (they route to it)."),
   events: z
     .array(
       z.object({
@@ -157,9 +159,19 @@ export const customerExportSchema = z.object({
         properties: z.record(z.string(), z.unknown()).nullable(),
       }),
     )
-    .describe('The newest events (at most 1000), newest first.'),
-  events_since: timestamp.nullable().describe('Older events were left out: they were received before this instant; null when none were.'),
-  ledger_entries: z.array(ledgerEntrySchema),
+    .describe("The newest events (at most 1000) of the customer and of every customer merged into it, newest first."),
+  events_since: timestamp
+    .nullable()
+    .describe('Every event received at or after this instant is listed; older ones were left out. Null when none were.'),
+  ledger_entries: z
+    .array(ledgerEntrySchema)
+    .describe("The newest ledger entries (at most 1000) of the customer and of every customer merged into it, newest first."),
+  ledger_entries_since: timestamp
+    .nullable()
+    .describe('Every ledger entry created at or after this instant is listed; older ones were left out. Null when none were.'),
+  merged_customers: z
+    .array(z.object({ id, attributes: z.record(z.string(), z.unknown()) }))
+    .describe('Customers merged into this one (through earlier merges too), with the attributes they still hold. Beyond the spec.'),
   reward_issuances: z.array(
     z.object({
       id,

@@ -254,8 +254,12 @@ t.test('customers', async (t) => {
     const sent = async (id: string, customer: string) =>
       (await api.post('/v1/events', { id, name: 'app.opened', customer_id: customer, occurred_at: now(), properties: { device: id } })).body.id as string;
     const ofX = await sent('chain-x-1', 'chain-x');
-    const y = (await api.post('/v1/customers', { external_id: 'chain-y' }, idem())).body;
+    const y = (await api.post('/v1/customers', { external_id: 'chain-y', attributes: { nick: 'Y' } }, idem())).body;
     t.equal((await api.post(`/v1/customers/${y.id}/aliases`, { alias: 'chain-x' }, idem())).status, 201, 'x merged into y');
+    t.equal((await api.post(`/v1/customers/${y.id}/aliases`, { alias: 'chain-y-device' }, idem())).status, 201);
+    t.equal((await api.post('/v1/currencies', { key: 'chainc', name: 'Chain coins' }, idem())).status, 201);
+    const gift = await api.post('/v1/ledger_entries', { customer_id: y.id, currency: 'chainc', amount: 70, reason: 'gift to y' }, idem());
+    t.equal(gift.status, 201, JSON.stringify(gift.body));
     const ofY = await sent('chain-y-1', 'chain-y');
     const z = (await api.post('/v1/customers', { external_id: 'chain-z' }, idem())).body;
     t.equal((await api.post(`/v1/customers/${z.id}/aliases`, { alias: 'chain-y' }, idem())).status, 201, 'y merged into z');
@@ -267,6 +271,14 @@ t.test('customers', async (t) => {
       'its own, the merged customer y, and x merged into y before',
     );
     t.match(exported.events.find((e: { id: string }) => e.id === ofX), { properties: { device: 'chain-x-1' } });
+    // What the merged customers still hold about the person is exported too.
+    const aliases = (exported.aliases as Array<{ alias: string }>).map((a) => a.alias).sort();
+    t.same(aliases, ['chain-x', 'chain-y', 'chain-y-device'], "y's own alias (it routes to z) beside z's and y's");
+    t.match(exported.merged_customers, [{ id: y.id, attributes: { nick: 'Y' } }, { attributes: {} }], 'y, then x merged into y');
+    t.equal(exported.merged_customers.length, 2);
+    const entries = exported.ledger_entries as Array<{ id: string; reason: string | null }>;
+    t.ok(entries.some((e) => e.id === gift.body.id && e.reason === 'gift to y'), "y's own ledger history, not only the transfer to z");
+    t.equal(exported.ledger_entries_since, null, 'nothing left out');
     // Lists leave merged customers out: their ids and external ids answer as the survivor.
     const listed = (await api.get('/v1/customers?limit=200')).body.data.map((c: { id: string }) => c.id);
     const x = (await api.get('/v1/customers?external_id=chain-x')).body.data[0];
@@ -449,6 +461,48 @@ t.test('customers', async (t) => {
     t.equal(r.body.error.code, 'environment_required');
     t.equal((await tenant.admin.get('/v1/customers')).status, 200);
   });
+});
+
+t.test('an export over 1,000 events or ledger entries leaves out whole instants and says from when it holds everything', async (t) => {
+  const { anon } = await startForTest(t);
+  const api = (await signUp(anon)).server;
+  t.equal((await api.post('/v1/currencies', { key: 'bulk', name: 'Bulk' }, idem())).status, 201);
+  const rule = await api.post(
+    '/v1/rules',
+    {
+      name: 'per bulk event',
+      definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'bulk.done' }, actions: [{ type: 'points.award', currency: 'bulk', amount: 1 }] },
+    },
+    idem(),
+  );
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+  // 10 batches of 100 and one of 50: the newest 1,000 end in the middle of the first batch, whose
+  // events (and their ledger entries) share one instant.
+  const sizes = [100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 50];
+  let n = 0;
+  const sent: Array<Record<string, unknown>> = [];
+  for (const size of sizes) {
+    const events = Array.from({ length: size }, () => ({ id: `bulk-${n++}`, name: 'bulk.done', customer_id: 'bulky', occurred_at: new Date().toISOString() }));
+    sent.push(...events);
+    const r = await api.post('/v1/events', { events, mode: 'sync' });
+    t.equal(r.status, 207);
+    await new Promise((resolve) => setTimeout(resolve, 5)); // one instant per batch
+  }
+  const id = (await api.get('/v1/customers?external_id=bulky')).body.data[0].id;
+  const ex = (await api.get(`/v1/customers/${id}/export`)).body;
+  t.equal(ex.events.length, 950, 'the first batch is left out whole');
+  const received = (ex.events as Array<{ received_at: string }>).map((e) => Date.parse(e.received_at));
+  t.equal(Date.parse(ex.events_since), Math.min(...received), 'events_since is the oldest instant held');
+  // A repeat of a first-batch event answers its stored id: it was received before events_since.
+  const again = await api.post('/v1/events', sent[0]);
+  t.equal(again.body.duplicate, true);
+  t.notOk(ex.events.some((e: { id: string }) => e.id === again.body.id), 'left out');
+  const firstBatch = await api.get(`/v1/events/${again.body.id}`);
+  t.ok(Date.parse(firstBatch.body.received_at) < Date.parse(ex.events_since), 'a left-out event was received before events_since');
+  t.equal(ex.ledger_entries.length, 950, 'the ledger entries of the first batch are left out whole');
+  const created = (ex.ledger_entries as Array<{ created_at: string }>).map((e) => Date.parse(e.created_at));
+  t.equal(Date.parse(ex.ledger_entries_since), Math.min(...created));
+  t.equal((await api.get(`/v1/customers/${id}/balances`)).body.data[0].available, 1050, 'the balance counts all of them');
 });
 
 t.test("the export's exported_at reads the environment's clock (the test clock), as every other time in it", async (t) => {

@@ -82,7 +82,7 @@ export interface CustomerReadModel {
       deletedAtMs: number | null;
     }>
   >;
-  listLedgerEntries(environmentId: string, customerId: string, q: { limit: number; before: null }): Promise<LedgerRow[]>;
+  listLedgerEntries(environmentId: string, customerIds: string | readonly string[], q: { limit: number; before: null }): Promise<LedgerRow[]>;
   /** Events of these customers (a survivor and the customers merged into it), newest first. */
   listCustomerEvents(
     environmentId: string,
@@ -137,6 +137,8 @@ export interface CustomerDeps {
 
 /** Events included in an export; older ones are summarized by events_since. */
 const exportEventsMax = 1000;
+/** Ledger entries included in an export; older ones are summarized by ledger_entries_since. */
+const exportEntriesMax = 1000;
 
 
 /**
@@ -219,12 +221,40 @@ function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, merged
   });
 }
 
+/** What a merged customer still holds about the person: its aliases (they route to the survivor) and attributes. */
+interface MergedCustomer {
+  id: string;
+  aliases: ReadonlyArray<{ alias: string; createdAtMs: number }>;
+  attributes: Record<string, unknown>;
+}
+
 /** The customers merged into `survivorId`, depth first through the merges into them. */
-function mergedInto(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<string[]> {
-  return eachMerged(survivorId, mergedFrom, async (id, survivor) => {
+async function mergedInto(deps: CustomerDeps, env: string, survivorId: string, mergedFrom: readonly string[]): Promise<MergedCustomer[]> {
+  const found = new Map<string, MergedCustomer>();
+  const ids = await eachMerged(survivorId, mergedFrom, async (id, survivor) => {
     const r = await call(deps, env, { by: 'id', id }, { kind: 'customer.merged_from', survivorId: survivor });
-    return r.kind === 'merged_from' ? r.mergedFrom : [];
+    if (r.kind !== 'merged_from') return [];
+    found.set(id, { id, aliases: r.aliases, attributes: r.attributes });
+    return r.mergedFrom;
   });
+  return ids.flatMap((id) => found.get(id) ?? []);
+}
+
+/**
+ * The newest `max` of rows sorted newest first (`rows` holds up to max + 1 of them), and the
+ * instant from which every row is included (null when none was left out). Rows sharing the
+ * oldest included instant with a row left out are left out too (a batch's events share one),
+ * unless that would leave nothing.
+ */
+function newestWithBoundary<R>(rows: readonly R[], max: number, atMs: (r: R) => number): { shown: R[]; sinceMs: number | null } {
+  if (rows.length <= max) return { shown: [...rows], sinceMs: null };
+  let shown = rows.slice(0, max);
+  const edge = atMs(shown[shown.length - 1]!);
+  if (atMs(rows[max]!) === edge) {
+    const clean = shown.filter((r) => atMs(r) !== edge);
+    if (clean.length > 0) shown = clean;
+  }
+  return { shown, sinceMs: atMs(shown[shown.length - 1]!) };
 }
 
 /** Aliases live in their own partitions: each binding that still names `customerId` is released. */
@@ -564,14 +594,17 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const c = await view(deps, env, idTarget(ctx.params.id ?? ''));
         // The events of customers merged into this one (and into those) were this person's too.
         const merged = await mergedInto(deps, env, c.id, c.mergedFrom);
+        const people = [c.id, ...merged.map((m) => m.id)];
         await deps.drainProjector();
-        const [events, entries, progress, segmentDefs] = await Promise.all([
-          deps.readModel.listCustomerEvents(env, [c.id, ...merged], { limit: exportEventsMax + 1 }),
-          deps.readModel.listLedgerEntries(env, c.id, { limit: exportEventsMax, before: null }),
+        const [eventRows, entryRows, progress, segmentDefs] = await Promise.all([
+          deps.readModel.listCustomerEvents(env, people, { limit: exportEventsMax + 1 }),
+          deps.readModel.listLedgerEntries(env, people, { limit: exportEntriesMax + 1, before: null }),
           deps.challengeProgress?.(env, c.id) ?? [],
           deps.segments?.(env) ?? [],
         ]);
-        const shown = events.slice(0, exportEventsMax);
+        const events = newestWithBoundary(eventRows, exportEventsMax, (e) => e.receivedAtMs);
+        const entries = newestWithBoundary(entryRows, exportEntriesMax, (e) => e.createdAtMs);
+        const aliases = [...c.aliases, ...merged.flatMap((m) => m.aliases)];
         // The environment's clock (a test environment's test clock), as every time in the document.
         const exportedAtMs = await deps.now(env);
         return {
@@ -579,17 +612,19 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
           body: {
             exported_at: iso(exportedAtMs),
             customer: customerWire(c),
-            aliases: c.aliases.map((a) => ({ alias: a.alias, created_at: iso(a.createdAtMs) })),
-            events: shown.map((e) => ({
+            aliases: aliases.map((a) => ({ alias: a.alias, created_at: iso(a.createdAtMs) })),
+            events: events.shown.map((e) => ({
               id: e.id,
               name: e.name,
               occurred_at: iso(e.occurredAtMs),
               received_at: iso(e.receivedAtMs),
               properties: e.properties,
             })),
-            // The export holds the newest events; older ones (if any) were received before this instant.
-            events_since: events.length > exportEventsMax ? iso(shown[shown.length - 1]!.receivedAtMs) : null,
-            ledger_entries: entries.map(ledgerEntryWire),
+            // Every event received at or after this instant is here; older ones are not (null: all are).
+            events_since: iso(events.sinceMs),
+            ledger_entries: entries.shown.map(ledgerEntryWire),
+            ledger_entries_since: iso(entries.sinceMs),
+            merged_customers: merged.map((m) => ({ id: m.id, attributes: m.attributes })),
             reward_issuances: c.issuances.map((i) => ({
               id: i.id,
               reward: i.rewardId,

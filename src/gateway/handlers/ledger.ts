@@ -53,7 +53,7 @@ export interface LedgerDeps {
   readModel: {
     listLedgerEntries(
       environmentId: string,
-      customerId: string,
+      customerIds: string | readonly string[],
       q: { limit: number; before: { createdAtMs: number; id: string } | null },
     ): Promise<LedgerRow[]>;
   };

@@ -757,9 +757,10 @@ export class PgReadModel {
   }
 
   /** A customer's ledger entries, newest first; limit+1 rows for paging (keyset on created_at, id). */
+  /** Newest first; `customerIds`: one customer, or several (an export: a survivor and the customers merged into it). */
   async listLedgerEntries(
     environmentId: string,
-    customerId: string,
+    customerIds: string | readonly string[],
     q: { limit: number; before: { createdAtMs: number; id: string } | null },
   ): Promise<LedgerRow[]> {
     const rows = await this.sql.unsafe(
@@ -767,10 +768,10 @@ export class PgReadModel {
               ${ms('expires_at')} as expires_at_ms, ${ms('confirm_after')} as confirm_after_ms, reason, source_type, source_id,
               reverses_entry_id, ${ms('created_at')} as created_at_ms
        from ledger_entries
-       where environment_id = $1 and customer_id = $2
+       where environment_id = $1 and customer_id = any($2::text[])
          and ($3::float8 is null or (created_at, id) < (to_timestamp($3::float8 / 1000), $4::text))
        order by created_at desc, id desc limit $5`,
-      [environmentId, customerId, q.before?.createdAtMs ?? null, q.before?.id ?? '', q.limit],
+      [environmentId, typeof customerIds === 'string' ? [customerIds] : [...customerIds], q.before?.createdAtMs ?? null, q.before?.id ?? '', q.limit],
     );
     return rows.map((r) => ({
       environmentId: r.environment_id as string,
