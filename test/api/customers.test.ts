@@ -403,6 +403,10 @@ t.test('customers', async (t) => {
     t.equal(s2.body.customer_token, null, 'a replayed mint returns customer_token: null');
     const noScope = await api.post('/v1/customer_sessions', { grant_type: 'secret_key', customer_id: 'tok-1' }, idem());
     t.equal(noScope.body.error.code, 'insufficient_scope');
+    for (const unknown of ['never-seen', 'cust_00001M8EJ28KN1XFPGWKKM6QE368T']) {
+      const none = await minter.post('/v1/customer_sessions', { grant_type: 'secret_key', customer_id: unknown }, idem());
+      t.match([none.status, none.body.error], [404, { code: 'resource_not_found', param: 'customer_id' }], `an unknown customer (${unknown}) is named by its field`);
+    }
 
     // Lifetime: 15 minutes by default; ttl_seconds names another, 60 s to a day.
     const expOf = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()).exp as number;

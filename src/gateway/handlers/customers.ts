@@ -164,11 +164,20 @@ async function call(deps: CustomerDeps, env: string, target: Target, command: En
  * The customer, only if it belongs to `env`. The engine runs a by-id call on whichever actor is in
  * memory under that id, whatever its environment, so every by-id use starts here (tenant isolation).
  */
-async function view(deps: CustomerDeps, env: string, target: Target): Promise<CustomerView> {
-  const reply = await call(deps, env, target, { kind: 'customer.view' });
+/** The customer `target` names; `param` is the request field that named it (404 resource_not_found names it). */
+async function view(deps: CustomerDeps, env: string, target: Target, param = 'id'): Promise<CustomerView> {
+  let reply: Awaited<ReturnType<typeof call>>;
+  try {
+    reply = await call(deps, env, target, { kind: 'customer.view' });
+  } catch (err) {
+    if (param !== 'id' && err instanceof ApiError && err.code === 'resource_not_found') {
+      throw new ApiError('resource_not_found', { message: err.message, param });
+    }
+    throw err;
+  }
   if (reply.kind !== 'customer') throw new ApiError('internal_error');
   if (reply.customer.environmentId !== env) {
-    throw new ApiError('resource_not_found', { message: 'No customer with this id.', param: 'id' });
+    throw new ApiError('resource_not_found', { message: 'No customer with this id.', param });
   }
   return reply.customer;
 }
@@ -692,7 +701,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const ref = ctx.body.customer_id;
         const target: Target = customerIdPartition(ref) >= 0 ? { by: 'id', id: ref } : { by: 'key', key: ref };
-        const c = await view(deps, env, target);
+        const c = await view(deps, env, target, 'customer_id');
         const minted = await deps.mintCustomerToken({
           environmentId: env,
           customerId: c.id,
