@@ -396,6 +396,8 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       if (cmd.expectedVersion !== null && cmd.expectedVersion !== state.version) {
         return stale(state.version);
       }
+      // A patch that changes nothing records nothing: the version stays.
+      if (changesNothing(state.attributes, cmd.attributes)) return { ok: true, facts: noFacts, reply: { kind: 'customer', customer: state } };
       const attributes = mergeAttributes(state.attributes, cmd.attributes);
       if (Object.keys(attributes).length > limits.attributeKeysMax) {
         return fail('validation_failed', `A customer holds at most ${limits.attributeKeysMax} attributes.`, 'attributes');
@@ -688,6 +690,17 @@ function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact &
 }
 
 /** PATCH semantics: a key set to null is removed; other keys replace. */
+/** True when applying `patch` leaves `base` as it is (values compared as JSON). */
+function changesNothing(base: Record<string, unknown>, patch: Record<string, unknown>): boolean {
+  for (const k of Object.keys(patch)) {
+    const v = patch[k];
+    if (v === null) {
+      if (Object.hasOwn(base, k)) return false;
+    } else if (!Object.hasOwn(base, k) || (base[k] !== v && JSON.stringify(base[k]) !== JSON.stringify(v))) return false;
+  }
+  return true;
+}
+
 function mergeAttributes(base: Record<string, unknown>, patch: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = { ...base };
   for (const k of Object.keys(patch)) {

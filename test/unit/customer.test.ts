@@ -99,6 +99,17 @@ t.test('update merges attributes, null removes, version increases; a stale expec
   t.match(stale.d, { ok: false, code: 'stale_write' });
 });
 
+t.test('an update that changes nothing records nothing and keeps the version', async (t) => {
+  const s = given([{ ...created, attributes: { a: 1, o: { x: [1, 2] } } } as Fact]);
+  for (const attributes of [{}, { a: 1 }, { gone: null }, { o: { x: [1, 2] } }]) {
+    const r = when(s, { kind: 'customer.update', attributes, expectedVersion: null });
+    t.match(r.d, { ok: true, facts: [] }, JSON.stringify(attributes));
+    t.equal(r.state?.version, 1);
+  }
+  t.equal(when(s, { kind: 'customer.update', attributes: { a: 2 }, expectedVersion: null }).state?.version, 2, 'a change still counts');
+  t.match(when(s, { kind: 'customer.update', attributes: {}, expectedVersion: 7 }).d, { ok: false, code: 'stale_write' }, 'and a stale version is still refused');
+});
+
 t.test('create on an existing customer is already_exists', async (t) => {
   t.match(when(given([created]), { kind: 'customer.create', externalId: 'u1', attributes: {} }).d, {
     ok: false,
