@@ -201,6 +201,8 @@ t.test('match results over the API', async (t) => {
     t.equal(mixed.body.status, 'partially_admitted');
     const held = await api.post('/v1/match_results', report([{ ext: 'r-held', score: 70000 }, { ext: 'r-ok5' }]));
     t.equal(held.body.status, 'held');
+    const read = await api.get(`/v1/match_results/${held.body.id}`);
+    t.equal(JSON.stringify(read.body.players[0].reasons), JSON.stringify(held.body.players[0].reasons), 'read back byte for byte as reported (keys in the same order)');
 
     // rate_limited: the fourth admitted or held match within the hour.
     const verdicts: string[] = [];

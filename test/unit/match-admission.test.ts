@@ -131,7 +131,7 @@ t.test('table: one row per reason code', async (t) => {
       run: () => admit(report({ players: [{ kills: 1, score: 100 }] })),
       player: 0,
       status: 'rejected',
-      reason: { code: 'player_count_out_of_bounds', value: 1, limit: 2 },
+      reason: { code: 'player_count_out_of_bounds', value: 1, limit: 2, message: 'The match has 1 player; the profile allows 2 to 4.' },
     },
     {
       name: 'player_count_out_of_bounds (too many)',

@@ -39,7 +39,7 @@ export function checkMatchBounds(profile: Pick<ProfileSections, 'duration' | 'pl
   if (n < profile.players.minimum || n > profile.players.maximum) {
     out.push({
       code: 'player_count_out_of_bounds',
-      message: `The match has ${n} players; the profile allows ${profile.players.minimum} to ${profile.players.maximum}.`,
+      message: `The match has ${n} ${n === 1 ? 'player' : 'players'}; the profile allows ${profile.players.minimum} to ${profile.players.maximum}.`,
       value: n,
       limit: n < profile.players.minimum ? profile.players.minimum : profile.players.maximum,
     });

@@ -157,8 +157,8 @@ export function checkRateWindows(book: RateBook | undefined, limits: readonly Ra
       return {
         code: 'rate_limited',
         message: `At most ${l.maxMatches} admitted or held matches within ${l.windowSeconds} seconds.`,
-        limit: l.maxMatches,
         value: count - 1,
+        limit: l.maxMatches,
       };
     }
   }

@@ -117,6 +117,15 @@ function json<T>(v: unknown): T {
 const ms = (d: unknown) => (d as Date).getTime();
 const iso = isoTime;
 
+/** A reason read back from jsonb (which orders keys by length) with its keys in the order it was made with. */
+function inWireOrder(r: Reason): Reason {
+  const out: Reason = { code: r.code, message: r.message };
+  if (r.metric !== undefined) out.metric = r.metric;
+  if (r.value !== undefined) out.value = r.value;
+  if (r.limit !== undefined) out.limit = r.limit;
+  return out;
+}
+
 function playerRow(r: Record<string, unknown>): PlayerRow {
   return {
     id: r.id as string,
@@ -128,7 +137,7 @@ function playerRow(r: Record<string, unknown>): PlayerRow {
     won: (r.won as boolean | null) ?? null,
     status: r.status as StoredStatus,
     pendingVerdict: r.pending_verdict as PlayerStatus,
-    reasons: json(r.reasons),
+    reasons: (json(r.reasons) as Reason[]).map(inWireOrder),
     eventId: (r.event_id as string | null) ?? null,
     clientEventId: (r.client_event_id as string | null) ?? null,
     review: r.review === null ? null : json(r.review),
