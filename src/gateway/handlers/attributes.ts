@@ -14,7 +14,7 @@ const createBody = z.strictObject({
     .regex(/^[a-z][a-z0-9_]*$/, 'Use snake_case, e.g. favourite_mode.'),
   type: z.enum(attributeTypes),
   description: z.string().max(500).nullable().optional(),
-  pii: z.boolean().default(false).describe('Personal data: erased with the customer, listed in exports.'),
+  pii: z.boolean().default(false).describe('Informational: every attribute is erased with its customer and listed in exports, whatever this says.'),
 });
 
 function wire(d: AttributeDefinition) {
