@@ -405,6 +405,7 @@ t.test('every answer of a realistic session matches the schema /v1/openapi.json 
     const exported = await expect(200, api, 'GET', `/v1/customers/${customer.id}/export`);
     t.ok(exported.events.length > 0 && exported.ledger_entries.length > 0);
     await expect(201, api, 'POST', `/v1/customers/${customer.id}/aliases`, { alias: 'anon-1' }, idem());
+    await expect(200, api, 'POST', `/v1/customers/${customer.id}/aliases`, { alias: 'anon-1' }, idem());
     const bob = (await expect(200, api, 'GET', '/v1/customers?external_id=bob')).data[0];
     const merged = await expect(201, api, 'POST', `/v1/customers/${customer.id}/aliases`, { alias: 'bob' }, idem());
     t.equal(merged.merged_from, bob.id, 'adding an external id as an alias merges its customer');

@@ -392,6 +392,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     const env = environmentIdOf(ctx.principal);
     // Resolve the survivor first (the id may itself have been merged away).
     const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
+    const held = survivor.aliases.some((a) => a.alias === ctx.body.alias);
     hold.assertHeld();
     const claim = await call(deps, env, { by: 'key', key: ctx.body.alias }, { kind: 'key.claim', customerId: survivor.id });
     if (claim.kind !== 'claimed') throw new ApiError('internal_error');
@@ -414,9 +415,11 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       ...tiers,
     });
     if (added.kind !== 'alias') throw new ApiError('internal_error');
+    const merged = claim.mergedFrom ?? added.mergedFrom;
     return {
-      status: 201,
-      body: { alias: aliasWire(added.alias, survivor.id), merged_from: claim.mergedFrom ?? added.mergedFrom },
+      // An alias the customer already held is answered as it is (200), like a repeated segment add.
+      status: held && merged === null ? 200 : 201,
+      body: { alias: aliasWire(added.alias, survivor.id), merged_from: merged },
     };
   };
 
@@ -659,7 +662,10 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
       body: aliasBody,
       idempotent: true,
-      responses: { 201: { description: 'The alias, and the customer it merged in (or null).', schema: aliasAddedSchema } },
+      responses: {
+        201: { description: 'The alias, and the customer it merged in (or null).', schema: aliasAddedSchema },
+        200: { description: 'The customer already held this alias: the alias as it is (its created_at), merged_from null.', schema: aliasAddedSchema },
+      },
       handler: (ctx: RequestContext<z.infer<typeof aliasBody>>) => {
         const env = environmentIdOf(ctx.principal);
         return mergesOf(env, () => underMergeLock(deps, env, (hold) => addAlias(ctx, hold)));
