@@ -8,9 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import t from 'tap';
-import { loadConfig } from '../../src/config.js';
 import { type Service, startService } from '../../src/service.js';
-import { Client, idem, signUp } from '../helpers/service.js';
+import { Client, embeddedConfig, idem, signUp } from '../helpers/service.js';
 
 const arena = {
   type: 'match_profile.create',
@@ -35,18 +34,8 @@ async function within<T>(ms: number, what: string, p: Promise<T>): Promise<T> {
   }
 }
 
-async function startEmbedded(dataDir: string): Promise<Service> {
-  const config = loadConfig({
-    PORT: '0',
-    GRPC_PORT: '0',
-    PUBLIC_GRPC_PORT: '0',
-    HOST: '127.0.0.1',
-    DATA_DIR: dataDir,
-    PARTITIONS: '16',
-    LOG_LEVEL: 'silent',
-    POOL_THREADS: '1',
-  });
-  return startService(config, pino({ level: 'silent' }));
+function startEmbedded(dataDir: string): Promise<Service> {
+  return startService(embeddedConfig(dataDir), pino({ level: 'silent' }));
 }
 
 t.test('embedded mode end to end, and again after a restart', async (t) => {

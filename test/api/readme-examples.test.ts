@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import t from 'tap';
-import { loadConfig } from '../../src/config.js';
 import { startService } from '../../src/service.js';
+import { embeddedConfig } from '../helpers/service.js';
 
 /** The README's shell blocks, in order, without the quick start's npm commands (this test is their run). */
 export function readmeShellBlocks(readme: string): string[] {
@@ -31,10 +31,7 @@ function run(script: string, cwd: string): Promise<{ code: number | null; out: s
 t.test('every README example runs as written against npm start', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'readme-examples-'));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
-  const service = await startService(
-    loadConfig({ PORT: '0', GRPC_PORT: '0', PUBLIC_GRPC_PORT: '0', HOST: '127.0.0.1', DATA_DIR: join(dir, 'data'), PARTITIONS: '16', LOG_LEVEL: 'silent', POOL_THREADS: '1' }),
-    pino({ level: 'silent' }),
-  );
+  const service = await startService(embeddedConfig(join(dir, 'data')), pino({ level: 'silent' }));
   t.teardown(() => service.stop());
   const blocks = readmeShellBlocks(await readFile(new URL('../../README.md', import.meta.url), 'utf8'));
   t.ok(blocks.length >= 7, `${blocks.length} example blocks`);

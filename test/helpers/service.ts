@@ -54,6 +54,11 @@ export function serverEnv(storage: Storage, redis: string, extra: Record<string,
   return { REDIS_URL: redis, DATABASE_URL: databaseUrl, DB_SCHEMA: storage.schema, KEY_PREFIX: storage.prefix, ...extra };
 }
 
+/** Embedded mode (what `npm start` runs: no REDIS_URL or DATABASE_URL) with its data under `dataDir`; ports as configFor. */
+export function embeddedConfig(dataDir: string): Config {
+  return loadConfig({ PORT: '0', GRPC_PORT: '0', PUBLIC_GRPC_PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir, PARTITIONS: '16', LOG_LEVEL: 'silent', POOL_THREADS: '1' });
+}
+
 /**
  * Every port is 0: the kernel picks, the service reports (and advertises) what it bound. A port
  * picked free here and bound later can be taken in between by a parallel test's outgoing
