@@ -11,7 +11,7 @@ import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import { limits } from '../limits.js';
 import type { Logger } from '../observability/logger.js';
-import { HttpObserver, registry } from '../observability/metrics.js';
+import { HttpObserver, publicGrpcRequestDuration, registry } from '../observability/metrics.js';
 import type { IdempotencyStore } from '../persistence/ports.js';
 import type { Principal } from '../tenancy/types.js';
 import {
@@ -118,6 +118,8 @@ interface Entry {
   route: AnyRoute | null;
   raw: RawHandler | null;
   observer: HttpObserver;
+  /** The same route's work through invoke() (the public gRPC API). */
+  invokeObserver: HttpObserver;
 }
 
 const jsonType = 'application/json';
@@ -208,12 +210,17 @@ export function createGateway(opts: GatewayOptions): Gateway {
 
   for (const r of opts.routes) {
     if (!r.path.startsWith('/v1/')) throw new Error(`route ${r.method} ${r.path}: API routes live under /v1/`);
-    router.add(r.method, r.path, { route: r, raw: null, observer: new HttpObserver(r.method, r.path) });
+    router.add(r.method, r.path, {
+      route: r,
+      raw: null,
+      observer: new HttpObserver(r.method, r.path),
+      invokeObserver: new HttpObserver(r.method, r.path, publicGrpcRequestDuration),
+    });
   }
 
   let openapiText: string | undefined;
   const addRaw = (path: string, raw: RawHandler) =>
-    router.add('GET', path, { route: null, raw, observer: new HttpObserver('GET', path) });
+    router.add('GET', path, { route: null, raw, observer: new HttpObserver('GET', path), invokeObserver: new HttpObserver('GET', path, publicGrpcRequestDuration) });
   addRaw('/healthz', () => jsonOut(200, { status: 'ok' }));
   addRaw('/readyz', async () => {
     let result: { ok: boolean; checks: Record<string, boolean | number | string> };
@@ -238,7 +245,11 @@ export function createGateway(opts: GatewayOptions): Gateway {
   });
 
   const unmatched = new Map<string, HttpObserver>();
-  for (const m of [...knownMethods, 'OTHER']) unmatched.set(m, new HttpObserver(m, 'unmatched'));
+  const unmatchedInvoke = new Map<string, HttpObserver>();
+  for (const m of [...knownMethods, 'OTHER']) {
+    unmatched.set(m, new HttpObserver(m, 'unmatched'));
+    unmatchedInvoke.set(m, new HttpObserver(m, 'unmatched', publicGrpcRequestDuration));
+  }
 
   // ---- pipeline -------------------------------------------------------------------------------
 
@@ -508,6 +519,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
       receivedAtMs: Date.now(),
       entry: null,
     };
+    const startedAt = performance.now();
     inflight++;
     try {
       let out: Out | undefined;
@@ -532,6 +544,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
       if (out.headers !== null) Object.assign(outHeaders, out.headers);
       let body: unknown;
       if (out.text !== undefined) body = out.contentType === jsonType ? JSON.parse(out.text) : out.text;
+      const observer = inc.entry?.invokeObserver ?? unmatchedInvoke.get(knownMethods.has(inc.method) ? inc.method : 'OTHER')!;
+      observer.observe(out.status, (performance.now() - startedAt) / 1000);
       return { status: out.status, headers: outHeaders, body };
     } finally {
       done();

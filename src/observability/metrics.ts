@@ -17,6 +17,14 @@ export const httpRequestDuration = new BucketHistogram({
   registers: [registry],
 });
 
+export const publicGrpcRequestDuration = new BucketHistogram({
+  name: 'public_grpc_request_duration_seconds',
+  help: 'Public gRPC API work (each IngestBatch call, IngestStream message, Report or GetState) from arrival to its answer, by the HTTP method, route pattern and status it runs as.',
+  labelNames: ['method', 'route', 'status'],
+  buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+  registers: [registry],
+});
+
 export const journalFlushRecords = new BucketHistogram({
   name: 'journal_flush_records',
   help: 'Records in one group-commit journal flush (one append per partition).',
@@ -84,7 +92,8 @@ export const snapshotSaveSeconds = new BucketHistogram({
 
 /**
  * Observer for one route pattern: keeps one histogram child per status so the hot path does a
- * small-integer map lookup, no label hashing.
+ * small-integer map lookup, no label hashing. HTTP requests by default; the public gRPC API's
+ * work (gateway.invoke) goes to publicGrpcRequestDuration.
  */
 export class HttpObserver {
   private readonly byStatus = new Map<number, HistogramChild>();
@@ -92,12 +101,13 @@ export class HttpObserver {
   constructor(
     private readonly method: string,
     private readonly route: string,
+    private readonly histogram: BucketHistogram = httpRequestDuration,
   ) {}
 
   observe(status: number, seconds: number): void {
     let child = this.byStatus.get(status);
     if (child === undefined) {
-      child = httpRequestDuration.child(this.method, this.route, String(status));
+      child = this.histogram.child(this.method, this.route, String(status));
       this.byStatus.set(status, child);
     }
     child.observe(seconds);

@@ -825,7 +825,13 @@ t.test('internal_error does not leak; the stack is logged; Retry-After from ApiE
 
 t.test('/metrics: the request histogram is labelled by route pattern', async (t) => {
   await call('GET', '/v1/things/t42');
+  // The public gRPC API's work goes through invoke(): its own histogram, the same labels.
+  await gateway.invoke({ method: 'GET', path: '/v1/things/t43', headers: { authorization: 'Bearer good' } });
+  await gateway.invoke({ method: 'GET', path: '/v1/nope', headers: {} });
   const r = await call('GET', '/metrics', { auth: null });
+  t.match(r.text, /public_grpc_request_duration_seconds_count\{method="GET",route="\/v1\/things\/:id",status="200"\} 1\n/);
+  t.match(r.text, /public_grpc_request_duration_seconds_count\{method="GET",route="unmatched",status="404"\} 1\n/);
+  t.notMatch(r.text, /route="\/v1\/things\/t43"/, 'never the raw path');
   t.equal(r.status, 200);
   t.match(r.headers.get('content-type') ?? '', /^text\/plain/);
   t.match(r.text, /http_request_duration_seconds_count\{method="GET",route="\/v1\/things\/:id",status="200"\} \d+/);
