@@ -280,7 +280,15 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
     done(null, { results });
   }
 
-  async function ingestOne(headers: Record<string, string>, msg: IngestStreamRequest): Promise<IngestStreamResponse> {
+  /**
+   * One stream message as POST /v1/events. `refused`: the credential itself was refused (401:
+   * missing, unknown or revoked), which every later message would meet too, so the stream ends
+   * with that status instead of acknowledging each message with the same error.
+   */
+  async function ingestOne(
+    headers: Record<string, string>,
+    msg: IngestStreamRequest,
+  ): Promise<{ ack: IngestStreamResponse; refused: Partial<StatusObject> | null }> {
     const { body, badProperties } = eventBody(msg.event);
     const mode = modeOf(msg.mode);
     if (mode !== undefined) body.mode = mode;
@@ -293,7 +301,8 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
       if (badProperties) error = rewordIfProperties(error, '');
       result = { error, clientEventId };
     }
-    return { correlationId: msg.correlationId, result };
+    const refused = res.status === 401 ? callError(res.status, wireErrorOf(res.body), res.headers) : null;
+    return { ack: { correlationId: msg.correlationId, result }, refused };
   }
 
   /**
@@ -324,9 +333,16 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
       }
       const key = msg.event?.customerId ?? '';
       const run: Promise<void> = (tails.get(key) ?? Promise.resolve())
-        .then(() => ingestOne(headers, msg))
-        .then((ack) => {
-          if (!gone) stream.write(ack);
+        .then(() => (gone ? null : ingestOne(headers, msg)))
+        .then((one) => {
+          if (one === null || gone) return;
+          if (one.refused !== null) {
+            // The call fails with the credential's status; nothing more is read or answered.
+            gone = true;
+            stream.emit('error', one.refused);
+            return;
+          }
+          stream.write(one.ack);
         })
         .finally(() => {
           inFlight--;

@@ -366,7 +366,7 @@ t.test('public gRPC API against the real service', async (t) => {
     for (const a of acked) t.ok(ids.has(a.result!.accepted!.id), `acknowledged ${a.correlationId} is recorded`);
   });
 
-  await t.test('IngestStream: failed items are acked with errors; no credential fails every ack', async (t) => {
+  await t.test('IngestStream: failed items are acked with errors; a refused credential fails the call', async (t) => {
     const acks = await streamAll(events, secret(), [
       { correlationId: 'x-1', event: ev('sx-1', 'g-sx', { name: 'Bad Name' }), mode: 0 },
       { correlationId: 'x-2', event: ev('sx-2', 'g-sx', { occurredAt: new Date(Date.now() + 3600_000).toISOString() }), mode: 0 },
@@ -380,8 +380,24 @@ t.test('public gRPC API against the real service', async (t) => {
     const sync = by.get('x-3')!.accepted!;
     t.ok(sync.status === 'evaluated' || sync.fallback, 'sync mode: evaluated, or fallback');
 
-    const unauth = await streamAll(events, new Metadata(), [{ correlationId: 'u-1', event: ev('su-1', 'g-su'), mode: 0 }]);
-    t.match(unauth, [{ correlationId: 'u-1', result: { error: { code: 'authentication_required' } } }]);
+    // A refused credential fails the call itself (as HTTP answers 401), not each message.
+    for (const [md, code] of [
+      [new Metadata(), 'authentication_required'],
+      [bearer('osk_not_a_key'), 'invalid_credentials'],
+    ] as const) {
+      const failed = await streamAll(
+        events,
+        md,
+        Array.from({ length: 200 }, (_, i) => ({ correlationId: `u-${i}`, event: ev(`su-${code}-${i}`, `g-su-${i % 7}`), mode: 0 })),
+      ).then(
+        () => null,
+        (e: ServiceError) => e,
+      );
+      t.equal(failed?.code, status.UNAUTHENTICATED, code);
+      t.equal(trailer(failed, 'error-code'), code);
+      t.match(trailer(failed, 'request-id'), /^req_/);
+    }
+    t.equal((await api.get('/v1/customers?external_id=g-su-0')).body.data.length, 0, 'nothing was recorded');
   });
 
   await t.test('properties_json: large integers and nested objects round-trip exactly', async (t) => {
