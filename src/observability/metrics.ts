@@ -59,7 +59,7 @@ export const partitionsRecovering = new Gauge({
 
 export const mailboxDepth = new BucketHistogram({
   name: 'mailbox_depth',
-  help: 'Commands waiting in an actor mailbox, observed when a command is enqueued.',
+  help: "An actor's commands applied and waiting for their journal write (its mailbox: the bound behind rate_limited), this one included, observed when a command is applied.",
   buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000],
   registers: [registry],
 });
