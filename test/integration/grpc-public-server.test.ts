@@ -346,18 +346,19 @@ t.test('IngestStream: every message acked once, one customer in order, concurren
   t.equal(byId.get('bad-json')?.error?.param, 'properties_json');
 });
 
-t.test('IngestStream: each message is authenticated like an HTTP request', async (t) => {
+t.test('IngestStream: a refused credential fails the call with UNAUTHENTICATED and the error trailers', async (t) => {
   const { events } = await setup(t);
   const stream = events.ingestStream(auth('osk_bad'));
   const acks: IngestStreamResponse[] = [];
-  const finished = new Promise<void>((resolve, reject) => {
+  const failed = new Promise<ServiceError | null>((resolve) => {
     stream.on('data', (a: IngestStreamResponse) => acks.push(a));
-    stream.on('end', resolve);
-    stream.on('error', reject);
+    stream.on('end', () => resolve(null));
+    stream.on('error', (e: ServiceError) => resolve(e));
   });
   stream.write({ correlationId: 'only', mode: 0, event: ev('a') });
   stream.end();
-  await finished;
-  t.equal(acks.length, 1);
-  t.equal(acks[0]!.result?.error?.code, 'authentication_required');
+  const err = await failed;
+  t.equal(err?.code, status.UNAUTHENTICATED);
+  t.equal(err?.metadata.get('error-code')[0], 'authentication_required');
+  t.same(acks, [], 'no message is acknowledged');
 });
