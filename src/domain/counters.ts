@@ -53,8 +53,14 @@ export interface CounterState {
   /** rolling only: the window length in days and day buckets [utc day index, count], ascending. */
   days?: number;
   b?: Array<[number, number]>;
-  /** Set once the historical base of a backfill was applied (a second base is refused). */
+  /** Set once the historical base of this customer's own events was applied (a second is refused). */
   based?: boolean;
+  /**
+   * Customers merged into this one whose historical base this count holds (applied here after the
+   * merge, or theirs before it): a backfill counts events by the customer that recorded them, so a
+   * merged customer's base arrives under its own id and is taken once.
+   */
+  basedFrom?: string[];
 }
 
 /** A customer's counters, by counter id. */
@@ -69,8 +75,11 @@ export type CounterBump =
 export type CounterFact =
   /** The counters an event bumped (journaled with the event; the projector marks the event row). */
   | { kind: 'counter.counted'; eventId: string; bumps: CounterBump[] }
-  /** The historical base of a backfill (events recorded before live counting began for this customer). */
-  | { kind: 'counter.backfilled'; id: string; base: CounterState; atMs: number }
+  /**
+   * The historical base of a backfill (events recorded before live counting began): this
+   * customer's own, or (`from`) those of a customer merged into it, recorded under that id.
+   */
+  | { kind: 'counter.backfilled'; id: string; base: CounterState; atMs: number; from?: string }
   /** A merged customer's counts joined into the survivor's (its events now count as the survivor's). */
   | { kind: 'counter.merged'; from: string; counters: CountersState; atMs: number };
 
@@ -146,6 +155,7 @@ const noBumps: CounterBump[] = [];
 export function cloneCounterState(s: CounterState): CounterState {
   const c: CounterState = { ...s };
   if (s.b !== undefined) c.b = s.b.map((e): [number, number] => [e[0], e[1]]);
+  if (s.basedFrom !== undefined) c.basedFrom = [...s.basedFrom];
   return c;
 }
 
@@ -184,10 +194,21 @@ function addBucket(s: CounterState, day: number, count: number, days: number): v
   if (drop > 0) b.splice(0, drop);
 }
 
-/** Merges a historical base into the live state (sums in the same window; the later period wins). */
+/** Merges this customer's own historical base into the live state and marks it applied. */
 export function applyBase(state: CounterState | undefined, base: CounterState): CounterState {
-  const s: CounterState = state ?? { n: 0 };
+  const s = addBase(state, base);
   s.based = true;
+  return s;
+}
+
+/** True when the historical base of `from`'s events (this customer's own when from is its id) is in the count. */
+export function hasBase(state: CounterState | undefined, customerId: string, from: string): boolean {
+  return from === customerId ? state?.based === true : state?.basedFrom?.includes(from) === true;
+}
+
+/** Adds a base's counts (sums in the same window; the later period wins). Mutates and returns the state. */
+function addBase(state: CounterState | undefined, base: CounterState): CounterState {
+  const s: CounterState = state ?? { n: 0 };
   if (base.b !== undefined && base.days !== undefined) {
     for (const [day, count] of base.b) addBucket(s, day, count, base.days);
     return s;
@@ -206,15 +227,21 @@ export function applyBase(state: CounterState | undefined, base: CounterState): 
 }
 
 /**
- * Another customer's count joined into this one, as a historical base is (lifetime and rolling
- * day buckets add; a period adds when it is the same period, else the later period wins). Whether
- * this customer's own backfill base was applied stays as it was.
+ * The count of customer `from`, merged into this one, joined into this one's, as a historical base
+ * is (lifetime and rolling day buckets add; a period adds when it is the same period, else the
+ * later period wins). Whether this customer's own base was applied stays as it was; the bases the
+ * merged customer held (its own, and those of customers merged into it) are held here now.
  */
-export function joinCounter(state: CounterState | undefined, theirs: CounterState): CounterState {
-  const based = state === undefined ? theirs.based : state.based;
-  const s = applyBase(state, theirs);
-  if (based === true) s.based = true;
+export function joinCounter(state: CounterState | undefined, theirs: CounterState, from: string): CounterState {
+  const own = state?.based === true;
+  const sources = new Set(state?.basedFrom);
+  for (const id of theirs.basedFrom ?? []) sources.add(id);
+  if (theirs.based === true) sources.add(from);
+  const s = addBase(state, theirs);
+  if (own) s.based = true;
   else delete s.based;
+  if (sources.size > 0) s.basedFrom = [...sources];
+  else delete s.basedFrom;
   return s;
 }
 
@@ -238,10 +265,15 @@ export function evolveCounters(counters: CountersState, fact: CounterFact): Coun
     return counters;
   }
   if (fact.kind === 'counter.merged') {
-    for (const [id, theirs] of Object.entries(fact.counters)) counters[id] = joinCounter(counters[id], theirs);
+    for (const [id, theirs] of Object.entries(fact.counters)) counters[id] = joinCounter(counters[id], theirs, fact.from);
     return counters;
   }
-  counters[fact.id] = applyBase(counters[fact.id], fact.base);
+  if (fact.from === undefined) counters[fact.id] = applyBase(counters[fact.id], fact.base);
+  else {
+    const s = addBase(counters[fact.id], fact.base);
+    s.basedFrom = [...(s.basedFrom ?? []), fact.from];
+    counters[fact.id] = s;
+  }
   return counters;
 }
 

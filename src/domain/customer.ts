@@ -7,7 +7,7 @@ import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
 import { applyChallenges, type ChallengeContext, type ChallengeRuntime, runChallengeCommand } from './challenge-effects.js';
 import * as challenges from './challenges.js';
-import { applyBump, cloneCounterState, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters } from './counters.js';
+import { applyBump, cloneCounterState, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters, hasBase } from './counters.js';
 import { emptyInventory, evolveInventory, type InventoryFact, type InventoryState, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
 import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
@@ -173,7 +173,8 @@ export type Command =
       sync?: boolean;
     }
   /** A backfill's historical base for one counter; refused (no facts) when a base was already applied. */
-  | { kind: 'counter.backfill'; counterId: string; base: CounterState }
+  /** `from`: the customer whose events the base counts (a customer merged into this one), else this one. */
+  | { kind: 'counter.backfill'; counterId: string; base: CounterState; from?: string }
   /** Re-evaluates the tier programs whose downgrade check is due (the due-work scheduler). */
   | { kind: 'tier.run_due'; tierPrograms: TierProgram[] }
   /** Moves a holder of a removed level to `toLevel` (a tier program edit with reassign_to). */
@@ -537,8 +538,12 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       return { ok: true, facts: r.facts, reply: { kind: 'challenge', reply: r.reply, effects: r.effects, customerId: state.id } };
     }
     case 'counter.backfill': {
-      if (state.counters[cmd.counterId]?.based === true) return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
-      const fact: Fact = { kind: 'counter.backfilled', id: cmd.counterId, base: cmd.base, atMs: ctx.nowMs };
+      const from = cmd.from ?? state.id;
+      if (hasBase(state.counters[cmd.counterId], state.id, from)) return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
+      const fact: Fact =
+        from === state.id
+          ? { kind: 'counter.backfilled', id: cmd.counterId, base: cmd.base, atMs: ctx.nowMs }
+          : { kind: 'counter.backfilled', id: cmd.counterId, base: cmd.base, atMs: ctx.nowMs, from };
       return { ok: true, facts: [fact], reply: { kind: 'applied', changed: true } };
     }
     case 'tier.run_due': {

@@ -143,7 +143,9 @@ export class CounterBackfill {
         const result = await this.deps.engine.execute({
           env: environmentId,
           target: { by: 'id', id: customerId },
-          command: { kind: 'counter.backfill', counterId, base },
+          // Named as the customer that recorded the events: a merged customer's call reaches its
+          // survivor, which takes each recorder's base once.
+          command: { kind: 'counter.backfill', counterId, base, from: customerId },
           nowMs,
         });
         // A customer deleted since has no counters to fill; anything else fails the backfill (retry).

@@ -216,6 +216,28 @@ t.test('backfill: a rule reading the counter skips until ready, history counts e
   t.same(await counters(api, 'bo'), { gem_buys: 5 }, 'a second backfill counts nothing twice');
 });
 
+t.test("backfill after merges counts the merged customers' events too, each once", async (t) => {
+  const { anon } = await startForTest(t);
+  const api = (await signUp(anon)).server;
+  // m1 was merged into m2, m2 into s, before the counter existed; s has events of its own.
+  await send(api, 'mh-1', 'm1', {});
+  await send(api, 'mh-2', 'm2', {});
+  await send(api, 'mh-3', 'm2', {});
+  await send(api, 'sh-1', 's', {});
+  const idOf = async (ext: string) => (await api.get(`/v1/customers?external_id=${ext}`)).body.data[0].id as string;
+  const [m2, s] = [await idOf('m2'), await idOf('s')];
+  t.equal((await api.post(`/v1/customers/${m2}/aliases`, { alias: 'm1' }, idem())).status, 201);
+  t.equal((await api.post(`/v1/customers/${s}/aliases`, { alias: 'm2' }, idem())).status, 201);
+  const ctr = await api.post('/v1/counter_definitions', { name: 'buys', event: 'purchase', window: { kind: 'lifetime' } }, idem());
+  t.equal(ctr.body.status, 'backfilling');
+  t.equal((await api.post(`/v1/counter_definitions/${ctr.body.id}/backfill`, {})).status, 200);
+  t.same(await counters(api, 's'), { buys: 4 }, "s's own event and the three of the customers merged into it");
+  // A customer counted live, merged after the backfill, joins its count once.
+  await send(api, 'oh-1', 'o', {});
+  t.equal((await api.post(`/v1/customers/${s}/aliases`, { alias: 'o' }, idem())).status, 201);
+  t.same(await counters(api, 's'), { buys: 5 }, "o's live-counted event joined at its merge");
+});
+
 t.test('backfill as a job on the worker pool (202, later ready); replay rebuilds identical counters', async (t) => {
   const storage = storageFor(t);
   const first = await startForTest(t, { storage, env: { COUNTER_BACKFILL_INLINE_MAX: '0' } });

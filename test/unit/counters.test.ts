@@ -15,6 +15,7 @@ import {
   counterValue,
   dayMs,
   evolveCounters,
+  hasBase,
   historicalBase,
   joinCounter,
   validateWindow,
@@ -175,15 +176,26 @@ t.test('given a counter and a rule reading it, when events arrive, then the coun
   t.match(b2, { ok: true, facts: [], reply: { kind: 'applied', changed: false } });
 });
 
-t.test("joinCounter: a merged customer's counts join the survivor's like a historical base, its backfill flag kept", async (t) => {
-  t.same(joinCounter({ n: 2 }, { n: 3, based: true }), { n: 5 }, 'lifetime adds; the survivor was not backfilled and stays so');
-  t.same(joinCounter({ n: 1, based: true }, { n: 3 }), { n: 4, based: true });
-  t.same(joinCounter(undefined, { n: 3, based: true }), { n: 3, based: true }, 'a counter only the merged customer had');
-  t.same(joinCounter({ n: 2, key: '2026-11-25', endMs: 10 }, { n: 3, key: '2026-11-25', endMs: 10 }), { n: 5, key: '2026-11-25', endMs: 10 }, 'the same period adds');
-  t.same(joinCounter({ n: 2, key: '2026-11-24', endMs: 5 }, { n: 3, key: '2026-11-25', endMs: 10 }), { n: 3, key: '2026-11-25', endMs: 10 }, 'a later period wins');
-  t.same(joinCounter({ n: 2, key: '2026-11-25', endMs: 10 }, { n: 3, key: '2026-11-24', endMs: 5 }), { n: 2, key: '2026-11-25', endMs: 10 }, 'an earlier one is over');
-  const rolled = joinCounter({ n: 0, days: 7, b: [[100, 1], [102, 2]] }, { n: 0, days: 7, b: [[101, 4], [102, 1]] });
-  t.same(rolled.b, [[100, 1], [101, 4], [102, 3]], 'rolling day buckets add by day');
+t.test("joinCounter: a merged customer's counts join the survivor's like a historical base; the bases it held move with them", async (t) => {
+  t.same(joinCounter({ n: 2 }, { n: 3, based: true }, 'm'), { n: 5, basedFrom: ['m'] }, "lifetime adds; the survivor's own base is still to come, m's is in");
+  t.same(joinCounter({ n: 1, based: true }, { n: 3 }, 'm'), { n: 4, based: true });
+  t.same(joinCounter(undefined, { n: 3, based: true }, 'm'), { n: 3, basedFrom: ['m'] }, 'a counter only the merged customer had');
+  t.same(joinCounter({ n: 1, basedFrom: ['a'] }, { n: 3, based: true, basedFrom: ['b'] }, 'm'), { n: 4, basedFrom: ['a', 'b', 'm'] }, 'through earlier merges');
+  t.same(joinCounter({ n: 2, key: '2026-11-25', endMs: 10 }, { n: 3, key: '2026-11-25', endMs: 10 }, 'm'), { n: 5, key: '2026-11-25', endMs: 10 }, 'the same period adds');
+  t.same(joinCounter({ n: 2, key: '2026-11-24', endMs: 5 }, { n: 3, key: '2026-11-25', endMs: 10 }, 'm'), { n: 3, key: '2026-11-25', endMs: 10 }, 'a later period wins');
+});
+
+t.test("a backfill base is taken once per customer that recorded the events: the survivor's own and each merged customer's", async (t) => {
+  const base = { n: 2 };
+  let s = evolveCounters({}, { kind: 'counter.backfilled', id: 'c', base, atMs: 1 });
+  t.ok(hasBase(s.c, 's', 's'));
+  t.notOk(hasBase(s.c, 's', 'm'), "a merged customer's base is still to come");
+  s = evolveCounters(s, { kind: 'counter.backfilled', id: 'c', base: { n: 3 }, atMs: 2, from: 'm' });
+  t.same(s.c, { n: 5, based: true, basedFrom: ['m'] });
+  t.ok(hasBase(s.c, 's', 'm'));
+  const copy = cloneCounterState(s.c!);
+  copy.basedFrom!.push('x');
+  t.same(s.c!.basedFrom, ['m'], 'a copy shares no list with the original');
 });
 
 t.test('cloneCounterState: bumping the copy leaves the original (day buckets included) as it was', async (t) => {
