@@ -402,7 +402,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         rules,
         pool,
         campaignExists: (env, id) => campaigns.exists(env, id),
-        subject: (env, ref, ruleId) => simulationSubject({ engine, now, counters, segments, tiers }, env, ref, ruleId),
+        subject: (env, ref, ruleId, event) => simulationSubject({ engine, now, counters, segments, tiers }, env, ref, ruleId, event),
         campaigns: { gates: (env) => campaigns.gates(env), nowMs: now },
         sharedLimits,
         references: {

@@ -2,8 +2,10 @@
 // attributes, counters by name with their readiness, segment names, tier levels by program key and
 // the rule's limit counts, read from the customer's actor as a view (nothing changes). Without a
 // customer the simulation runs on an empty one (no attributes, counters not ready, no segments).
+// As a real event counts itself before rules read counters, every counter the simulated event
+// would bump shows one more.
 import type { Engine } from '../actors/engine.js';
-import type { CounterDef } from '../domain/counters.js';
+import { type CounterDef, counterMatches } from '../domain/counters.js';
 import { levelsByProgramKey } from '../domain/rule-effects.js';
 import type { SimulationInput } from '../domain/rules/simulate.js';
 import { type SegmentDef, segmentNames } from '../domain/segments.js';
@@ -25,17 +27,33 @@ export const emptySubject: SimulationSubject = {
   limitCounts: [],
 };
 
-export async function simulationSubject(deps: SimulationSubjectDeps, env: string, customerRef: string, ruleId: string): Promise<SimulationSubject> {
+/** The event simulated: what the counters' definitions are matched against. */
+export interface SimulatedEvent {
+  name: string;
+  properties: Record<string, unknown>;
+}
+
+export async function simulationSubject(
+  deps: SimulationSubjectDeps,
+  env: string,
+  customerRef: string,
+  ruleId: string,
+  event: SimulatedEvent,
+): Promise<SimulationSubject> {
   const target = customerTarget(customerRef);
+  const nowMs = await deps.now(env);
   const [result, counterDefs, segmentDefs, programs] = await Promise.all([
-    (async () => deps.engine.execute({ env, target, command: { kind: 'customer.view' }, nowMs: await deps.now(env) }))(),
+    deps.engine.execute({ env, target, command: { kind: 'customer.view' }, nowMs }),
     deps.counters.all(env),
     deps.segments.all(env),
     deps.tiers.all(env),
   ]);
+  // An event is placed by occurred_at; a simulated one happens now, inside every window.
+  const counted = { name: event.name, properties: event.properties, occurredAtMs: nowMs };
+  const bump = (d: CounterDef) => (counterMatches(d, counted) ? 1 : 0);
   if (result.ok === false && result.code === 'resource_not_found') {
     // An external id never seen is a customer an event would create: simulate that new customer.
-    if (target.by === 'key') return newCustomerSubject(customerRef, counterDefs, segmentDefs);
+    if (target.by === 'key') return newCustomerSubject(customerRef, counterDefs, segmentDefs, bump);
     throw new ApiError('resource_not_found', { message: 'No customer with this id.', param: 'customer_id' });
   }
   const reply = unwrap(result);
@@ -44,7 +62,7 @@ export async function simulationSubject(deps: SimulationSubjectDeps, env: string
   const counters: Record<string, number> = {};
   const readyCounters: string[] = [];
   for (const d of counterDefs) {
-    counters[d.name] = view.counters[d.id] ?? 0;
+    counters[d.name] = (view.counters[d.id] ?? 0) + bump(d);
     if (d.status === 'ready') readyCounters.push(d.name);
   }
   const prefix = `${ruleId}|`;
@@ -70,9 +88,14 @@ export async function simulationSubject(deps: SimulationSubjectDeps, env: string
   };
 }
 
-function newCustomerSubject(externalId: string, counterDefs: readonly CounterDef[], segmentDefs: readonly SegmentDef[]): SimulationSubject {
+function newCustomerSubject(
+  externalId: string,
+  counterDefs: readonly CounterDef[],
+  segmentDefs: readonly SegmentDef[],
+  bump: (d: CounterDef) => number,
+): SimulationSubject {
   const counters: Record<string, number> = {};
-  for (const d of counterDefs) counters[d.name] = 0;
+  for (const d of counterDefs) counters[d.name] = bump(d);
   return {
     customer: {
       attributes: {},

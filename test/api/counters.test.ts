@@ -238,6 +238,37 @@ t.test("backfill after merges counts the merged customers' events too, each once
   t.same(await counters(api, 's'), { buys: 5 }, "o's live-counted event joined at its merge");
 });
 
+t.test('simulate reads counters as the real event would: with the event counted', async (t) => {
+  const { anon } = await startForTest(t);
+  const api = (await signUp(anon)).server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const ctr = await api.post('/v1/counter_definitions', { name: 'plays', event: 'purchase', window: { kind: 'lifetime' } }, idem());
+  t.equal(ctr.body.status, 'ready');
+  const rule = await api.post(
+    '/v1/rules',
+    {
+      name: 'second purchase',
+      definition: {
+        schema: 'service.rule/v2',
+        trigger: { kind: 'customer_event', event: 'purchase' },
+        conditions: { path: 'customer.counters.plays', op: 'eq', value: 2 },
+        actions: [{ type: 'points.award', currency: 'coins', amount: 10 }],
+      },
+    },
+    idem(),
+  );
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+  const simulate = async (customer: string) =>
+    (await api.post(`/v1/rules/${rule.body.id}/simulate`, { event: { name: 'purchase', properties: {} }, customer_id: customer })).body;
+  const fired = (effects: Array<{ type: string }>) => effects.some((e) => e.type === 'rule.fired');
+  for (let n = 1; n <= 3; n++) {
+    const planned = (await simulate('sim-c')).plan.length > 0;
+    const real = await send(api, `sc-${n}`, 'sim-c', {});
+    t.equal(planned, fired(real.body.effects), `purchase ${n}: simulate and the real event agree (${planned})`);
+  }
+  t.equal((await simulate('never-seen')).plan.length, 0, "a new customer's first purchase counts 1, not 2");
+});
+
 t.test('backfill as a job on the worker pool (202, later ready); replay rebuilds identical counters', async (t) => {
   const storage = storageFor(t);
   const first = await startForTest(t, { storage, env: { COUNTER_BACKFILL_INLINE_MAX: '0' } });

@@ -23,7 +23,7 @@ import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { SimulationPlans } from '../simulation-plans.js';
-import { emptySubject, type SimulationSubject } from '../simulation-subject.js';
+import { emptySubject, type SimulatedEvent, type SimulationSubject } from '../simulation-subject.js';
 import { iso } from '../wire.js';
 import { pageOf, ruleSchema, ruleSimulationSchema, ruleVersionSchema } from '../wire-schemas.js';
 
@@ -33,7 +33,7 @@ export interface RulesDeps {
   /** campaign_id must name a campaign of the environment (404 resource_not_found otherwise). */
   campaignExists?: (environmentId: string, id: string) => Promise<boolean>;
   /** The customer a simulation with customer_id traces against; absent: an empty customer. */
-  subject?: (environmentId: string, customerRef: string, ruleId: string) => Promise<SimulationSubject>;
+  subject?: (environmentId: string, customerRef: string, ruleId: string, event: SimulatedEvent) => Promise<SimulationSubject>;
   /**
    * The environment's campaigns as events meet them, and its clock: a campaign rule's simulation
    * checks its audience and whether it runs now. Absent: campaigns are not simulated.
@@ -348,7 +348,8 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
         // The named customer as it is now (attributes, counters, segments, tiers, this rule's limit
         // counts), or an empty one without customer_id.
         const ref = ctx.body.customer_id;
-        const subject = ref === undefined || deps.subject === undefined ? emptySubject : await deps.subject(env, ref, rule.id);
+        const subject =
+          ref === undefined || deps.subject === undefined ? emptySubject : await deps.subject(env, ref, rule.id, ctx.body.event);
         const c = await compiled;
         if (!c.ok) throw ruleInvalid(c.problems);
         const campaignId = rule.campaignId;
