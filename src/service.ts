@@ -409,6 +409,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
           currencies: (env) => currencies.all(env),
           tierPrograms: (env) => tiers.all(env),
           segments: (env) => segments.all(env),
+          counters: (env) => counters.all(env),
           rewards: (env, ids) => rewards.existingIds(env, ids),
           challenges: (env, ids) => challenges.existingIds(env, ids),
         },

@@ -86,6 +86,14 @@ t.test('rule references at publish and rollback', async (t) => {
     t.equal((await publish(r0.id as string)).status, 200);
   });
 
+  await t.test('counter: refused (a typo would never fire: counter_not_ready), then published once created', async (t) => {
+    const r0 = await draft(rule([award('coins')], { all: [{ path: 'customer.counters.plays', op: 'gte', value: 2 }] }));
+    t.same(problems(await publish(r0.id as string)), [{ param: 'conditions.all[0].path', message: "No counter 'plays' in this environment." }]);
+    const ctr = await api.post('/v1/counter_definitions', { name: 'plays', event: 'play', window: { kind: 'lifetime' } }, idem());
+    t.equal(ctr.status, 201);
+    t.equal((await publish(r0.id as string)).status, 200);
+  });
+
   await t.test('tier program: by key or by id, as tier.evaluate accepts', async (t) => {
     const r0 = await draft(rule([{ type: 'tier.evaluate', program: 'club' }]));
     t.same(problems(await publish(r0.id as string)), [{ param: 'actions[0].program', message: "No tier program 'club' in this environment." }]);

@@ -11,7 +11,14 @@ function parsed(doc: unknown): RuleDefinition {
   return v.definition;
 }
 
-const empty: KnownResources = { currencies: new Set(), rewards: new Set(), challenges: new Set(), tierPrograms: new Set(), segments: new Set() };
+const empty: KnownResources = {
+  currencies: new Set(),
+  rewards: new Set(),
+  challenges: new Set(),
+  tierPrograms: new Set(),
+  segments: new Set(),
+  counters: new Set(),
+};
 
 const doc = parsed({
   schema: 'service.rule/v2',
@@ -66,9 +73,29 @@ t.test('given everything exists (the program by id), nothing is a problem', asyn
     challenges: new Set(['chl_1']),
     tierPrograms: new Set(['club', 'tp_1']),
     segments: new Set(['vip', 'lapsed']),
+    counters: new Set(),
   };
   t.same(referenceProblems(ruleReferences(doc), known), []);
   t.same(referenceProblems(ruleReferences(byId), known), []);
+});
+
+t.test('counters read by conditions and amount_from are references; deeper paths and other roots are not', async (t) => {
+  const d = parsed({
+    schema: 'service.rule/v2',
+    trigger: { kind: 'customer_event', event: 'play' },
+    conditions: { all: [{ path: 'customer.counters.plays', op: 'gte', value: 2 }, { not: { path: 'customer.counters.wins', op: 'eq', value: 0 } }] },
+    actions: [{ type: 'points.award', currency: 'gems', amount_from: 'customer.counters.plays' }],
+  });
+  t.same(
+    ruleReferences(d).filter((r) => r.kind === 'counter'),
+    [
+      { kind: 'counter', name: 'plays', path: 'actions[0].amount_from' },
+      { kind: 'counter', name: 'plays', path: 'conditions.all[0].path' },
+      { kind: 'counter', name: 'wins', path: 'conditions.all[1].not.path' },
+    ],
+  );
+  const problems = referenceProblems(ruleReferences(d), { ...empty, currencies: new Set(['gems']), counters: new Set(['plays']) });
+  t.same(problems, [{ path: 'conditions.all[1].not.path', message: "No counter 'wins' in this environment." }]);
 });
 
 t.test('v1 conditions are named by index; a rule naming nothing has no references', async (t) => {

@@ -1,11 +1,12 @@
-// The resources a rule definition names (currencies, rewards, challenges, tier programs, segments),
+// The resources a rule definition names (currencies, rewards, challenges, tier programs, segments,
+// counters read through customer.counters.<name>),
 // each with the path a client writes (`actions[1].currency`, `conditions.all[0].value`), and the
 // problems of those an environment lacks: publish and rollback refuse them as 422 rule_invalid.
 // Pure: the caller reads each catalog once and passes what exists; never throws.
 import { formatPath } from '../../util/param-path.js';
 import type { Condition, LeafCondition, RuleDefinition, RuleProblem } from './schema.js';
 
-export const referenceKinds = ['currency', 'reward', 'challenge', 'tier_program', 'segment'] as const;
+export const referenceKinds = ['currency', 'reward', 'challenge', 'tier_program', 'segment', 'counter'] as const;
 export type ReferenceKind = (typeof referenceKinds)[number];
 
 export interface RuleReference {
@@ -28,6 +29,8 @@ export interface KnownResources {
   tierPrograms: ReadonlySet<string>;
   /** Segment names. */
   segments: ReadonlySet<string>;
+  /** Counter definition names. */
+  counters: ReadonlySet<string>;
 }
 
 const nouns: Record<ReferenceKind, string> = {
@@ -36,7 +39,17 @@ const nouns: Record<ReferenceKind, string> = {
   challenge: 'challenge',
   tier_program: 'tier program',
   segment: 'segment',
+  counter: 'counter',
 };
+
+const counterPrefix = 'customer.counters.';
+
+/** The counter a path reads (`customer.counters.<name>`, nothing after the name), or null. */
+function counterOf(path: string): string | null {
+  if (!path.startsWith(counterPrefix)) return null;
+  const name = path.slice(counterPrefix.length);
+  return name.length > 0 && !name.includes('.') ? name : null;
+}
 
 function isSegmentTest(leaf: LeafCondition): leaf is LeafCondition & { value: string } {
   return leaf.path === 'customer.segments' && leaf.op === 'contains' && typeof leaf.value === 'string';
@@ -51,6 +64,9 @@ function conditionReferences(c: Condition, at: PropertyKey[], out: RuleReference
     conditionReferences(c.not, [...at, 'not'], out);
   } else if (isSegmentTest(c)) {
     out.push({ kind: 'segment', name: c.value, path: formatPath([...at, 'value']) });
+  } else {
+    const counter = counterOf(c.path);
+    if (counter !== null) out.push({ kind: 'counter', name: counter, path: formatPath([...at, 'path']) });
   }
 }
 
@@ -63,9 +79,12 @@ export function ruleReferences(definition: RuleDefinition): RuleReference[] {
   definition.actions.forEach((a, i) => {
     const at = (field: string) => formatPath(['actions', i, field]);
     switch (a.type) {
-      case 'points.award':
+      case 'points.award': {
         out.push({ kind: 'currency', name: a.currency, path: at('currency') });
+        const counter = a.amount_from === undefined ? null : counterOf(a.amount_from);
+        if (counter !== null) out.push({ kind: 'counter', name: counter, path: at('amount_from') });
         break;
+      }
       case 'reward.issue':
         out.push({ kind: 'reward', name: a.reward_id, path: at('reward_id') });
         break;
@@ -105,6 +124,8 @@ function known(kind: ReferenceKind, k: KnownResources): ReadonlySet<string> {
       return k.tierPrograms;
     case 'segment':
       return k.segments;
+    case 'counter':
+      return k.counters;
   }
 }
 
