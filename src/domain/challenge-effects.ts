@@ -356,7 +356,8 @@ export function applyChallenges(
         continue;
       }
     }
-    const qualifies = byRule || evaluatePlan(rt.plan, input).fired;
+    const outcome = byRule ? null : evaluatePlan(rt.plan, input);
+    const qualifies = outcome === null || outcome.fired;
     const d = ch.decide(
       subject.challenges,
       {
@@ -371,7 +372,12 @@ export function applyChallenges(
     );
     if (!d.ok || d.reply.kind !== 'contribution') continue;
     if (d.reply.outcome === 'skipped') {
-      effects.push({ type: 'challenge.skipped', challengeId: rt.config.id, reason: d.reply.reason ?? 'skipped' });
+      // Conditions reading a counter not ready yet are not decided, as for a rule: say so.
+      const reason =
+        d.reply.reason === 'not_qualifying' && outcome !== null && !outcome.fired && outcome.reason === 'counter_not_ready'
+          ? 'counter_not_ready'
+          : (d.reply.reason ?? 'skipped');
+      effects.push({ type: 'challenge.skipped', challengeId: rt.config.id, reason });
       continue;
     }
     for (const f of d.facts) {

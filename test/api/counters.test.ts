@@ -196,9 +196,22 @@ t.test('backfill: a rule reading the counter skips until ready, history counts e
   );
   t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
 
+  // A challenge whose qualifying conditions read the counter says why it did not progress.
+  const challenge = await api.post(
+    '/v1/challenges',
+    { name: 'Gem fan', qualifying: { event: 'purchase', conditions: { path: 'customer.counters.gem_buys', op: 'gte', value: 0 } }, target: 9, status: 'active' },
+    idem(),
+  );
+  t.equal(challenge.status, 201);
+
   // Live counting starts at once; rules skip while the counter is not ready.
   const during = await send(api, 'd-1', 'bo', { sku: 'gems' });
   t.match(during.body.effects, [{ type: 'rule.skipped', rule_id: rule.body.id, reason: 'counter_not_ready' }]);
+  t.ok(
+    during.body.effects.some((e: { type: string; challenge_id?: string; reason?: string }) =>
+      e.type === 'challenge.skipped' && e.challenge_id === challenge.body.id && e.reason === 'counter_not_ready'),
+    `the challenge too: ${JSON.stringify(during.body.effects)}`,
+  );
   t.same(await counters(api, 'bo'), { gem_buys: 1 }, 'only the live event so far');
 
   const bf = await api.post(`/v1/counter_definitions/${ctr.body.id}/backfill`, {});
