@@ -246,7 +246,11 @@ export class RuleCatalog {
       if (patch.name !== undefined) change.name = patch.name;
       if (patch.campaignId !== undefined) change.campaignId = patch.campaignId;
       if (patch.priority !== undefined) change.priority = patch.priority;
-      if (patch.definition !== undefined) change.draftDefinition = patch.definition;
+      if (patch.definition !== undefined) {
+        // A definition equal to the active version's (keys in any order) leaves no unpublished edit.
+        const active = rule.activeVersion;
+        change.draftDefinition = active !== null && canonicalJson(patch.definition) === canonicalJson(active.definition) ? null : patch.definition;
+      }
       return change;
     });
   }

@@ -281,7 +281,9 @@ t.test('rules', async (t) => {
     const id = (await api.post('/v1/rules', { name: 'same again', definition: definition(40) }, idem())).body.id as string;
     t.equal((await api.post(`/v1/rules/${id}/publish`)).status, 200);
     const reordered = Object.fromEntries(Object.entries(definition(40) as Record<string, unknown>).reverse());
-    t.equal((await api.patch(`/v1/rules/${id}`, { definition: reordered })).status, 200);
+    const edited = await api.patch(`/v1/rules/${id}`, { definition: reordered });
+    t.equal(edited.status, 200);
+    t.equal(edited.body.draft_definition, null, 'no unpublished edit: the draft is the active document');
     const unchanged = await api.post(`/v1/rules/${id}/publish`);
     t.match([unchanged.status, unchanged.body.error?.code], [409, 'invalid_state'], 'no new version for the same document');
     t.equal((await api.get(`/v1/rules/${id}/versions`)).body.data.length, 1, 'still one version');
