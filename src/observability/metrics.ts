@@ -9,19 +9,23 @@ import { BucketHistogram, type HistogramChild } from './bucket-histogram.js';
 export const registry = new Registry();
 collectDefaultMetrics({ register: registry });
 
+/** Seconds from 0.5 ms to 5 s: the request histograms (HTTP and the public gRPC API). */
+const requestBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+const requestLabels = ['method', 'route', 'status'];
+
 export const httpRequestDuration = new BucketHistogram({
   name: 'http_request_duration_seconds',
   help: 'HTTP request duration from arrival to the response write, by method, route pattern and status.',
-  labelNames: ['method', 'route', 'status'],
-  buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+  labelNames: requestLabels,
+  buckets: requestBuckets,
   registers: [registry],
 });
 
 export const publicGrpcRequestDuration = new BucketHistogram({
   name: 'public_grpc_request_duration_seconds',
   help: 'Public gRPC API work (each IngestBatch call, IngestStream message, Report or GetState) from arrival to its answer, by the HTTP method, route pattern and status it runs as.',
-  labelNames: ['method', 'route', 'status'],
-  buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+  labelNames: requestLabels,
+  buckets: requestBuckets,
   registers: [registry],
 });
 
