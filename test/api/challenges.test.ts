@@ -263,6 +263,16 @@ t.test('challenges over the API', async (t) => {
     }
     t.equal((await api.post(`/v1/challenges/${c.id}/enrollments`, {})).body.error.param, 'customer_id');
     t.equal((await api.post('/v1/challenges/chl_nope/enrollments', { customer_id: id })).body.error.code, 'resource_not_found');
+    // A merged customer's enrollment moves to its survivor; the list shows the survivor only.
+    await send('enr-m', 'app.opened');
+    const merged = await customerId('enr-m');
+    t.equal((await api.post(`/v1/challenges/${c.id}/enrollments`, { customer_id: merged })).status, 201);
+    const survivor = (await api.post('/v1/customers', { external_id: 'enr-s' }, idem())).body.id as string;
+    t.equal((await api.post(`/v1/customers/${survivor}/aliases`, { alias: 'enr-m' }, idem())).status, 201);
+    const listed = (await api.get(`/v1/challenges/${c.id}/enrollments`)).body.data.map((e: { customer_id: string }) => e.customer_id);
+    t.same(listed, [survivor], 'the survivor, not the merged customer');
+    t.equal((await api.delete(`/v1/challenges/${c.id}/enrollments/${survivor}`)).status, 204, 'and it can be unenrolled');
+    t.same((await api.get(`/v1/challenges/${c.id}/enrollments`)).body.data, []);
     t.equal((await api.patch(`/v1/challenges/${c.id}`, { status: 'ended' })).status, 200);
     const late = await api.post(`/v1/challenges/${c.id}/enrollments`, { customer_id: id });
     t.equal(late.status, 409);

@@ -298,8 +298,11 @@ export class ChallengeReadModel {
 
   async listEnrollments(environmentId: string, challengeId: string, q: { after: string | null; limit: number }): Promise<EnrollmentRow[]> {
     const rows = await this.sql.unsafe(
-      `select challenge_id, customer_id, ${ms('enrolled_at')} as enrolled_at_ms from challenge_enrollments
+      // A customer merged into another is left out: its enrollments moved to the survivor (and
+      // its id now answers as the survivor, so it could not be unenrolled by it).
+      `select challenge_id, customer_id, ${ms('enrolled_at')} as enrolled_at_ms from challenge_enrollments x
        where environment_id = $1 and challenge_id = $2 and ($3::text is null or customer_id > $3)
+         and not exists (select 1 from customers c where c.environment_id = $1 and c.id = x.customer_id and c.merged_into is not null)
        order by customer_id limit $4`,
       [environmentId, challengeId, q.after, q.limit],
     );
