@@ -49,7 +49,7 @@ export type ReplyView =
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | ({ kind: 'claimed'; mergedFrom: string | null } & MergeHandover)
   | { kind: 'ledger'; reply: LedgerReply }
-  | { kind: 'reward'; reply: RewardReply }
+  | { kind: 'reward'; reply: RewardReply; customerId: string }
   | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[]; customerId: string }
   | { kind: 'applied'; changed: boolean }
   | MatchPlayerReply

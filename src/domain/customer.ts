@@ -293,7 +293,8 @@ export type Reply =
   | { kind: 'merged_from'; mergedFrom: string[]; aliases: AliasState[]; attributes: Record<string, unknown> }
   | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'ledger'; reply: ledger.LedgerReply }
-  | { kind: 'reward'; reply: rewards.RewardReply }
+  /** customerId: the customer that holds the issuance now (a merged customer's survivor). */
+  | { kind: 'reward'; reply: rewards.RewardReply; customerId: string }
   | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string }
   /** counter.backfill, tier.run_due, tier.reassign: whether anything changed. */
   | { kind: 'applied'; changed: boolean }
@@ -525,12 +526,12 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const facts: Fact[] = d.facts;
       const spent = new Set<string>();
       for (const f of d.facts) if (f.kind === 'ledger.entry_recorded') spent.add(f.entry.currency);
-      if (cmd.tierPrograms.length === 0 || spent.size === 0) return { ok: true, facts, reply: { kind: 'reward', reply: d.reply } };
+      if (cmd.tierPrograms.length === 0 || spent.size === 0) return { ok: true, facts, reply: { kind: 'reward', reply: d.reply, customerId: state.id } };
       // A redeem's spend moves the balance: balance-based tiers follow it in the same record.
       let book = ledger.cloneLedger(state.ledger);
       for (const f of d.facts) if (ledger.isLedgerFact(f)) book = ledger.evolve(book, f);
       const t = tierFacts(cmd.tierPrograms, spent, null, book, state.tiers, ctx);
-      return { ok: true, facts: [...facts, ...t.facts], reply: { kind: 'reward', reply: d.reply } };
+      return { ok: true, facts: [...facts, ...t.facts], reply: { kind: 'reward', reply: d.reply, customerId: state.id } };
     }
     case 'challenge.run': {
       const r = runChallengeCommand(cmd.context, cmd.challenge, cmd.command, state, ctx);

@@ -201,6 +201,8 @@ t.test('customers', async (t) => {
     );
     const redeemed = await api.post(`/v1/reward_issuances/${issued.body.id}/redeem`, {}, idem());
     t.equal(redeemed.status, 200, `redeemed by the survivor: ${JSON.stringify(redeemed.body)}`);
+    t.equal(redeemed.body.customer_id, main.id, "the answer names the survivor, as GET does");
+    t.same((await api.get(`/v1/reward_issuances/${issued.body.id}`)).body, redeemed.body, 'one version, one body');
     t.same(await balances(), [{ currency: 'gold', available: 20, pending: 20, lifetime_earned: 120 }], 'its cost spent from the joined balance');
     const entries = (await api.get(`/v1/customers/${main.id}/ledger_entries`)).body.data as Array<Record<string, unknown>>;
     const moved = entries.filter((e) => e.source_type === 'customer_merge');

@@ -154,7 +154,8 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       }),
     );
     if (reply.kind !== 'reward' || reply.reply.kind !== 'reward.issuance') throw new ApiError('internal_error');
-    return { issuance: reply.reply.issuance, customerId: res.customerId };
+    // The customer that answered: after a merge, the survivor that holds the issuance now.
+    return { issuance: reply.reply.issuance, customerId: reply.customerId };
   }
 
   return [
