@@ -169,7 +169,7 @@ t.test('expiry: the sweep expires what is due (no refund); past expires_at befor
   const late = when(w, redeem('rwi_a'), 10 * day);
   t.same(late.d.ok ? 'ok' : late.d.code, 'invalid_state', 'at expires_at the issuance can no longer be redeemed');
   const sweep = when(w, reward({ kind: 'reward.expire_due' }), 10 * day);
-  t.same(sweep.d.ok && sweep.d.reply, { kind: 'reward', reply: { kind: 'reward.expired', ids: ['rwi_a'] } });
+  t.same(sweep.d.ok && sweep.d.reply, { kind: 'reward', reply: { kind: 'reward.expired', ids: ['rwi_a'] }, customerId: w.state.id });
   t.match(issuance(w, 'rwi_a'), { status: 'expired', version: 2 });
   t.equal(issuance(w, 'rwi_b')?.status, 'issued', 'not due yet');
   t.equal(w.state.ledger.books[0]!.lots[0]!.remaining, 1000, 'no refund, no spend');
