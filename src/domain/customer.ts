@@ -13,7 +13,7 @@ import * as ledger from './ledger.js';
 import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
 import * as rewards from './rewards.js';
 import { SeenEvents } from './seen-events.js';
-import { hash53 } from '../util/canonical-json.js';
+import { canonicalJson, hash53 } from '../util/canonical-json.js';
 import { evaluateTier, evolveTiers, reassignTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 import { type MatchCommand, type MatchFact, type MatchPlayerReply, decideMatch, evolveMatch } from './match/actor.js';
 import type { RateState } from './match/rate.js';
@@ -695,17 +695,18 @@ function recordedFact(cmd: Command & { kind: 'event.record' }, ctx: Ctx): Fact &
   };
 }
 
-/** PATCH semantics: a key set to null is removed; other keys replace. */
-/** True when applying `patch` leaves `base` as it is (values compared as JSON). */
+/** True when applying `patch` leaves `base` as it is (values compared as canonical JSON: key order aside). */
 function changesNothing(base: Record<string, unknown>, patch: Record<string, unknown>): boolean {
   for (const k of Object.keys(patch)) {
     const v = patch[k];
     if (v === null) {
       if (Object.hasOwn(base, k)) return false;
-    } else if (!Object.hasOwn(base, k) || (base[k] !== v && JSON.stringify(base[k]) !== JSON.stringify(v))) return false;
+    } else if (!Object.hasOwn(base, k) || (base[k] !== v && canonicalJson(base[k]) !== canonicalJson(v))) return false;
   }
   return true;
 }
+
+/** PATCH semantics: a key set to null is removed; other keys replace. */
 
 function mergeAttributes(base: Record<string, unknown>, patch: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = { ...base };

@@ -37,6 +37,8 @@ export function allOf<T extends string>() {
 export const timestamp = z.iso.datetime();
 const id = z.string();
 const version = z.number().int().min(1).describe('Increases on every change; the ETag is "<version>".');
+/** The tail of every versioned catalog resource: its version and when it was created and last changed. */
+const versioned = { version, created_at: timestamp, updated_at: timestamp };
 
 /** A page of a list (spec part 1): the items, the cursor of the next page (null on the last) and whether there is one. */
 export function pageOf<T extends z.ZodType>(item: T) {
@@ -289,9 +291,7 @@ export const ruleSchema = z
     priority: z.number().int(),
     active_version: z.object({ id, number: z.number().int(), definition: z.unknown(), created_at: timestamp }).nullable(),
     draft_definition: z.unknown().describe('The unpublished edit; null when nothing changed since the active version.'),
-    version,
-    created_at: timestamp,
-    updated_at: timestamp,
+    ...versioned,
   })
   .meta({ id: 'Rule' });
 
@@ -343,9 +343,7 @@ export const rewardSchema = z
     issued: z.number().int().describe('Units issued or redeemed now.'),
     expiry_after: z.string().regex(expiryAfterPattern).nullable(),
     status: z.enum(['active', 'archived']),
-    version,
-    created_at: timestamp,
-    updated_at: timestamp,
+    ...versioned,
   })
   .meta({ id: 'Reward' });
 
@@ -383,9 +381,7 @@ export const challengeSchema = z
     starts_at: timestamp.nullable(),
     ends_at: timestamp.nullable(),
     status: allOf<ChallengeStatus>()(['draft', 'active', 'paused', 'ended']),
-    version,
-    created_at: timestamp,
-    updated_at: timestamp,
+    ...versioned,
   })
   .meta({ id: 'Challenge' });
 
@@ -441,9 +437,7 @@ export const segmentSchema = z
     description: z.string().nullable(),
     kind: z.enum(segmentKinds),
     condition: z.unknown().describe('Dynamic segments: the condition; static: null.'),
-    version,
-    created_at: timestamp,
-    updated_at: timestamp,
+    ...versioned,
   })
   .meta({ id: 'Segment' });
 
@@ -459,9 +453,7 @@ export const currencySchema = z
     name: z.string(),
     negative_balance: z.enum(['forbid', 'allow']),
     expiry_days: z.number().int().nullable(),
-    version,
-    created_at: timestamp,
-    updated_at: timestamp,
+    ...versioned,
   })
   .meta({ id: 'Currency' });
 
@@ -477,9 +469,7 @@ export const tierProgramSchema = z
     rolling_days: z.number().int().nullable(),
     levels: z.array(z.object({ key: z.string(), title: z.string(), threshold: z.number() })),
     downgrade_check: z.object({ every_days: z.number().int() }).nullable(),
-    version,
-    created_at: timestamp,
-    updated_at: timestamp,
+    ...versioned,
   })
   .meta({ id: 'TierProgram' });
 
@@ -494,9 +484,7 @@ export const campaignSchema = z
     ends_at: timestamp.nullable(),
     budgets: z.array(z.object({ currency: z.string(), amount: z.number().int(), spent: z.number().int(), reserved: z.number().int() })),
     spent: z.array(z.object({ currency: z.string(), amount: z.number().int() })).describe('Per currency, also for currencies without a budget.'),
-    version,
-    created_at: timestamp,
-    updated_at: timestamp,
+    ...versioned,
   })
   .meta({ id: 'Campaign' });
 
@@ -512,9 +500,7 @@ export const counterDefinitionSchema = z
     ]),
     filter: z.unknown().describe('The condition over event.properties, or null.'),
     status: allOf<CounterStatus>()(['backfilling', 'ready']),
-    version,
-    created_at: timestamp,
-    updated_at: timestamp,
+    ...versioned,
   })
   .meta({ id: 'CounterDefinition' });
 

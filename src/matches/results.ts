@@ -602,16 +602,15 @@ export class MatchResults {
       };
       const d = decideReview(record, { kind: 'match_player.review', decision, reason, actor, reportingKeyRevoked: revoked.length > 0 }, { nowMs });
       if (!d.ok) throw new ApiError(d.code, { param: d.param, message: d.message });
-      return { m, d, matchRef: { id: m.id, match_id: m.matchId, status: m.status } };
+      return { p, m, d, matchRef: { id: m.id, match_id: m.matchId, status: m.status } };
     };
     const first = await this.records.player(env, playerId);
     if (first?.customerId != null) {
       await this.deps.engine.execute({ env, target: { by: 'id', id: first.customerId }, command: { kind: 'customer.resolve' }, nowMs });
     }
     const before = await decideNow(this.deps.sql, first);
-    if (before.d.reply.replayed) return { player: playerWire(first!), match_result: before.matchRef, replayed: true };
-    const prepared = first!;
-    const pm = before.m;
+    if (before.d.reply.replayed) return { player: playerWire(before.p), match_result: before.matchRef, replayed: true };
+    const { p: prepared, m: pm } = before;
     const { spec, properties } = this.eventSpec(pm, pm.event, prepared, rules, await this.eventCustomerId(env, prepared, nowMs));
     if (decision === 'admit') {
       // As in a report, the id is bound before the actor records the event; bound to other
@@ -620,46 +619,43 @@ export class MatchResults {
       if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
     }
     const event = await this.grantedEventSpec(env, spec, properties, nowMs, decision === 'admit' ? clientEventId(pm.matchId, prepared.customerId ?? '') : null);
-    /** Gives back the prepared grants and slots of an event that is not recorded after all. */
-    const unused = () => this.giveBack(env, event);
-    return this.deps.sql.begin(async (txn) => {
-      const tx = txn as unknown as Sql;
-      const p = await this.records.lockPlayer(tx, env, playerId);
-      let now: Awaited<ReturnType<typeof decideNow>>;
-      try {
-        now = await decideNow(tx, p);
-      } catch (err) {
-        unused();
-        throw err;
-      }
-      const { m, d, matchRef } = now;
-      if (d.reply.replayed) {
-        unused();
-        return { player: playerWire(p!), match_result: matchRef, replayed: true };
-      }
-      if (p === null || p.customerId !== prepared.customerId) {
+    // The prepared event's grant and slots are settled once: by the engine call that carries it, or
+    // given back (a replay, or any way out before that call).
+    let settled = false;
+    try {
+      return await this.deps.sql.begin(async (txn) => {
+        const tx = txn as unknown as Sql;
+        const { p, m, d, matchRef } = await decideNow(tx, await this.records.lockPlayer(tx, env, playerId));
+        if (d.reply.replayed) {
+          settled = true;
+          this.giveBack(env, event);
+          return { player: playerWire(p), match_result: matchRef, replayed: true };
+        }
         // A held player's customer is set when it is reported and never changes.
-        unused();
-        throw new ApiError('internal_error');
-      }
-      const r = await this.execute(
-        env,
-        { by: 'id', id: p.customerId ?? '' },
-        { kind: 'match.review', decision, customerId: p.customerId ?? '', profileId: m.profileId, event },
-        nowMs,
-      );
-      if (r.ok !== true) {
-        if (r.ok === 'redirect') throw new ApiError('internal_error');
-        throwResult(r);
-      }
-      if (r.reply.kind !== 'match_player') throw new ApiError('internal_error');
-      const v = r.reply;
-      if (v.effects.length > 0) this.deps.afterEvent?.(env, v.customerId, v.effects);
-      const fact = d.facts[0]!;
-      const reasons = v.status === 'rejected' && decision === 'admit' ? [...p.reasons, ...v.reasons] : fact.reasons;
-      const next: PlayerRow = { ...p, status: v.status, reasons, review: fact.review, eventId: v.eventId, updatedAtMs: nowMs };
-      const status = await this.records.writeReview(tx, env, m.id, next, nowMs);
-      return { player: playerWire(next), match_result: { ...matchRef, status }, replayed: false };
-    });
+        if (p.customerId !== prepared.customerId) throw new ApiError('internal_error');
+        settled = true;
+        const r = await this.execute(
+          env,
+          { by: 'id', id: p.customerId ?? '' },
+          { kind: 'match.review', decision, customerId: p.customerId ?? '', profileId: m.profileId, event },
+          nowMs,
+        );
+        if (r.ok !== true) {
+          if (r.ok === 'redirect') throw new ApiError('internal_error');
+          throwResult(r);
+        }
+        if (r.reply.kind !== 'match_player') throw new ApiError('internal_error');
+        const v = r.reply;
+        if (v.effects.length > 0) this.deps.afterEvent?.(env, v.customerId, v.effects);
+        const fact = d.facts[0]!;
+        const reasons = v.status === 'rejected' && decision === 'admit' ? [...p.reasons, ...v.reasons] : fact.reasons;
+        const next: PlayerRow = { ...p, status: v.status, reasons, review: fact.review, eventId: v.eventId, updatedAtMs: nowMs };
+        const status = await this.records.writeReview(tx, env, m.id, next, nowMs);
+        return { player: playerWire(next), match_result: { ...matchRef, status }, replayed: false };
+      });
+    } catch (err) {
+      if (!settled) this.giveBack(env, event);
+      throw err;
+    }
   }
 }

@@ -106,6 +106,8 @@ t.test('an update that changes nothing records nothing and keeps the version', a
     t.match(r.d, { ok: true, facts: [] }, JSON.stringify(attributes));
     t.equal(r.state?.version, 1);
   }
+  const ordered = given([{ ...created, attributes: { o: { a: 1, b: 2 } } } as Fact]);
+  t.match(when(ordered, { kind: 'customer.update', attributes: { o: { b: 2, a: 1 } }, expectedVersion: null }).d, { ok: true, facts: [] }, 'the same object, keys in another order');
   t.equal(when(s, { kind: 'customer.update', attributes: { a: 2 }, expectedVersion: null }).state?.version, 2, 'a change still counts');
   t.match(when(s, { kind: 'customer.update', attributes: {}, expectedVersion: 7 }).d, { ok: false, code: 'stale_write' }, 'and a stale version is still refused');
 });

@@ -163,8 +163,8 @@ async function call(deps: CustomerDeps, env: string, target: Target, command: En
 /**
  * The customer, only if it belongs to `env`. The engine runs a by-id call on whichever actor is in
  * memory under that id, whatever its environment, so every by-id use starts here (tenant isolation).
+ * `param` is the request field that named it (a 404 resource_not_found names it).
  */
-/** The customer `target` names; `param` is the request field that named it (404 resource_not_found names it). */
 async function view(deps: CustomerDeps, env: string, target: Target, param = 'id'): Promise<CustomerView> {
   let reply: Awaited<ReturnType<typeof call>>;
   try {
@@ -255,8 +255,8 @@ async function mergedInto(deps: CustomerDeps, env: string, survivorId: string, m
  * oldest included instant with a row left out are left out too (a batch's events share one),
  * unless that would leave nothing.
  */
-function newestWithBoundary<R>(rows: readonly R[], max: number, atMs: (r: R) => number): { shown: R[]; sinceMs: number | null } {
-  if (rows.length <= max) return { shown: [...rows], sinceMs: null };
+function newestWithBoundary<R>(rows: readonly R[], max: number, atMs: (r: R) => number): { shown: readonly R[]; sinceMs: number | null } {
+  if (rows.length <= max) return { shown: rows, sinceMs: null };
   let shown = rows.slice(0, max);
   const edge = atMs(shown[shown.length - 1]!);
   if (atMs(rows[max]!) === edge) {
