@@ -1,8 +1,8 @@
-// Paged lists (spec part 1): query `limit` 1-200 (default 50) and an opaque `cursor` of at most
-// 2048 characters; a page is {data, next_cursor, has_more}. Cursors are base64url JSON
-// {v: 2, s: scope, k: sort key}: the last item's sort key, bound to the list that wrote it. The
-// scope is a short hash of the request path (so the list and its parent resource, e.g. which
-// customer's ledger), the environment (the user on environment-less routes such as
+// Paged lists (spec part 1): query `limit` 1-200 in decimal digits (default 50) and an opaque
+// `cursor` of at most 2048 characters; a page is {data, next_cursor, has_more}. Cursors are
+// base64url JSON {v: 2, s: scope, k: sort key}: the last item's sort key, bound to the list that
+// wrote it. The scope is a short hash of the request path (so the list and its parent resource,
+// e.g. which customer's ledger), the environment (the user on environment-less routes such as
 // /v1/organizations) and every query value but `limit` and `cursor` (the filters). A cursor
 // used on another list, with other filter values or in another environment would page from a
 // position that means something else there: it is 400 invalid_cursor, as is any cursor the
@@ -27,8 +27,20 @@ export const cursorInt4Max = 2_147_483_647;
 /** Largest millisecond timestamp a JS Date (and so the wire's RFC 3339) can hold. */
 export const cursorEpochMsMax = 8_640_000_000_000_000;
 
+/** `limit` as written in a query: decimal digits only (Number() would also take 0x10, 1e1, " 5"). */
+const decimalDigits = /^[0-9]+$/;
+
 export const pageQuerySchema = z.strictObject({
-  limit: z.coerce.number().int().min(limits.pageLimitMin).max(limits.pageLimitMax).default(limits.pageLimitDefault),
+  // A string of digits becomes its number; anything else stays as sent and fails as not a number.
+  limit: z.preprocess(
+    (v) => (typeof v === 'string' && decimalDigits.test(v) ? Number(v) : v),
+    z
+      .number({ error: `An integer from ${limits.pageLimitMin} to ${limits.pageLimitMax}, in decimal digits.` })
+      .int()
+      .min(limits.pageLimitMin)
+      .max(limits.pageLimitMax)
+      .default(limits.pageLimitDefault),
+  ),
   // Length is checked by decodeCursor, not here: an unusable cursor is invalid_cursor, not
   // validation_failed. The bounds are still documented in OpenAPI through meta.
   cursor: z

@@ -3,7 +3,7 @@
 // under another customer or in another environment it is 400 invalid_cursor with param cursor
 // (it would page from a position that means something else there); on its own list it still
 // pages, whatever the limit (limit is not part of the binding). A cursor of the previous format
-// (v 1, bound to no list) is refused.
+// (v 1, bound to no list) is refused. Every list's `limit` is decimal digits (no 0x10, 1e1, " 5").
 import t, { type Test } from 'tap';
 import { idem, signUp, startForTest } from '../helpers/service.js';
 
@@ -125,5 +125,27 @@ t.test('a cursor pages only the list that wrote it', async (t) => {
     const v1 = (k: string[]) => Buffer.from(JSON.stringify({ v: 1, k })).toString('base64url');
     await refused(t, `/v1/customers?cursor=${v1([customers[0]!])}`, 'v1 customers cursor');
     await refused(t, `/v1/customers/${customers[0]}/ledger_entries?cursor=${v1(['1700000000000', 'le_x'])}`, 'v1 ledger cursor');
+  });
+
+  await t.test('every list documenting limit takes decimal digits only', async (t) => {
+    const doc = (await api.get('/v1/openapi.json')).body as {
+      paths: Record<string, Record<string, { parameters?: Array<{ name: string; in: string }> }>>;
+    };
+    const lists = Object.entries(doc.paths)
+      .filter(([, ops]) => ops.get?.parameters?.some((p) => p.in === 'query' && p.name === 'limit') === true)
+      .map(([path]) => path.replace(/\{[^}]+\}/g, 'x'));
+    t.ok(lists.includes('/v1/customers') && lists.includes('/v1/organizations') && lists.length > 15, `${lists.length} lists`);
+    for (const path of lists) {
+      for (const limit of ['0x10', '1e1', '%205']) {
+        // A PAT acting in the test environment reaches every list; a secret key the environment's.
+        let r = await tenant.admin.get(`${path}?limit=${limit}`);
+        if (r.status === 401 || r.status === 403) r = await api.get(`${path}?limit=${limit}`);
+        t.same(
+          { status: r.status, code: r.body.error?.code, param: r.body.error?.param },
+          { status: 400, code: 'validation_failed', param: 'limit' },
+          `${path}?limit=${limit}`,
+        );
+      }
+    }
   });
 });

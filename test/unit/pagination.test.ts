@@ -85,6 +85,34 @@ t.test('the query schema leaves an empty or overlong cursor to decodeCursor', as
   t.same(first, { limit: limits.pageLimitDefault, after: null, scope: cursorScope(listIdentityOf(req('/v1/customers', {}))) });
 });
 
+t.test('limit is 1 to 200 in decimal digits, nothing else Number() would read', async (t) => {
+  const limitOf = (limit: string | string[] | undefined) => {
+    const r = pageQuerySchema.safeParse(limit === undefined ? {} : { limit });
+    return r.success ? r.data.limit : r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+  };
+  const refused = 'limit: An integer from 1 to 200, in decimal digits.';
+  const cases: Array<[string | string[] | undefined, number | string]> = [
+    [undefined, limits.pageLimitDefault],
+    ['1', 1],
+    ['200', 200],
+    ['05', 5],
+    ['0', refused],
+    ['201', refused],
+    ['0x10', refused],
+    ['1e1', refused],
+    [' 5', refused],
+    ['5 ', refused],
+    ['+5', refused],
+    ['-5', refused],
+    ['5.0', refused],
+    ['1_0', refused],
+    ['٥', refused],
+    ['', refused],
+    [['5', '6'], refused],
+  ];
+  for (const [limit, want] of cases) t.equal(limitOf(limit), want, JSON.stringify(limit));
+});
+
 t.test('a list is its path, its environment and its filter values, never limit or cursor', async (t) => {
   t.same(listIdentityOf(req('/v1/rules', { limit: 7, cursor: 'x', status: 'draft' })), {
     path: '/v1/rules',
