@@ -9,7 +9,7 @@
 // end) so reading a count needs only the instant. Pure: no clock, no I/O, never throws.
 
 import { type PeriodKind, periodBounds } from './periods.js';
-import { type Condition, compileRule, type EvalInput, evaluatePlan, type RulePlan, validateRule } from './rules/index.js';
+import { compileRule, type EvalInput, evaluatePlan, type RulePlan, ruleBounds, validateRule } from './rules/index.js';
 
 export const dayMs = 86_400_000;
 
@@ -340,21 +340,30 @@ export function validateWindow(window: unknown): CounterIssue | null {
  */
 export function compileCounterFilter(event: string, filter: unknown): { ok: true; plan: RulePlan } | { ok: false; issues: CounterIssue[] } {
   const v = validateRule({ schema: 'service.rule/v2', trigger: { kind: 'customer_event', event }, conditions: filter, actions: [{ type: 'tier.evaluate' }] });
-  if (!v.ok) {
-    return { ok: false, issues: v.problems.map((p) => ({ param: p.path.replace(/^conditions/, 'filter').replace(/^trigger\.event/, 'event'), message: p.message })) };
-  }
-  const issues: CounterIssue[] = [];
-  const walk = (c: Condition, at: string): void => {
-    if ('all' in c) {
-      for (let i = 0; i < c.all.length; i++) walk(c.all[i]!, `${at}.all[${i}]`);
-    } else if ('any' in c) {
-      for (let i = 0; i < c.any.length; i++) walk(c.any[i]!, `${at}.any[${i}]`);
-    } else if ('not' in c) walk(c.not, `${at}.not`);
-    else if (!c.path.startsWith('event.properties.')) issues.push({ param: `${at}.path`, message: 'A counter filter reads only event.properties.<name>.' });
-  };
-  if (v.definition.schema === 'service.rule/v2' && v.definition.conditions !== undefined) walk(v.definition.conditions, 'filter');
-  if (issues.length > 0) return { ok: false, issues };
+  // A path outside event.properties is named as such, not with the rule language's list of prefixes.
+  const foreign = new Map<string, string>();
+  foreignPaths(filter, 'filter', foreign, 0);
+  const issues: CounterIssue[] = v.ok
+    ? []
+    : v.problems
+        .map((p) => ({ param: p.path.replace(/^conditions/, 'filter').replace(/^trigger\.event/, 'event'), message: p.message }))
+        .filter((i) => !foreign.has(i.param));
+  for (const [param, path] of foreign) issues.push({ param, message: `A counter filter reads only event.properties.<name>; got '${path}'.` });
+  if (!v.ok || issues.length > 0) return { ok: false, issues };
   return { ok: true, plan: compileRule(v.definition, { ruleId: 'counter', versionNumber: 0, priority: 0 }) };
+}
+
+/** The leaf paths of a raw filter that do not read event.properties, by wire param (`filter.all[0].path`). */
+function foreignPaths(c: unknown, at: string, out: Map<string, string>, depth: number): void {
+  if (c === null || typeof c !== 'object' || Array.isArray(c) || depth > ruleBounds.conditionDepthMax) return;
+  const o = c as Record<string, unknown>;
+  for (const group of ['all', 'any'] as const) {
+    const items = o[group];
+    if (!Array.isArray(items)) continue;
+    for (const [i, x] of items.entries()) foreignPaths(x, `${at}.${group}[${i}]`, out, depth + 1);
+  }
+  if ('not' in o) foreignPaths(o.not, `${at}.not`, out, depth + 1);
+  if (typeof o.path === 'string' && !o.path.startsWith('event.properties.')) out.set(`${at}.path`, o.path);
 }
 
 /** Historical bases of many customers for one stored definition (the backfill; runs in the pool for large histories). */

@@ -81,7 +81,10 @@ t.test('filter: a condition over event.properties.* in the rule language', async
   t.equal(counterValue(c.ctr_1, t0), 1);
 
   const badPath = compileCounterFilter('purchase', { path: 'customer.attributes.country', op: 'eq', value: 'FR' });
-  t.match(badPath, { ok: false, issues: [{ param: 'filter.path' }] });
+  t.same(badPath, { ok: false, issues: [{ param: 'filter.path', message: "A counter filter reads only event.properties.<name>; got 'customer.attributes.country'." }] });
+  // A path the rule language does not know either is named the same way (not with the rules' prefixes).
+  const unknownPath = compileCounterFilter('purchase', { all: [{ path: 'event.nope', op: 'eq', value: 1 }, { path: 'event.properties.sku', op: 'eq', value: 'x' }] });
+  t.same(unknownPath, { ok: false, issues: [{ param: 'filter.all[0].path', message: "A counter filter reads only event.properties.<name>; got 'event.nope'." }] });
   const badOp = compileCounterFilter('purchase', { all: [{ path: 'event.properties.sku', op: 'nope', value: 1 }] });
   t.match(badOp, { ok: false, issues: [{ param: 'filter.all[0].op' }] });
 });

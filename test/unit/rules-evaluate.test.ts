@@ -177,7 +177,6 @@ t.test('each skip reason, with its detail', async (t) => {
     ['trigger', { ...ok, name: 'order.cancelled' }, { fired: false, reason: 'trigger_mismatch', param: 'trigger.event' }],
     ['trust', { ...ok, trust: 'client_reported' }, { fired: false, reason: 'trust_below_minimum', param: 'trust.minimum' }],
     ['unknown trust', { ...ok, trust: 'whatever' }, { fired: false, reason: 'trust_below_minimum' }],
-    ['higher trust passes', { ...ok, trust: 'service_verified' }, { fired: true }],
     ['counter', { ...ok, ready: [] }, { fired: false, reason: 'counter_not_ready', param: 'orders' }],
     ['limit', { ...ok, limitCounts: { 'daily@customer': 2 } }, { fired: false, reason: 'limit_reached', param: 'daily' }],
     ['limit below max', { ...ok, limitCounts: { 'daily@customer': 1 } }, { fired: true }],
@@ -185,6 +184,7 @@ t.test('each skip reason, with its detail', async (t) => {
     ['conditions', { ...ok, counters: { orders: 2 } }, { fired: false, reason: 'conditions_not_met', param: 'conditions.all[1]' }],
   ];
   for (const [name, g, expected] of table) t.match(evaluatePlan(p, input(g)), expected, name);
+  t.match(evaluatePlan(plan({ trust: { minimum: 'client_reported' } }), input(ok)), { fired: true }, 'higher trust passes');
   t.match(evaluatePlan(p, input({ ...ok, limitCounts: { 'daily@customer': 2 } })), {
     detail: "Limit 'daily' reached: fired 2 of 2 for scope 'customer'.",
   });

@@ -94,7 +94,8 @@ export function checkOpValue(
     case 'not_in': {
       if (!hasValue) return { field: 'value', message: `op '${op}' needs a value (a non-empty array).` };
       if (!Array.isArray(value) || value.length === 0) {
-        return { field: 'value', message: `op '${op}' takes a non-empty array of strings, numbers or booleans; got ${describe(value)}.` };
+        const got = Array.isArray(value) ? 'an empty array' : describe(value);
+        return { field: 'value', message: `op '${op}' takes a non-empty array of strings, numbers or booleans; got ${got}.` };
       }
       if (value.length > ruleBounds.inValuesMax) return { field: 'value', message: `op '${op}' takes at most ${ruleBounds.inValuesMax} values.` };
       for (let i = 0; i < value.length; i++) {

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { ruleBounds } from './bounds.js';
 import { type OpName, checkOpValue, opNames } from './ops.js';
 import { PathSource, parsePath } from './paths.js';
-import { type TrustLevel, trustLevels } from './trust.js';
+import { type TrustLevel, trustLevels, unreachableTrustLevels } from './trust.js';
 
 export const ruleSchemas = ['service.rule/v1', 'service.rule/v2'] as const;
 export type RuleSchemaName = (typeof ruleSchemas)[number];
@@ -85,6 +85,16 @@ const path = (use: 'condition' | 'scope' | 'amount') =>
     const r = parsePath(p, use);
     if (!r.ok) ctx.addIssue({ code: 'custom', message: r.message });
   });
+
+const trustChoices = `use one of ${trustLevels.join(', ')} (lowest first)`;
+
+function trustMinimumProblem(input: unknown): string {
+  if (input === undefined) return `minimum is required; ${trustChoices}.`;
+  if (typeof input === 'string' && unreachableTrustLevels.includes(input)) {
+    return `No event carries trust '${input}' (events are ${trustLevels.join(' or ')}), so the rule would never fire; ${trustChoices}.`;
+  }
+  return `Unknown trust level ${JSON.stringify(input)}; ${trustChoices}.`;
+}
 
 const opSchema = z.enum(opNames, {
   error: (iss) =>
@@ -205,9 +215,7 @@ export const ruleV2Schema = z
     trust: z
       .strictObject(
         {
-          minimum: z.enum(trustLevels, {
-            error: (iss) => `Unknown trust level ${JSON.stringify(iss.input)}; use one of ${trustLevels.join(', ')} (lowest first).`,
-          }),
+          minimum: z.enum(trustLevels, { error: (iss) => trustMinimumProblem(iss.input) }),
         },
         { error: 'trust is {minimum}.' },
       )
