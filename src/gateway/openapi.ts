@@ -6,6 +6,7 @@
 // is the whole error table. Pure and deterministic; the server builds it once and caches it.
 import { z } from 'zod';
 import { limits } from '../limits.js';
+import { roleScopes } from '../tenancy/roles.js';
 import type { AnyRoute } from './route.js';
 import { apiErrorBody } from './wire-schemas.js';
 
@@ -24,6 +25,25 @@ export interface OpenApiDocument {
     headers: Record<string, unknown>;
   };
   tags: Array<{ name: string }>;
+}
+
+/**
+ * The role table (decisions.md roles), written from roles.ts so it cannot drift: each role's scopes
+ * beyond the role below it, and what is a role check rather than a scope.
+ */
+export function rolesDescription(): string {
+  const order = ['viewer', 'editor', 'admin', 'owner'] as const;
+  const extra = order.map((role, i) => {
+    const below = i === 0 ? new Set<string>() : roleScopes[order[i - 1]!];
+    return [...roleScopes[role]].filter((s) => !below.has(s));
+  });
+  return (
+    'A personal access token or session holds the scopes of its role in the organization of the ' +
+    `environment it names (x-scopes lists what an operation needs). viewer: ${extra[0]!.join(', ')}. ` +
+    `editor: also ${extra[1]!.join(', ')}. admin: also ${extra[2]!.join(', ')}; and manages API keys, ` +
+    'members and change-set confirmations (role checks). owner: the admin\'s scopes; and grants or ' +
+    'removes owner (a role check).'
+  );
 }
 
 /** '/v1/customers/:id' -> '/v1/customers/{id}'. */
@@ -222,7 +242,8 @@ export function buildOpenApiDocument(
       description:
         'Errors share one shape (components.schemas.Error); match on error.code. Every response ' +
         'carries a Request-Id header. Creating POSTs take an Idempotency-Key header. A versioned ' +
-        'resource answers ETag: "<version>"; the edits that declare If-Match take it back for a safe edit.',
+        'resource answers ETag: "<version>"; the edits that declare If-Match take it back for a safe edit. ' +
+        rolesDescription(),
     },
     servers: [{ url: '/' }],
     paths,

@@ -1,22 +1,31 @@
 // Role -> scope table for management credentials (PATs, sessions) and the default scope sets of
-// API keys and customer tokens (decisions.md "Tenancy and credentials"). Pure data: no I/O.
+// API keys and customer tokens (decisions.md "Tenancy and credentials": viewer reads; editor also
+// writes programs, customers, ledger; admin also keys, webhooks, members, confirmations; owner also
+// billing and the organization itself). Pure data: no I/O.
 // Invariant: each role's set contains the set of the role below it; customer_sessions:write is
 // never a default of anything a secret key can obtain by itself.
 import { allScopes, type Role, type Scope } from './types.js';
 
 const readScopes = allScopes.filter((s) => s.endsWith(':read'));
 
-const editorScopes: Scope[] = [...readScopes, 'programs:write', 'customers:write', 'ledger:write', 'events:write'];
+// Editors write programs (their configuration too: change sets and a test environment's clock are
+// config:write), customers (events:write: an event writes its customer's data) and the ledger.
+const editorScopes: Scope[] = [...readScopes, 'programs:write', 'customers:write', 'ledger:write', 'events:write', 'config:write'];
 
-// Admins manage keys, webhooks, members and confirmations; key management itself is a role check
-// in the service (no scope names it), so the admin scope set has no extra "keys" entry.
-const adminScopes: Scope[] = [...editorScopes, 'webhooks:write', 'notifications:write', 'config:write'];
+// Admins also manage keys, webhooks, members and confirmations. Keys: creating and revoking API keys
+// is a role check in the service (no scope names it), and customer_sessions:write is the key a
+// browser integration needs (minting customer tokens, short-lived keys). Notifications (connectors
+// and message types reach customers through providers, as webhooks reach endpoints) sit with webhooks.
+// Members and confirmations are role checks too (memberships, change-set confirm).
+const adminScopes: Scope[] = [...editorScopes, 'webhooks:write', 'notifications:write', 'customer_sessions:write'];
 
+// Owners hold the admin's scopes: what only an owner does (grant or remove owner, billing, the
+// organization itself) is a role check, not a scope.
 export const roleScopes: Readonly<Record<Role, ReadonlySet<Scope>>> = {
   viewer: new Set(readScopes),
   editor: new Set(editorScopes),
   admin: new Set(adminScopes),
-  owner: new Set(allScopes),
+  owner: new Set(adminScopes),
 };
 
 /** A secret key created without `scopes`: everything except minting customer sessions (spec part 5). */

@@ -297,7 +297,7 @@ t.test('tenancy over HTTP', async (t) => {
     t.same(err(await patOnly.post(`/v1/api_keys/${liveKey.body.id}/revoke`, {})), { status: 403, code: 'environment_required', param: undefined });
   });
 
-  await t.test('roles: viewer reads only, editor writes customers but not keys, admin manages keys', async (t) => {
+  await t.test('roles (decisions.md): viewer reads; editor writes programs, customers, ledger; admin manages keys', async (t) => {
     const member = async (role: string) => {
       const u = await signUp(anon);
       const userId = (await sql`select user_id from credentials where kind = 'pat' and organization_id = ${u.orgId}`)[0]!.user_id as string;
@@ -323,16 +323,26 @@ t.test('tenancy over HTTP', async (t) => {
     t.same(err(await viewer.post('/v1/api_keys', { kind: 'secret', name: 'v' }, idem())), { status: 403, code: 'forbidden', param: undefined }, 'viewer creates a key: forbidden (a role check, no scope names keys)');
     t.same(err(await viewer.post(`/v1/api_keys/${someKey.id}/revoke`, {})), { status: 403, code: 'forbidden', param: undefined }, 'viewer revokes a key');
 
-    // Editor: writes customers and events, not keys.
+    // Editor: writes customers (events write a customer's data) and program configuration, not keys.
     t.equal((await editor.post('/v1/customers', { external_id: 'e-1' }, idem())).status, 201, 'editor creates a customer');
     t.equal((await editor.post('/v1/events', { id: 'e-e', name: 'app.opened', customer_id: 'e', occurred_at: now() })).status, 202, 'editor sends an event');
+    t.equal((await editor.post('/v1/test_clock/advance', { seconds: 1 })).status, 200, "editor moves a test environment's clock (config:write)");
+    const profile = { type: 'match_profile.create', key: 'editor_arena', metrics: [{ key: 'kills', minimum: 0, maximum: 100 }] };
+    const cs = await editor.post('/v1/change_sets', { commands: [profile] }, idem());
+    t.equal(cs.status, 201, 'editor stores a change set (config:write)');
+    t.equal((await editor.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem())).status, 201, 'and applies it in a test environment');
     t.same(err(await editor.post('/v1/api_keys', { kind: 'secret', name: 'e' }, idem())), { status: 403, code: 'forbidden', param: undefined }, 'editor creates a key');
     t.same(err(await editor.post(`/v1/customers/${cust.id}/client_token`, {})), { status: 403, code: 'insufficient_scope', param: undefined }, 'editor mints a customer token');
 
-    // Admin: keys, but cannot grant what it does not hold.
+    // Admin: keys, including the one a browser integration needs, and customer tokens.
     const made = await admin.post('/v1/api_keys', { kind: 'secret', name: 'a' }, idem());
     t.equal(made.status, 201, 'admin creates a key with the default scopes');
-    t.same(err(await admin.post('/v1/api_keys', { kind: 'secret', name: 'a2', scopes: ['customer_sessions:write'] }, idem())), { status: 403, code: 'insufficient_scope', param: 'scopes' }, 'admin cannot grant customer_sessions:write');
+    const minter = await admin.post('/v1/api_keys', { kind: 'secret', name: 'a2', scopes: ['customer_sessions:write', 'customers:read'] }, idem());
+    t.equal(minter.status, 201, 'admin grants customer_sessions:write');
+    t.same(minter.body.scopes, ['customers:read', 'customer_sessions:write']);
+    const minted = await admin.post(`/v1/customers/${cust.id}/client_token`, {});
+    t.equal(minted.status, 200, 'admin mints a customer token');
+    t.equal((await bearer(minted.body.customer_token).get(`/v1/customers/${cust.id}`)).status, 200, 'and it reads its customer');
     t.equal((await admin.post(`/v1/api_keys/${made.body.id}/revoke`, {})).status, 200, 'admin revokes a key');
 
     // A member of another organization only: its environment is not found, for every role.

@@ -144,16 +144,17 @@ t.test('role -> scope matrix for management credentials', async (t) => {
   const a = new Authenticator(sql);
   const expected: Record<Role, Scope[]> = {
     viewer: allScopes.filter((s) => s.endsWith(':read')),
-    editor: [...allScopes.filter((s) => s.endsWith(':read')), 'programs:write', 'customers:write', 'ledger:write', 'events:write'],
+    editor: [...allScopes.filter((s) => s.endsWith(':read')), 'programs:write', 'customers:write', 'ledger:write', 'events:write', 'config:write'],
     admin: [
       ...allScopes.filter((s) => s.endsWith(':read')),
       'programs:write',
       'customers:write',
       'ledger:write',
       'events:write',
+      'config:write',
       'webhooks:write',
       'notifications:write',
-      'config:write',
+      'customer_sessions:write',
     ],
     owner: [...allScopes],
   };

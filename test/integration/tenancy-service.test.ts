@@ -256,10 +256,14 @@ t.test('API keys: create, list, revoke', async (t) => {
   const admin = await principal(await memberWithRole(s.organization.id, 'admin'), testEnv!.id);
   const byAdmin = await tenancy.createApiKey(admin, { kind: 'secret', name: 'by admin' });
   t.same(byAdmin.scopes, [...defaultSecretKeyScopes], 'an admin creates default secret keys');
+  // Nobody grants more than they hold: a PAT issued without a scope cannot put it on a key.
+  const narrowToken = await memberWithRole(s.organization.id, 'admin');
+  await sql`update credentials set scopes = array_remove(scopes, 'customer_sessions:write')
+            where token_hash = ${createHash('sha256').update(narrowToken).digest('hex')}`;
   await t.rejects(
-    tenancy.createApiKey(admin, { kind: 'secret', name: 'x', scopes: ['customer_sessions:write'] }),
+    tenancy.createApiKey(await principal(narrowToken, testEnv!.id), { kind: 'secret', name: 'x', scopes: ['customer_sessions:write'] }),
     apiError('insufficient_scope', 'scopes'),
-    'an admin cannot grant a scope its role lacks',
+    'a credential cannot grant a scope it lacks',
   );
 
   // Listing: this environment's keys only, newest first, never a token.
@@ -299,6 +303,10 @@ t.test('API keys: create, list, revoke', async (t) => {
     async () => fresh.authenticate({ authorization: `Bearer ${secret.token}` }, { scopes: [], allow: ['secret'] }),
     apiError('credentials_revoked'),
   );
+
+  // decisions.md: admins manage keys, so they grant customer_sessions:write (the browser integration's key).
+  const minterByAdmin = await tenancy.createApiKey(admin, { kind: 'secret', name: 'minter by admin', scopes: ['customer_sessions:write'] });
+  t.same(minterByAdmin.scopes, ['customer_sessions:write'], 'an admin grants customer_sessions:write');
 });
 
 t.test('sessions from OpenID Connect ID tokens', async (t) => {
