@@ -1,6 +1,7 @@
 // Attribute definitions: typed keys for customer attributes, per environment. Definitions live in
 // PostgreSQL; every node keeps a per-environment cache (loaded on first use, dropped on a bus
 // message when any node adds a definition) so checking a customer write costs no I/O.
+import { z } from 'zod';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
@@ -21,7 +22,11 @@ export interface AttributeDefinition {
 }
 
 const channel = 'attribute_definitions.changed';
-const rfc3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
+/**
+ * An RFC 3339 instant, checked as an event's occurred_at is (offsets taken): a day or hour that
+ * does not exist (2026-02-30, T24:00) is refused, where Date.parse would roll it over.
+ */
+const timestamp = z.iso.datetime({ offset: true });
 
 function matches(type: AttributeType, v: unknown): boolean {
   switch (type) {
@@ -34,7 +39,7 @@ function matches(type: AttributeType, v: unknown): boolean {
     case 'boolean':
       return typeof v === 'boolean';
     case 'timestamp':
-      return typeof v === 'string' && rfc3339.test(v) && !Number.isNaN(Date.parse(v));
+      return timestamp.safeParse(v).success;
     case 'json':
       return true;
   }
@@ -104,16 +109,31 @@ export class AttributeCatalog {
   async check(environmentId: string, attributes: Record<string, unknown>): Promise<void> {
     const defs = await this.definitions(environmentId);
     if (defs.size === 0) return;
-    for (const key of Object.keys(attributes)) {
-      const def = defs.get(key);
-      const v = attributes[key];
-      if (def === undefined || v === null) continue;
-      if (!matches(def.type, v)) {
-        throw new ApiError('validation_failed', {
-          param: `attributes.${key}`,
-          message: `attributes.${key} must be of type ${def.type}.`,
-        });
-      }
-    }
+    checkAttributes(defs, attributes);
   }
+}
+
+/**
+ * Throws validation_failed when a value does not match its key's definition (null, a removal,
+ * always does): `param` names the first such attribute, `details` lists every one, as for any
+ * other validation_failed. Keys without a definition take any value.
+ */
+export function checkAttributes(defs: ReadonlyMap<string, Pick<AttributeDefinition, 'type'>>, attributes: Record<string, unknown>): void {
+  let details: Array<{ param: string; message: string }> | null = null;
+  let first = '';
+  for (const key of Object.keys(attributes)) {
+    const def = defs.get(key);
+    const v = attributes[key];
+    if (def === undefined || v === null || matches(def.type, v)) continue;
+    const param = `attributes.${key}`;
+    const says = `${param} must be of type ${def.type === 'timestamp' ? 'timestamp, RFC 3339 (2026-11-27T10:00:00Z)' : def.type}`;
+    if (details === null) {
+      details = [];
+      first = says;
+    }
+    details.push({ param, message: `${says}.` });
+  }
+  if (details === null) return;
+  const more = details.length > 1 ? ` (and ${details.length - 1} more; see details)` : '';
+  throw new ApiError('validation_failed', { param: details[0]!.param, message: `${first}${more}.`, details });
 }

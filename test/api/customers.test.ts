@@ -459,6 +459,14 @@ t.test('customers', async (t) => {
     t.equal(right.status, 201);
     const patch = await api.patch(`/v1/customers/${right.body.id}`, { attributes: { level: 1.5 } });
     t.equal(patch.body.error.code, 'validation_failed');
+    t.same(patch.body.error.details, [{ param: 'attributes.level', message: 'attributes.level must be of type integer.' }], 'details, as for any validation_failed');
+    t.equal((await api.post('/v1/attribute_definitions', { key: 'joined', type: 'timestamp' }, idem())).status, 201);
+    for (const joined of ['2026-02-30T00:00:00Z', '2026-11-27T24:00:00Z']) {
+      const day = await api.post('/v1/customers', { external_id: 'typed-2', attributes: { joined } }, idem());
+      t.same({ status: day.status, param: day.body.error?.param }, { status: 400, param: 'attributes.joined' }, `${joined} does not exist`);
+    }
+    const joined = await api.post('/v1/customers', { external_id: 'typed-2', attributes: { joined: '2024-02-29T23:59:59+01:00' } }, idem());
+    t.equal(joined.status, 201, 'a real instant, with an offset as occurred_at takes');
   });
 
   await t.test('management tokens need X-Service-Environment', async (t) => {
