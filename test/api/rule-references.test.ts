@@ -50,14 +50,14 @@ t.test('rule references at publish and rollback', async (t) => {
     t.equal(r.status, 422);
     t.equal(r.body.error.code, 'rule_invalid');
     t.same(problems(r), [
-      { param: 'actions[1].currency', message: "No currency 'gems' in this environment." },
-      { param: 'actions[2].reward_id', message: "No reward 'rw_missing' in this environment." },
-      { param: 'actions[3].challenge_id', message: "No challenge 'chl_missing' in this environment." },
-      { param: 'actions[4].program', message: "No tier program 'club' in this environment." },
-      { param: 'conditions.all[0].value', message: "No segment 'vip' in this environment." },
-      { param: 'conditions.all[1].any[1].not.value', message: "No segment 'lapsed' in this environment." },
+      { param: 'definition.actions[1].currency', message: "No currency 'gems' in this environment." },
+      { param: 'definition.actions[2].reward_id', message: "No reward 'rw_missing' in this environment." },
+      { param: 'definition.actions[3].challenge_id', message: "No challenge 'chl_missing' in this environment." },
+      { param: 'definition.actions[4].program', message: "No tier program 'club' in this environment." },
+      { param: 'definition.conditions.all[0].value', message: "No segment 'vip' in this environment." },
+      { param: 'definition.conditions.all[1].any[1].not.value', message: "No segment 'lapsed' in this environment." },
     ]);
-    t.equal(r.body.error.param, 'actions[1].currency', 'param names the first problem');
+    t.equal(r.body.error.param, 'definition.actions[1].currency', 'param names the first problem');
     const after = await api.get(`/v1/rules/${r0.id}`);
     t.match(after.body, { status: 'draft', version: 1, active_version: null }, 'the rule is unchanged');
     t.equal((await api.get(`/v1/rules/${r0.id}/versions`)).body.data.length, 0, 'no version written');
@@ -65,14 +65,14 @@ t.test('rule references at publish and rollback', async (t) => {
 
   await t.test('v1 conditions are named by their index', async (t) => {
     const r0 = await draft({ schema: 'service.rule/v1', trigger: { event: 'order.completed' }, conditions: [member('gold')], actions: [award('coins')] });
-    t.same(problems(await publish(r0.id as string)), [{ param: 'conditions[0].value', message: "No segment 'gold' in this environment." }]);
+    t.same(problems(await publish(r0.id as string)), [{ param: 'definition.conditions[0].value', message: "No segment 'gold' in this environment." }]);
   });
 
   // One kind at a time: refused while missing, published once the resource exists (a PATCH of the
   // draft names the generated id of a reward or challenge).
   await t.test('currency: refused, then published once created', async (t) => {
     const r0 = await draft(rule([award('gems')]));
-    t.same(problems(await publish(r0.id as string)), [{ param: 'actions[0].currency', message: "No currency 'gems' in this environment." }]);
+    t.same(problems(await publish(r0.id as string)), [{ param: 'definition.actions[0].currency', message: "No currency 'gems' in this environment." }]);
     t.equal((await api.post('/v1/currencies', { key: 'gems', name: 'Gems' }, idem())).status, 201);
     const p = await publish(r0.id as string);
     t.equal(p.status, 200);
@@ -81,14 +81,14 @@ t.test('rule references at publish and rollback', async (t) => {
 
   await t.test('segment: refused, then published once created', async (t) => {
     const r0 = await draft(rule([award('coins')], { all: [member('vip')] }));
-    t.same(problems(await publish(r0.id as string)), [{ param: 'conditions.all[0].value', message: "No segment 'vip' in this environment." }]);
+    t.same(problems(await publish(r0.id as string)), [{ param: 'definition.conditions.all[0].value', message: "No segment 'vip' in this environment." }]);
     t.equal((await api.post('/v1/segments', { name: 'vip', kind: 'static' }, idem())).status, 201);
     t.equal((await publish(r0.id as string)).status, 200);
   });
 
   await t.test('counter: refused (a typo would never fire: counter_not_ready), then published once created', async (t) => {
     const r0 = await draft(rule([award('coins')], { all: [{ path: 'customer.counters.plays', op: 'gte', value: 2 }] }));
-    t.same(problems(await publish(r0.id as string)), [{ param: 'conditions.all[0].path', message: "No counter 'plays' in this environment." }]);
+    t.same(problems(await publish(r0.id as string)), [{ param: 'definition.conditions.all[0].path', message: "No counter 'plays' in this environment." }]);
     const ctr = await api.post('/v1/counter_definitions', { name: 'plays', event: 'play', window: { kind: 'lifetime' } }, idem());
     t.equal(ctr.status, 201);
     t.equal((await publish(r0.id as string)).status, 200);
@@ -96,7 +96,7 @@ t.test('rule references at publish and rollback', async (t) => {
 
   await t.test('tier program: by key or by id, as tier.evaluate accepts', async (t) => {
     const r0 = await draft(rule([{ type: 'tier.evaluate', program: 'club' }]));
-    t.same(problems(await publish(r0.id as string)), [{ param: 'actions[0].program', message: "No tier program 'club' in this environment." }]);
+    t.same(problems(await publish(r0.id as string)), [{ param: 'definition.actions[0].program', message: "No tier program 'club' in this environment." }]);
     const levels = [
       { key: 'bronze', title: 'Bronze', threshold: 0 },
       { key: 'silver', title: 'Silver', threshold: 100 },
@@ -110,7 +110,7 @@ t.test('rule references at publish and rollback', async (t) => {
 
   await t.test('reward: a missing id is refused; an existing one (archived too) is published', async (t) => {
     const r0 = await draft(rule([{ type: 'reward.issue', reward_id: 'rw_missing' }]));
-    t.same(problems(await publish(r0.id as string)), [{ param: 'actions[0].reward_id', message: "No reward 'rw_missing' in this environment." }]);
+    t.same(problems(await publish(r0.id as string)), [{ param: 'definition.actions[0].reward_id', message: "No reward 'rw_missing' in this environment." }]);
     const mug = await api.post('/v1/rewards', { name: 'Mug', cost: 10, currency: 'coins', availability: 5 }, idem());
     t.equal(mug.status, 201);
     const edited = await api.patch(`/v1/rules/${r0.id}`, { definition: rule([{ type: 'reward.issue', reward_id: mug.body.id }]) });
@@ -124,7 +124,7 @@ t.test('rule references at publish and rollback', async (t) => {
 
   await t.test('challenge: a missing id is refused; a draft challenge counts as existing', async (t) => {
     const r0 = await draft(rule([{ type: 'challenge.progress', challenge_id: 'chl_missing' }]));
-    t.same(problems(await publish(r0.id as string)), [{ param: 'actions[0].challenge_id', message: "No challenge 'chl_missing' in this environment." }]);
+    t.same(problems(await publish(r0.id as string)), [{ param: 'definition.actions[0].challenge_id', message: "No challenge 'chl_missing' in this environment." }]);
     const c = await api.post('/v1/challenges', { name: 'Three orders', qualifying: { event: 'order.completed' }, target: 3 }, idem());
     t.equal(c.status, 201);
     t.equal((await api.patch(`/v1/rules/${r0.id}`, { definition: rule([{ type: 'challenge.progress', challenge_id: c.body.id }]) })).status, 200);
@@ -135,7 +135,7 @@ t.test('rule references at publish and rollback', async (t) => {
     const other = (await signUp(anon)).server;
     t.equal((await other.post('/v1/currencies', { key: 'stars', name: 'Stars' }, idem())).status, 201);
     const r0 = await draft(rule([award('stars')]));
-    t.same(problems(await publish(r0.id as string)), [{ param: 'actions[0].currency', message: "No currency 'stars' in this environment." }]);
+    t.same(problems(await publish(r0.id as string)), [{ param: 'definition.actions[0].currency', message: "No currency 'stars' in this environment." }]);
   });
 
   await t.test('rollback re-checks the version: a segment deleted since refuses it', async (t) => {
@@ -151,7 +151,7 @@ t.test('rule references at publish and rollback', async (t) => {
     const rb = await api.post(`/v1/rules/${r0.id}/rollback`, { number: 1 });
     t.equal(rb.status, 422);
     t.equal(rb.body.error.code, 'rule_invalid');
-    t.same(problems(rb), [{ param: 'conditions.all[0].value', message: "No segment 'dormant' in this environment." }]);
+    t.same(problems(rb), [{ param: 'definition.conditions.all[0].value', message: "No segment 'dormant' in this environment." }]);
     const still = await api.get(`/v1/rules/${r0.id}`);
     t.match(still.body, { version: v2.body.version, active_version: { number: 2 } }, 'version 2 stays active');
     t.equal((await api.post(`/v1/rules/${r0.id}/rollback`, { number: 99 })).body.error.code, 'resource_not_found', 'an unknown number is still 404');

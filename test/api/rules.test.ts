@@ -66,19 +66,56 @@ t.test('rules', async (t) => {
     t.ok(Array.isArray(r.body.error.details) && r.body.error.details.length >= 3, JSON.stringify(r.body.error.details));
     t.equal(r.body.error.param, r.body.error.details[0].param, 'param names the first problem');
     const params = r.body.error.details.map((d: { param: string }) => d.param);
-    t.ok(params.includes('conditions.all[0].path'), 'names the unknown path');
+    t.ok(params.includes('definition.conditions.all[0].path'), 'names the unknown path');
     t.ok(
-      params.some((p: string) => p.startsWith('conditions.all[1]')),
+      params.some((p: string) => p.startsWith('definition.conditions.all[1]')),
       'names the unknown operator',
     );
     t.ok(
-      params.some((p: string) => p.startsWith('actions[0]')),
+      params.some((p: string) => p.startsWith('definition.actions[0]')),
       'names the action without an amount',
     );
     for (const d of r.body.error.details) t.type(d.message, 'string');
     const missing = await api.post('/v1/rules', { name: 'No definition' }, idem());
     t.equal(missing.body.error.code, 'validation_failed');
     t.equal(missing.body.error.param, 'definition');
+  });
+
+  await t.test('rule_invalid params are request fields: the definition travels in `definition`', async (t) => {
+    const base = definition(1);
+    const refused = async (def: unknown) => {
+      const r = await api.post('/v1/rules', { name: 'Refused', definition: def }, idem());
+      t.equal(r.status, 422);
+      t.equal(r.body.error.code, 'rule_invalid');
+      return r.body.error as { param: string; message: string; details: Array<{ param: string; message: string }> };
+    };
+    const scope = await refused({ ...base, limits: [{ id: 'l', scope: ['customer.counters.x'], max: 0 }] });
+    t.same(
+      scope.details.map((d) => d.param),
+      ['definition.limits[0].scope[0]', 'definition.limits[0].max'],
+    );
+    t.equal(scope.param, 'definition.limits[0].scope[0]');
+    t.match(scope.message, /^The rule definition is not valid: definition\.limits\[0\]\.scope\[0\]: /);
+    t.same((await refused('x')).details.map((d) => d.param), ['definition'], 'a document that is not an object');
+    t.same((await refused({ ...base, schema: 'service.rule/v9' })).details.map((d) => d.param), ['definition.schema']);
+    // Messages that read right (trust without minimum; an empty in list).
+    const trust = await refused({ ...base, trust: {} });
+    t.same(trust.details, [{ param: 'definition.trust.minimum', message: 'minimum is required; use one of client_reported, merchant_asserted (lowest first).' }]);
+    const empty = await refused({ ...base, conditions: { path: 'event.properties.x', op: 'in', value: [] } });
+    t.match(empty.details, [{ param: 'definition.conditions.value', message: /got an empty array\.$/ }]);
+  });
+
+  await t.test('a trust minimum no event carries (service_verified) is refused, in rules and in simulate', async (t) => {
+    const r = await api.post('/v1/rules', { name: 'Never', definition: { ...definition(1), trust: { minimum: 'service_verified' } } }, idem());
+    t.equal(r.status, 422);
+    t.match(r.body.error, {
+      code: 'rule_invalid',
+      param: 'definition.trust.minimum',
+      details: [{ param: 'definition.trust.minimum', message: /^No event carries trust 'service_verified' \(events are client_reported or merchant_asserted\)/ }],
+    });
+    const sim = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: {}, trust: 'service_verified' } });
+    t.equal(sim.status, 400);
+    t.match(sim.body.error, { code: 'validation_failed', param: 'event.trust' });
   });
 
   await t.test('PATCH edits the draft with If-Match; a stale version is stale_write', async (t) => {

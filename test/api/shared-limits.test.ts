@@ -54,7 +54,7 @@ t.test('limits shared by every customer', async (t) => {
     t.equal(bad.body.error.code, 'rule_invalid');
     t.same(
       bad.body.error.details.map((d: { param: string }) => d.param),
-      ['limits[1].scope[0]', 'limits[2].scope[1]'],
+      ['definition.limits[1].scope[0]', 'definition.limits[2].scope[1]'],
       'each bad path is named, the event-only scope is not',
     );
     t.match(bad.body.error.details[0].message, /shared by customers may name only event\.name and event\.properties.*add 'customer'/);

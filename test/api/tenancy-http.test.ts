@@ -203,6 +203,9 @@ t.test('tenancy over HTTP', async (t) => {
     );
     t.equal(p.status, 201);
     t.match(p.body, { kind: 'publishable', token: /^opk_/, scopes: ['events:write'], allowed_events: ['app.opened'], allowed_origins: ['https://shop.example.com'] });
+    t.same(p.body.allowed_events, ['app.opened'], 'a repeated event name is kept once');
+    const longest = `a${'b'.repeat(127)}`;
+    t.same((await owner.admin.post('/v1/api_keys', { kind: 'publishable', name: 'long', allowed_events: [longest, 'level_2.done'] }, idem())).body.allowed_events, [longest, 'level_2.done'], '128 characters, digits and underscores');
     const web = bearer(p.body.token);
     const ev = { id: 'w-1', name: 'app.opened', customer_id: 'web-1', occurred_at: now() };
     t.equal((await web.post('/v1/events', ev, { origin: 'https://shop.example.com' })).status, 202, 'the publishable key sends its event');
@@ -225,6 +228,12 @@ t.test('tenancy over HTTP', async (t) => {
       ['publishable with empty allowed_events', { kind: 'publishable', name: 'x', allowed_events: [] }, 'allowed_events'],
       ['publishable with another scope', { kind: 'publishable', name: 'x', allowed_events: ['a.b'], scopes: ['customers:read'] }, 'scopes'],
       ['publishable with a bad origin', { kind: 'publishable', name: 'x', allowed_events: ['a.b'], allowed_origins: ['https://a.example/path'] }, 'allowed_origins[0]'],
+      // allowed_events are event names as POST /v1/events takes them (dotted snake_case, 1-128).
+      ['publishable with an event name POST /v1/events refuses', { kind: 'publishable', name: 'x', allowed_events: ['page.viewed', 'Page Viewed!'] }, 'allowed_events[1]'],
+      ['publishable with an upper-case event name', { kind: 'publishable', name: 'x', allowed_events: ['Page.viewed'] }, 'allowed_events[0]'],
+      ['publishable with an event name ending in a dot', { kind: 'publishable', name: 'x', allowed_events: ['page.'] }, 'allowed_events[0]'],
+      ['publishable with an empty event name', { kind: 'publishable', name: 'x', allowed_events: [''] }, 'allowed_events[0]'],
+      ['publishable with an event name over 128', { kind: 'publishable', name: 'x', allowed_events: [`a${'b'.repeat(128)}`] }, 'allowed_events[0]'],
       ['unknown field', { kind: 'secret', name: 'x', environment_id: owner.liveEnv }, 'environment_id'],
     ];
     for (const [name, body, param] of cases) {

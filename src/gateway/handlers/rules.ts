@@ -92,11 +92,21 @@ const readAuth: AuthSpec = { kind: 'credential', scopes: ['programs:read'], allo
 const writeAuth: AuthSpec = { kind: 'credential', scopes: ['programs:write'], allow: ['secret', 'pat', 'session'] };
 
 
+/**
+ * A problem's path as a request field: the definition travels in the `definition` field, so
+ * `limits[0].scope[0]` is `definition.limits[0].scope[0]` (publish, rollback and simulate name
+ * the rule's stored definition the same way).
+ */
+function definitionParam(path: string): string {
+  return path === '' || path === 'definition' ? 'definition' : `definition.${path}`;
+}
+
 function ruleInvalid(problems: RuleProblem[]): ApiError {
+  const params = problems.map((p) => definitionParam(p.path));
   return new ApiError('rule_invalid', {
-    message: `The rule definition is not valid: ${problems.map((p) => `${p.path || '(root)'}: ${p.message}`).join('; ')}`,
-    param: problems[0]?.path ?? 'definition',
-    details: problems.map((p) => ({ param: p.path, message: p.message })),
+    message: `The rule definition is not valid: ${problems.map((p, i) => `${params[i]}: ${p.message}`).join('; ')}`,
+    param: params[0] ?? 'definition',
+    details: problems.map((p, i) => ({ param: params[i], message: p.message })),
   });
 }
 

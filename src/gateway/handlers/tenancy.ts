@@ -9,6 +9,7 @@ import { allScopes } from '../../tenancy/types.js';
 import { pageQuerySchema, pageRequest } from '../pagination.js';
 import { type AnyRoute, route } from '../route.js';
 import { pageOf, timestamp } from '../wire-schemas.js';
+import { eventNamePattern } from './events.js';
 
 const name = z.string().min(1).max(limits.nameCharsMax);
 const timezone = z
@@ -37,10 +38,10 @@ const apiKeyBody = z.strictObject({
     .optional()
     .describe('Secret keys: default every scope but customer_sessions:write. Publishable keys: events:write only.'),
   allowed_events: z
-    .array(z.string().min(1).max(limits.eventNameCharsMax))
+    .array(z.string().min(1).max(limits.eventNameCharsMax).regex(eventNamePattern, 'Use dotted snake_case, e.g. level.completed.'))
     .max(100)
     .optional()
-    .describe('Publishable keys (required, non-empty): event names the key may send.'),
+    .describe('Publishable keys (required, non-empty): event names the key may send, as POST /v1/events takes them; a repeated name is kept once.'),
   allowed_origins: z
     .array(z.string().min(1).max(255))
     .max(20)
