@@ -27,7 +27,6 @@ import {
   checkReportMetrics,
   checkResolvedPlayers,
   compareRepeat,
-  type CustomerRef,
   type MatchReport,
   parseReport,
   reportFingerprint,
@@ -71,14 +70,17 @@ export interface MatchResultsDeps {
 
 const iso = isoTime;
 
+const customerDeletedMessage = "The player's customer was deleted; the player can only be rejected.";
+
 export function playerWire(p: PlayerRow) {
   return {
     id: p.id,
     customer_id: p.customerId,
     metrics: p.metrics,
     won: p.won,
-    // Rule 5: a player whose admission did not finish shows admitted with event_id null (listed in admission_errors).
-    status: p.status === 'pending' ? 'admitted' : p.status,
+    // Rule 5: a player whose admission did not finish shows the verdict the report reserved for it:
+    // held or rejected with its outlier reasons, or admitted with event_id null (listed in admission_errors).
+    status: p.status === 'pending' ? p.pendingVerdict : p.status,
     reasons: p.reasons,
     event_id: p.eventId,
     client_event_id: p.clientEventId,
@@ -112,12 +114,21 @@ export function matchWire(m: MatchRow, replayed: boolean) {
   };
 }
 
-function refKey(r: CustomerRef): string {
-  return `${r.by}:${r.value}`;
+/** The match status of these players; a pending player counts as its reserved verdict (as the stored status does). */
+function statusOf(players: readonly PlayerRow[]): string {
+  return deriveMatchStatus(players.map((p) => (p.status === 'pending' ? p.pendingVerdict : p.status)));
 }
 
-function statusOf(players: readonly PlayerRow[]): string {
-  return deriveMatchStatus(players.map((p) => (p.status === 'pending' ? 'admitted' : p.status)));
+/** The report a stored record was made from (players in their stored order): what completing its pending players needs. */
+function storedReport(m: MatchRow): MatchReport {
+  return {
+    profileKey: m.profileKey,
+    matchId: m.matchId,
+    startedAtMs: m.startedAtMs,
+    endedAtMs: m.endedAtMs,
+    durationSeconds: m.durationSeconds,
+    players: [...m.players].sort((a, b) => a.position - b.position).map((p) => ({ customer: p.customerRef, metrics: p.metrics, won: p.won })),
+  };
 }
 
 function throwResult(r: Extract<CallResult, { ok: false }>, param?: string): never {
@@ -223,7 +234,8 @@ export class MatchResults {
           won: p.won,
           status: pp.stage === 'final' ? 'rejected' : 'pending',
           pendingVerdict: pp.stage === 'final' ? 'rejected' : pp.pending,
-          reasons: pp.stage === 'final' ? pp.verdict.reasons : [],
+          // A pending player shows its reserved verdict until its actor decides (rule 5): with its outlier reasons.
+          reasons: pp.stage === 'final' ? pp.verdict.reasons : pp.outlierReasons,
           eventId: null,
           clientEventId: customerId === null ? null : `${report.matchId}:${customerId}`,
           review: null,
@@ -263,17 +275,23 @@ export class MatchResults {
     let m = existing;
     // Players left pending, or rejected before admission without the customer rule 2 creates.
     if (m.players.some((p) => p.status === 'pending' || (p.customerId === null && p.customerRef.by === 'external_id'))) {
-      const profile = await this.deps.profiles.revision(env, m.profileId, m.profileRevision);
-      if (profile === null) throw new ApiError('internal_error');
-      // The stored report and this one are identical up to player order: match them by reference.
-      const pre = preAdmit(profile, report);
-      const byRef = new Map(report.players.map((p, i) => [refKey(p.customer), pre[i]!] as const));
-      const ordered = [...m.players].sort((a, b) => a.position - b.position).map((p) => byRef.get(refKey(p.customerRef))!);
-      // Rule 5: a player whose reporting key was revoked since stays listed, not admitted.
-      const revoked = await this.records.credentialRevoked(m.reportingKeyId);
-      m = await this.complete(env, m, profile, report, ordered, revoked);
+      m = await this.completePending(env, m);
     }
     return { status: 200, body: matchWire(m, true) };
+  }
+
+  /**
+   * Rule 5: completes the players an interrupted report left pending (and creates the customers
+   * rule 2 owes players rejected before admission), decided on the stored report (a repeat is
+   * identical to it up to player order), against the profile revision it was stored with.
+   */
+  private async completePending(env: string, m: MatchRow): Promise<MatchRow> {
+    const profile = await this.deps.profiles.revision(env, m.profileId, m.profileRevision);
+    if (profile === null) throw new ApiError('internal_error');
+    const report = storedReport(m);
+    // Rule 5: a player the revoked reporting key would admit stays listed, not admitted.
+    const revoked = await this.records.credentialRevoked(m.reportingKeyId);
+    return this.complete(env, m, profile, report, preAdmit(profile, report), revoked);
   }
 
   /**
@@ -340,14 +358,29 @@ export class MatchResults {
           Object.assign(p, { status: 'rejected', reasons: pp.verdict.reasons });
           return;
         }
-        if (reportingKeyRevoked) {
-          errors.push({ player_id: p.id, customer_id: p.customerId, code: 'credentials_revoked', message: 'The key that reported this match was revoked.' });
-          return;
-        }
         // A player named by an external id no customer had is created by its own admission.
         const byKey = p.customerId === null;
         if (byKey && p.customerRef.by !== 'external_id') {
           errors.push({ player_id: p.id, customer_id: null, code: 'internal_error', message: 'The player has no customer.' });
+          return;
+        }
+        if (reportingKeyRevoked && pp.pending === 'admitted') {
+          // Rule 5: the revoked key blocks only what it would admit (the event); the player stays
+          // pending, shown admitted with event_id null and listed. A held or outlier-rejected
+          // verdict records no event: such a player completes below (its rate count). Rule 2 holds
+          // whatever the verdict: an unknown external id still becomes a customer.
+          if (byKey) {
+            try {
+              p.customerId = await this.ensureCustomer(env, p.customerRef.value, nowMs);
+              p.clientEventId = clientEventId(m.matchId, p.customerId);
+              created.add(p.id);
+            } catch (err) {
+              const e = err instanceof ApiError ? err : new ApiError('internal_error');
+              errors.push({ player_id: p.id, customer_id: null, code: e.code, message: e.message });
+              return;
+            }
+          }
+          errors.push({ player_id: p.id, customer_id: p.customerId, code: 'credentials_revoked', message: 'The key that reported this match was revoked.' });
           return;
         }
         let spec: MatchEventSpec;
@@ -433,7 +466,7 @@ export class MatchResults {
       admissionErrors: errors,
       players: completed.map((p) => ({
         id: p.id,
-        status: p.status as Exclude<PlayerRow['status'], 'pending'>,
+        status: p.status,
         customerId: p.customerId,
         reasons: p.reasons,
         eventId: p.eventId,
@@ -566,11 +599,17 @@ export class MatchResults {
   /**
    * A review of a held player. Serialized per player by a row lock held across the actor call, so
    * two racing decisions cannot both apply. Codes: resource_not_found, invalid_state (never held,
-   * opposite decision), forbidden (admit while the reporting key is revoked; the player stays held),
+   * opposite decision; an admit of a player whose customer was deleted, or whose admission is still
+   * unfinished), forbidden (admit while the reporting key is revoked; the player stays held),
    * event_id_conflict (admit while the player's event id is bound to other content; it stays held).
    * An admit its actor turns down (duplicate_player_after_merge: customers merged since the report
    * and another player of the match in the group was admitted; or event_refused) answers 200 with
    * the player rejected, that reason added, the review's decision still admit.
+   * A player an interrupted report left pending on a held verdict first has its admission completed
+   * (rule 5, as a repeat of the report would), so the review decides on its actor's verdict (rate
+   * windows come before outliers). A reject needs no actor when the player has no customer left
+   * (deleted: there is no rate count to release): it is recorded as decided, so the review queue
+   * can always be cleared.
    */
   async review(
     env: string,
@@ -581,13 +620,21 @@ export class MatchResults {
   ): Promise<{ player: ReturnType<typeof playerWire>; match_result: { id: string; match_id: string; status: string }; replayed: boolean }> {
     const nowMs = await this.now(env);
     const rules = decision === 'admit' ? await this.eventContext(env) : null;
+    let first = await this.records.player(env, playerId);
+    if (first !== null && first.status === 'pending' && first.pendingVerdict === 'held') {
+      const pendingMatch = await this.records.load(env, { id: first.matchResultId });
+      if (pendingMatch !== null) await this.completePending(env, pendingMatch);
+      first = await this.records.player(env, playerId);
+    }
     // Every statement outside the transaction runs before it: with one connection, as in embedded
     // mode, the transaction holds it, and a statement outside (the event id's claim, a shared limit
     // slot, a budget lease, a snapshot read) would wait for it forever. So the review is checked
     // first without a lock, its event prepared (id claimed, grants taken), and checked again under
     // the lock; a concurrent review that won in between makes this one a replay or invalid_state,
     // and what it prepared is given back. The actor is brought into memory first for the same
-    // reason (its call runs inside the transaction and must need no snapshot read).
+    // reason (its call runs inside the transaction and must need no snapshot read); its answer
+    // also tells a deleted customer.
+    const customerGone = first?.customerId != null && (await this.customerDeleted(env, first.customerId, nowMs));
     const decideNow = async (tx: Sql, p: PlayerRow | null) => {
       if (p === null) throw new ApiError('resource_not_found', { message: `No match result player ${playerId}.`, param: 'id' });
       const m = await this.records.load(env, { id: p.matchResultId }, tx);
@@ -596,29 +643,41 @@ export class MatchResults {
       const record: PlayerRecord = {
         id: p.id,
         customerId: p.customerId ?? '',
-        status: p.status === 'pending' ? 'admitted' : p.status,
+        status: p.status === 'pending' ? p.pendingVerdict : p.status,
         reasons: p.reasons,
         review: p.review,
       };
       const d = decideReview(record, { kind: 'match_player.review', decision, reason, actor, reportingKeyRevoked: revoked.length > 0 }, { nowMs });
       if (!d.ok) throw new ApiError(d.code, { param: d.param, message: d.message });
+      if (!d.reply.replayed && decision === 'admit') {
+        if (customerGone) throw new ApiError('invalid_state', { param: 'decision', message: customerDeletedMessage });
+        if (p.status === 'pending') {
+          // Its admission (the rate count) did not complete even now: it can be rejected, not admitted.
+          const listed = m.admissionErrors.find((e) => e.player_id === p.id);
+          throw new ApiError('invalid_state', {
+            param: 'decision',
+            message: `The player's admission has not completed${listed === undefined ? '' : ` (${listed.message})`}; report the match again, or reject the player.`,
+          });
+        }
+      }
       return { p, m, d, matchRef: { id: m.id, match_id: m.matchId, status: m.status } };
     };
-    const first = await this.records.player(env, playerId);
-    if (first?.customerId != null) {
-      await this.deps.engine.execute({ env, target: { by: 'id', id: first.customerId }, command: { kind: 'customer.resolve' }, nowMs });
-    }
     const before = await decideNow(this.deps.sql, first);
     if (before.d.reply.replayed) return { player: playerWire(before.p), match_result: before.matchRef, replayed: true };
     const { p: prepared, m: pm } = before;
-    const { spec, properties } = this.eventSpec(pm, pm.event, prepared, rules, await this.eventCustomerId(env, prepared, nowMs));
-    if (decision === 'admit') {
-      // As in a report, the id is bound before the actor records the event; bound to other
-      // content, the admit is refused and the player stays held (it can still be rejected).
-      const refused = await this.claimEventId(env, clientEventId(pm.matchId, prepared.customerId ?? ''), spec.fp);
-      if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
+    // No customer to ask (deleted, or never created by an unfinished admission): only a reject
+    // gets here (decideNow refuses such an admit), and it is recorded without the actor.
+    let event: MatchEventSpec | null = null;
+    if (!customerGone && prepared.customerId !== null) {
+      const { spec, properties } = this.eventSpec(pm, pm.event, prepared, rules, await this.eventCustomerId(env, prepared, nowMs));
+      if (decision === 'admit') {
+        // As in a report, the id is bound before the actor records the event; bound to other
+        // content, the admit is refused and the player stays held (it can still be rejected).
+        const refused = await this.claimEventId(env, clientEventId(pm.matchId, prepared.customerId), spec.fp);
+        if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
+      }
+      event = await this.grantedEventSpec(env, spec, properties, nowMs, decision === 'admit' ? clientEventId(pm.matchId, prepared.customerId) : null);
     }
-    const event = await this.grantedEventSpec(env, spec, properties, nowMs, decision === 'admit' ? clientEventId(pm.matchId, prepared.customerId ?? '') : null);
     // The prepared event's grant and slots are settled once: by the engine call that carries it, or
     // given back (a replay, or any way out before that call).
     let settled = false;
@@ -628,33 +687,54 @@ export class MatchResults {
         const { p, m, d, matchRef } = await decideNow(tx, await this.records.lockPlayer(tx, env, playerId));
         if (d.reply.replayed) {
           settled = true;
-          this.giveBack(env, event);
+          if (event !== null) this.giveBack(env, event);
           return { player: playerWire(p), match_result: matchRef, replayed: true };
         }
         // A held player's customer is set when it is reported and never changes.
         if (p.customerId !== prepared.customerId) throw new ApiError('internal_error');
         settled = true;
-        const r = await this.execute(
-          env,
-          { by: 'id', id: p.customerId ?? '' },
-          { kind: 'match.review', decision, customerId: p.customerId ?? '', profileId: m.profileId, event },
-          nowMs,
-        );
-        if (r.ok !== true) {
-          if (r.ok === 'redirect') throw new ApiError('internal_error');
-          throwResult(r);
-        }
-        if (r.reply.kind !== 'match_player') throw new ApiError('internal_error');
-        const v = r.reply;
-        if (v.effects.length > 0) this.deps.afterEvent?.(env, v.customerId, v.effects);
         const fact = d.facts[0]!;
-        const reasons = v.status === 'rejected' && decision === 'admit' ? [...p.reasons, ...v.reasons] : fact.reasons;
-        const next: PlayerRow = { ...p, status: v.status, reasons, review: fact.review, eventId: v.eventId, updatedAtMs: nowMs };
+        const r =
+          event === null
+            ? null
+            : await this.execute(
+                env,
+                { by: 'id', id: p.customerId ?? '' },
+                { kind: 'match.review', decision, customerId: p.customerId ?? '', profileId: m.profileId, event },
+                nowMs,
+              );
+        let next: PlayerRow;
+        if (r === null || (r.ok === false && r.code === 'resource_not_found' && decision === 'reject')) {
+          // The customer was deleted (also since the check above): no rate count is left to release.
+          next = { ...p, status: fact.status, reasons: fact.reasons, review: fact.review, eventId: null, updatedAtMs: nowMs };
+        } else {
+          if (r.ok !== true) {
+            if (r.ok === 'redirect') throw new ApiError('internal_error');
+            if (r.code === 'resource_not_found') throw new ApiError('invalid_state', { param: 'decision', message: customerDeletedMessage });
+            throwResult(r);
+          }
+          if (r.reply.kind !== 'match_player') throw new ApiError('internal_error');
+          const v = r.reply;
+          if (v.effects.length > 0) this.deps.afterEvent?.(env, v.customerId, v.effects);
+          const reasons = v.status === 'rejected' && decision === 'admit' ? [...p.reasons, ...v.reasons] : fact.reasons;
+          next = { ...p, status: v.status, reasons, review: fact.review, eventId: v.eventId, updatedAtMs: nowMs };
+        }
         const status = await this.records.writeReview(tx, env, m.id, next, nowMs);
         return { player: playerWire(next), match_result: { ...matchRef, status }, replayed: false };
       });
     } catch (err) {
-      if (!settled) this.giveBack(env, event);
+      if (!settled && event !== null) this.giveBack(env, event);
+      throw err;
+    }
+  }
+
+  /** Whether a customer was deleted (its tombstone answers resource_not_found); loads its actor into memory either way. */
+  private async customerDeleted(env: string, customerId: string, nowMs: number): Promise<boolean> {
+    try {
+      const r = await this.deps.engine.execute({ env, target: { by: 'id', id: customerId }, command: { kind: 'customer.resolve' }, nowMs });
+      return r.ok === false && r.code === 'resource_not_found';
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'resource_not_found') return true;
       throw err;
     }
   }

@@ -2,12 +2,18 @@
 // check order, players' event ids claimed in the environment's register as POST /v1/events claims
 // them, replay and idempotency_key_reused, ended_at window, unknown customers, archived
 // profiles, secret-key-only access, the review queue and reviews (admit, reject, replay,
-// invalid_state, revoked reporting key), the rule-6 event running through published rules, and
+// invalid_state, revoked reporting key, deleted customer), reports an interrupted request left
+// pending (shown by their reserved verdict, completed by a repeat or a review, also after the
+// reporting key was revoked), the rule-6 event running through published rules, and
 // rate windows under concurrency (N simultaneous reports for one player never admit more than
 // max_matches).
 import t from 'tap';
+import type { Reason } from '../../src/domain/match/reasons.js';
 import { parseReport, reportFingerprint } from '../../src/domain/match/report.js';
+import { deriveMatchStatus, type PlayerStatus } from '../../src/domain/match/verdict.js';
+import { newId } from '../../src/ids.js';
 import { openSql } from '../../src/persistence/sql/db.js';
+import { type MatchRow, MatchRecords, type PlayerRow } from '../../src/persistence/sql/match-records.js';
 import { type Client, databaseUrl, idem, signUp, startForTest } from '../helpers/service.js';
 
 const minutesAgo = (m: number) => new Date(Date.now() - m * 60_000).toISOString();
@@ -635,6 +641,153 @@ t.test('match results over the API', async (t) => {
     t.equal(created.length, 1, 'the repeat created the customer');
     t.match(completed.body.players[0], { customer_id: created[0].id, status: 'admitted', event_id: /^evt_/, client_event_id: `${staged.match_id}:${created[0].id}` });
     t.equal(await coins(created[0].id), 25);
+  });
+
+  // A report as an interrupted request leaves it: claimed (every player pending on the verdict the
+  // report reserved for it, a never-seen external id without a customer) and nothing after it (no
+  // actor step, no verdict written).
+  const records = new MatchRecords(sql);
+  const outlierReason: Reason = { code: 'outlier', message: 'score is 60000, above the hold threshold 50000.', metric: 'score', value: 60000, limit: 50000 };
+  async function claimInterrupted(body: ReturnType<typeof report>, reportingKeyId: string, verdicts: PlayerStatus[]): Promise<MatchRow> {
+    const parsed = parseReport(body, Date.now());
+    if (!parsed.ok) throw new Error(parsed.message);
+    const r = parsed.value;
+    const profile = (await api.get(`/v1/match_profiles/${r.profileKey}`)).body;
+    const nowMs = Date.now();
+    const id = newId('mr', nowMs);
+    const m: MatchRow = {
+      id,
+      matchId: r.matchId,
+      profileId: profile.id,
+      profileKey: r.profileKey,
+      profileRevision: profile.version,
+      event: profile.event,
+      fingerprint: reportFingerprint(r),
+      startedAtMs: r.startedAtMs,
+      endedAtMs: r.endedAtMs,
+      durationSeconds: r.durationSeconds,
+      reportingKeyId,
+      status: deriveMatchStatus(verdicts),
+      admissionErrors: [],
+      revision: 1,
+      createdAtMs: nowMs,
+      updatedAtMs: nowMs,
+      players: r.players.map(
+        (p, i): PlayerRow => ({
+          id: newId('mrp', nowMs),
+          matchResultId: id,
+          position: i,
+          customerRef: p.customer,
+          customerId: null,
+          metrics: p.metrics,
+          won: p.won,
+          status: 'pending',
+          pendingVerdict: verdicts[i]!,
+          reasons: verdicts[i] === 'admitted' ? [] : [outlierReason],
+          eventId: null,
+          clientEventId: null,
+          review: null,
+          createdAtMs: nowMs,
+          updatedAtMs: nowMs,
+        }),
+      ),
+    };
+    if (!(await records.claim(tenant.testEnv, m))) throw new Error('claim: the match_id is stored');
+    return m;
+  }
+  const inQueue = async (id: string) => (await api.get('/v1/match_results?status=held&limit=200')).body.data.some((m: { id: string }) => m.id === id);
+
+  await t.test('rule 5: an interrupted report shows each pending player by its reserved verdict; a pending held player is reviewable', async (t) => {
+    await applyCommands(api, [{ ...arena, key: 'iv', rate_limits: [{ window_seconds: 3600, max_matches: 1 }] }]);
+    const body = report([{ ext: 'iv-held', score: 60000, won: true }, { ext: 'iv-ok' }], { profile: 'iv' });
+    const m = await claimInterrupted(body, tenant.secretKeyId, ['held', 'admitted']);
+    const shown = await api.get(`/v1/match_results/${m.id}`);
+    t.equal(shown.status, 200);
+    t.match(shown.body, { status: 'held', admission_errors: [] });
+    t.match(shown.body.players[0], { status: 'held', reasons: [{ code: 'outlier', metric: 'score' }], event_id: null, customer_id: null, review: null });
+    t.match(shown.body.players[1], { status: 'admitted', reasons: [], event_id: null, customer_id: null });
+    t.ok(await inQueue(m.id), 'the match waits in the review queue');
+
+    // The review completes the interrupted admission first (the rate count, the customers), then decides.
+    const admit = await tenant.admin.post(`/v1/match_result_players/${m.players[0]!.id}/reviews`, { decision: 'admit' }, idem());
+    t.equal(admit.status, 200, JSON.stringify(admit.body));
+    t.match(admit.body, {
+      player: { id: m.players[0]!.id, status: 'admitted', customer_id: /^cust_/, event_id: /^evt_/, review: { decision: 'admit' } },
+      match_result: { id: m.id, status: 'admitted' },
+      replayed: false,
+    });
+    const after = await api.get(`/v1/match_results/${m.id}`);
+    t.match(after.body, { status: 'admitted', admission_errors: [] });
+    t.match(after.body.players[1], { status: 'admitted', customer_id: /^cust_/, event_id: /^evt_/ }, 'the other player was completed too');
+    t.notOk(await inQueue(m.id));
+    const again = await api.post('/v1/match_results', report([{ ext: 'iv-held' }], { profile: 'iv', ended_at: minutesAgo(9) }));
+    t.match(again.body.players[0], { status: 'rejected', reasons: [{ code: 'rate_limited' }] }, 'the held player was counted in its rate window');
+  });
+
+  await t.test('rule 5 after the reporting key was revoked: only players it would admit stay pending; held and rejected ones complete', async (t) => {
+    await applyCommands(api, [
+      { ...arena, key: 'ivk', rate_limits: [{ window_seconds: 3600, max_matches: 1 }] },
+      { ...arena, key: 'ivx', rate_limits: [{ window_seconds: 3600, max_matches: 1 }], outliers: { action: 'reject', hold_metrics: [{ key: 'score', above: 50000 }] } },
+    ]);
+    const k = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: 'revoked reporter' }, idem());
+    const held = report([{ ext: 'ivk-held', score: 60000 }, { ext: 'ivk-ok' }], { profile: 'ivk' });
+    const outlier = report([{ ext: 'ivx-out', score: 60000 }, { ext: 'ivx-ok' }], { profile: 'ivx' });
+    const mh = await claimInterrupted(held, k.body.id, ['held', 'admitted']);
+    const mx = await claimInterrupted(outlier, k.body.id, ['rejected', 'admitted']);
+    t.equal((await api.get(`/v1/match_results/${mx.id}`)).body.players[0].status, 'rejected', 'a pending outlier-rejected player shows rejected');
+    t.equal((await tenant.admin.post(`/v1/api_keys/${k.body.id}/revoke`, {})).status, 200);
+
+    const r = await api.post('/v1/match_results', held);
+    t.equal(r.status, 200, JSON.stringify(r.body));
+    const [ph, pa] = r.body.players;
+    t.match(r.body, { replayed: true, status: 'held' });
+    t.match(ph, { status: 'held', reasons: [{ code: 'outlier' }], customer_id: /^cust_/, event_id: null });
+    t.equal(ph.client_event_id, `${held.match_id}:${ph.customer_id}`);
+    t.match(pa, { status: 'admitted', event_id: null, customer_id: /^cust_/ }, 'the player the key would admit stays admitted with event_id null');
+    t.equal(pa.client_event_id, `${held.match_id}:${pa.customer_id}`);
+    t.same(r.body.admission_errors, [{ player_id: pa.id, customer_id: pa.customer_id, code: 'credentials_revoked', message: 'The key that reported this match was revoked.' }]);
+    t.equal((await api.get('/v1/customers?external_id=ivk-ok')).body.data[0]?.id, pa.customer_id, 'rule 2: its customer was created');
+    t.ok(await inQueue(mh.id), 'the match stays in the review queue');
+    const counted = await api.post('/v1/match_results', report([{ ext: 'ivk-held' }], { profile: 'ivk', ended_at: minutesAgo(9) }));
+    t.match(counted.body.players[0], { status: 'rejected', reasons: [{ code: 'rate_limited' }] }, 'the held player was counted');
+    const stored = await api.get(`/v1/match_results/${mh.id}`);
+    t.match(stored.body, { status: 'held', admission_errors: [{ player_id: pa.id, code: 'credentials_revoked' }] });
+    const repeated = await api.post('/v1/match_results', held);
+    t.same(repeated.body.players.map((p: { customer_id: string }) => p.customer_id), [ph.customer_id, pa.customer_id], 'a repeat creates nobody else');
+    t.equal(repeated.body.admission_errors.length, 1);
+
+    const review = (id: string, decision: string) => tenant.admin.post(`/v1/match_result_players/${id}/reviews`, { decision }, idem());
+    t.equal((await review(ph.id, 'admit')).body.error?.code, 'forbidden', 'admit is refused while the key is revoked');
+    const rejected = await review(ph.id, 'reject');
+    t.equal(rejected.status, 200, JSON.stringify(rejected.body));
+    t.match(rejected.body, { player: { status: 'rejected' }, match_result: { status: 'partially_admitted' } });
+    t.notOk(await inQueue(mh.id), 'the queue is cleared');
+
+    const x = await api.post('/v1/match_results', outlier);
+    t.equal(x.status, 200, JSON.stringify(x.body));
+    t.match(x.body, { status: 'partially_admitted' });
+    t.match(x.body.players[0], { status: 'rejected', reasons: [{ code: 'outlier' }], customer_id: /^cust_/, event_id: null });
+    t.match(x.body.players[1], { status: 'admitted', event_id: null, customer_id: /^cust_/ });
+    t.same(x.body.admission_errors.map((e: { player_id: string; code: string }) => [e.player_id, e.code]), [[x.body.players[1].id, 'credentials_revoked']]);
+  });
+
+  await t.test("a held player whose customer was deleted: reject is recorded, admit is invalid_state; the queue clears", async (t) => {
+    const held = await api.post('/v1/match_results', report([{ ext: 'del-a', score: 60000 }, { ext: 'del-b', score: 60000 }]));
+    t.equal(held.body.status, 'held');
+    const [pa, pb] = held.body.players;
+    for (const p of [pa, pb]) t.equal((await tenant.admin.delete(`/v1/customers/${p.customer_id}`)).status, 204);
+    const review = (id: string, decision: string) => tenant.admin.post(`/v1/match_result_players/${id}/reviews`, { decision }, idem());
+    const admit = await review(pa.id, 'admit');
+    t.equal(admit.status, 409, JSON.stringify(admit.body));
+    t.match(admit.body.error, { code: 'invalid_state', param: 'decision', message: "The player's customer was deleted; the player can only be rejected." });
+    t.equal((await api.get(`/v1/match_results/${held.body.id}`)).body.players[0].status, 'held', 'the refused admit changed nothing');
+    const rb = await review(pb.id, 'reject');
+    t.equal(rb.status, 200, JSON.stringify(rb.body));
+    t.match(rb.body, { player: { id: pb.id, status: 'rejected', event_id: null, review: { decision: 'reject' } }, match_result: { status: 'held' }, replayed: false });
+    const ra = await review(pa.id, 'reject');
+    t.match(ra.body, { player: { status: 'rejected' }, match_result: { status: 'rejected' } });
+    t.match((await review(pa.id, 'reject')).body, { replayed: true }, 'the same decision again: a replay');
+    t.notOk(await inQueue(held.body.id), 'the queue is cleared');
   });
 
   await t.test('concurrent identical reports: one 201, the others replays of the same record; each player admitted once', async (t) => {

@@ -2,7 +2,8 @@
 // leave together and each learns whether it inserted (a stored match_id, or the same match_id twice
 // in one batch, inserts once); one claim that PostgreSQL refuses fails alone while the others of its
 // batch are stored; verdicts are written only for players still pending (a second write changes
-// nothing), keep a customer id already stored and fill in one that was not; reads and lists.
+// nothing), keep a customer id already stored and fill in one that was not; a pending player
+// counts as its reserved verdict in the derived status; reads and lists.
 import t from 'tap';
 import { type MatchRow, MatchRecords, type PlayerRow } from '../../src/persistence/sql/match-records.js';
 import { sqlForTest, sqlKinds } from '../helpers/sql.js';
@@ -159,6 +160,42 @@ for (const kind of sqlKinds) {
         null,
         'no record, no revision',
       );
+    });
+
+    await t.test('a pending player counts as its reserved verdict in the derived status (as the claim stored it)', async (t) => {
+      const base = record('m-pv', [{ ext: 'pv1', customerId: 'cust_pv1' }, { ext: 'pv2', customerId: 'cust_pv2' }, { ext: 'pv3' }]);
+      const verdicts = ['held', 'admitted', 'admitted'] as const;
+      const m: MatchRow = { ...base, status: 'held', players: base.players.map((p, i) => ({ ...p, pendingVerdict: verdicts[i]! })) };
+      t.equal(await records.claim(env, m), true);
+      const [p1, p2, p3] = m.players;
+      // The admission of the second player finished; the first (held) and the third are still pending.
+      const written = await records.writeVerdicts({
+        environmentId: env,
+        matchResultId: m.id,
+        admissionErrors: [],
+        atMs: T0 + 1000,
+        players: [{ id: p2!.id, status: 'admitted', customerId: null, reasons: [], eventId: 'evt_pv2', clientEventId: null }],
+      });
+      t.same(written, { revision: 2, status: 'held' }, 'still held: the pending held player counts as held');
+      // Status pending fills in only the customer id of a player that stays pending (rule 2's customer while its admission is blocked).
+      const kept = await records.writeVerdicts({
+        environmentId: env,
+        matchResultId: m.id,
+        admissionErrors: [{ player_id: p3!.id, customer_id: 'cust_pv3', code: 'credentials_revoked', message: 'x' }],
+        atMs: T0 + 2000,
+        players: [{ id: p3!.id, status: 'pending', customerId: 'cust_pv3', reasons: [], eventId: null, clientEventId: 'm-pv:cust_pv3' }],
+      });
+      t.same(kept, { revision: 3, status: 'held' });
+      const stored = await records.load(env, { id: m.id });
+      t.match(stored?.players[2], { status: 'pending', pendingVerdict: 'admitted', customerId: 'cust_pv3', clientEventId: 'm-pv:cust_pv3', eventId: null });
+      t.match(stored?.admissionErrors, [{ player_id: p3!.id, code: 'credentials_revoked' }], 'listed while it stays pending');
+      // A review of the held player (still pending) settles the status from the stored players.
+      const status = await sql.begin(async (txn) => {
+        const tx = txn as unknown as typeof sql;
+        const locked = await records.lockPlayer(tx, env, p1!.id);
+        return records.writeReview(tx, env, m.id, { ...locked!, status: 'rejected' }, T0 + 3000);
+      });
+      t.equal(status, 'partially_admitted', 'rejected, admitted, and a pending admitted player');
     });
 
     await t.test('two reviews of one match at once: the second waits for the first and the status counts both', async (t) => {

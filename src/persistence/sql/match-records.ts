@@ -70,10 +70,14 @@ interface MatchClaim {
   record: MatchRow;
 }
 
-/** A player's verdict after admission (only written while the stored player is still pending). */
+/**
+ * A player's verdict after admission (only written while the stored player is still pending);
+ * status 'pending' fills in only the customer id of a player that stays pending (rule 2's customer
+ * created while its admission is blocked).
+ */
 export interface PlayerVerdictWrite {
   id: string;
-  status: PlayerStatus;
+  status: StoredStatus;
   customerId: string | null;
   reasons: Reason[];
   eventId: string | null;
@@ -97,18 +101,19 @@ export interface VerdictsWritten {
 
 /**
  * The match status derived from the record's stored players, as deriveMatchStatus does (a pending
- * player counts as admitted), for an UPDATE of match_results aliased r. Read in a statement after
- * the players' writes, so it sees them.
+ * player counts as the verdict the report reserved for it, as the claim's status does), for an
+ * UPDATE of match_results aliased r. Read in a statement after the players' writes, so it sees them.
  */
 function derivedStatus(sql: Sql) {
   return sql`(
     select case
-      when bool_or(mp.status = 'held') then 'held'
-      when bool_and(mp.status <> 'rejected') then 'admitted'
-      when bool_and(mp.status = 'rejected') then 'rejected'
+      when bool_or(s.status = 'held') then 'held'
+      when bool_and(s.status <> 'rejected') then 'admitted'
+      when bool_and(s.status = 'rejected') then 'rejected'
       else 'partially_admitted' end
-    from match_result_players mp
-    where mp.environment_id = r.environment_id and mp.match_result_id = r.id)`;
+    from (select case when mp.status = 'pending' then mp.pending_verdict else mp.status end as status
+          from match_result_players mp
+          where mp.environment_id = r.environment_id and mp.match_result_id = r.id) s)`;
 }
 
 function json<T>(v: unknown): T {
