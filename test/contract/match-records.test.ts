@@ -240,6 +240,11 @@ for (const kind of sqlKinds) {
         stored?.players.map((p) => p.status),
         ['admitted', 'rejected'],
       );
+      t.equal(stored?.updatedAtMs, T0 + 5000, "the record's updated_at is the reviews' time (the environment's clock), as its players'");
+      t.same(
+        stored?.players.map((p) => p.updatedAtMs),
+        [T0 + 5000, T0 + 5000],
+      );
     });
 
     await t.test('lists: the review queue oldest first, others newest first', async (t) => {

@@ -429,14 +429,14 @@ export class MatchRecords {
     return rows.length === 0 ? null : playerRow(rows[0]!);
   }
 
-  /** A review's outcome: the player row, then the record's status derived from its stored players (inside the review's transaction). */
+  /** A review's outcome: the player row, then the record's status derived from its stored players (inside the review's transaction), both at atMs (the environment's clock). */
   async writeReview(tx: Sql, env: string, matchResultId: string, p: PlayerRow, atMs: number): Promise<string> {
     await tx`
       update match_result_players set status = ${p.status}, reasons = (${JSON.stringify(p.reasons)}::text)::jsonb,
         review = (${JSON.stringify(p.review)}::text)::jsonb, event_id = ${p.eventId}, updated_at = ${new Date(atMs)}
       where environment_id = ${env} and id = ${p.id}`;
     const [row] = await tx`
-      update match_results r set status = ${derivedStatus(tx)}, revision = r.revision + 1, updated_at = now()
+      update match_results r set status = ${derivedStatus(tx)}, revision = r.revision + 1, updated_at = ${new Date(atMs)}
       where r.environment_id = ${env} and r.id = ${matchResultId}
       returning r.status`;
     return row!.status as string;
