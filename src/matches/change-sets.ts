@@ -295,7 +295,9 @@ export class MatchProfileStore {
         }
         const d = decideProfile(state, cmd, { nowMs, newId });
         if (!d.ok) {
-          throw new ApiError(d.code, { param: commandParam(i, d.param), message: `commands[${i}]: ${d.message}`, details: commandDetails(i, d.details) });
+          // A stale expected_version carries the version to read, as If-Match's stale_write does.
+          const details = d.currentVersion !== undefined ? { current_version: d.currentVersion } : commandDetails(i, d.details);
+          throw new ApiError(d.code, { param: commandParam(i, d.param), message: `commands[${i}]: ${d.message}`, details });
         }
         const p = d.profile;
         touched.set(cmd.key, p);

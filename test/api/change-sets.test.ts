@@ -148,7 +148,8 @@ t.test('change sets and match profiles over the API', async (t) => {
     t.equal(cs.status, 201);
     const ap = await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem());
     t.equal(ap.status, 409);
-    t.match(ap.body.error, { code: 'stale_write', param: 'commands[1].expected_version' });
+    t.match(ap.body.error, { code: 'stale_write', param: 'commands[1].expected_version', message: 'commands[1]: The match profile is at version 1.' });
+    t.same(ap.body.error.details, { current_version: 1 }, 'the version to read, as an If-Match stale_write');
     t.equal((await api.get('/v1/match_profiles/brawl')).status, 404, 'the create before it was rolled back');
     t.equal((await api.get(`/v1/change_sets/${cs.body.id}`)).body.status, 'pending');
 

@@ -211,6 +211,7 @@ t.test('codes of update and archive', async (t) => {
     const d = decideProfile(state, cmd, ctx(1));
     if (code === null) t.ok(d.ok, name);
     else t.match(d, { ok: false, code }, name);
+    if (code === 'stale_write') t.match(d, { currentVersion: 1 }, `${name}: the stored version`);
   }
 });
 

@@ -438,12 +438,12 @@ export type ProfileFact =
 
 export type ProfileDecision =
   | { ok: true; facts: ProfileFact[]; profile: MatchProfile }
-  | { ok: false; code: ErrorCode; param?: string; message: string; details?: IssueDetail[] };
+  | { ok: false; code: ErrorCode; param?: string; message: string; details?: IssueDetail[]; currentVersion?: number };
 
 /**
  * `state` is the profile stored under the command's key (null when none). Codes:
  * validation_failed (param names the field), already_exists (create over an existing key),
- * resource_not_found, stale_write (expected_version differs), invalid_state (update of an archived
+ * resource_not_found, stale_write (expected_version differs; currentVersion is the stored one), invalid_state (update of an archived
  * profile). Archiving an archived profile answers it again with no facts.
  */
 export function decideProfile(state: MatchProfile | null, cmd: ProfileCommand, ctx: ProfileCtx): ProfileDecision {
@@ -464,7 +464,7 @@ export function decideProfile(state: MatchProfile | null, cmd: ProfileCommand, c
   }
   if (state === null) return { ok: false, code: 'resource_not_found', param: 'key', message: 'No match profile with this key.' };
   if (cmd.expectedVersion !== null && cmd.expectedVersion !== state.revision) {
-    return { ok: false, code: 'stale_write', param: 'expected_version', message: `The match profile is at version ${state.revision}.` };
+    return { ok: false, code: 'stale_write', param: 'expected_version', message: `The match profile is at version ${state.revision}.`, currentVersion: state.revision };
   }
   if (cmd.kind === 'match_profile.archive') {
     if (state.status === 'archived') return { ok: true, facts: [], profile: state };
