@@ -1,5 +1,6 @@
 // Black-box API tests of a rule's references at publish and rollback: a definition naming a
-// currency, reward, challenge, tier program or segment the environment lacks is 422 rule_invalid
+// currency, reward, challenge, tier program (also as customer.tiers.<key>, with its level keys) or
+// segment the environment lacks is 422 rule_invalid
 // with one problem per bad reference (path and message); a draft may name them (create, PATCH);
 // publish succeeds once they exist; rollback re-checks the version; another environment's
 // resources do not count.
@@ -106,6 +107,30 @@ t.test('rule references at publish and rollback', async (t) => {
     t.equal((await publish(r0.id as string)).status, 200, 'by key');
     const byId = await draft(rule([{ type: 'tier.evaluate', program: program.body.id }]));
     t.equal((await publish(byId.id as string)).status, 200, 'by id');
+  });
+
+  await t.test('customer.tiers.<program key> in conditions and limit scopes names a tier program (by key) and its levels', async (t) => {
+    // 'club' exists (levels bronze, silver): a typo in its key or a level key would never hold.
+    const def = {
+      ...rule([award('coins')], {
+        all: [{ path: 'customer.tiers.clb', op: 'eq', value: 'silver' }, { path: 'customer.tiers.club', op: 'in', value: ['silver', 'silvr'] }],
+      }),
+      limits: [{ id: 'per_level', scope: ['customer', 'customer.tiers.nope'], max: 1 }],
+    };
+    const r0 = await draft(def);
+    const r = await publish(r0.id as string);
+    t.equal(r.status, 422);
+    t.same(problems(r), [
+      { param: 'definition.conditions.all[0].path', message: "No tier program with key 'clb' in this environment." },
+      { param: 'definition.conditions.all[1].value[1]', message: "Tier program 'club' has no level 'silvr'." },
+      { param: 'definition.limits[0].scope[1]', message: "No tier program with key 'nope' in this environment." },
+    ]);
+    const fixed = {
+      ...rule([award('coins')], { all: [{ path: 'customer.tiers.club', op: 'in', value: ['silver', 'bronze'] }] }),
+      limits: [{ id: 'per_level', scope: ['customer', 'customer.tiers.club'], max: 1 }],
+    };
+    t.equal((await api.patch(`/v1/rules/${r0.id}`, { definition: fixed })).status, 200);
+    t.equal((await publish(r0.id as string)).status, 200);
   });
 
   await t.test('reward: a missing id is refused; an existing one (archived too) is published', async (t) => {

@@ -1,6 +1,7 @@
 // A rule definition's references (pure): each kind found with its client path, in document order;
 // given what an environment has, one problem per missing reference; tier programs by key or id;
-// a tier.evaluate without program and item.grant name nothing.
+// a tier.evaluate without program and item.grant name nothing; customer.tiers.<key> in conditions
+// and limit scopes names a program by key, and the levels compared with it.
 import t from 'tap';
 import { type KnownResources, referenceProblems, ruleReferences } from '../../src/domain/rules/references.js';
 import { type RuleDefinition, validateRule } from '../../src/domain/rules/schema.js';
@@ -16,6 +17,7 @@ const empty: KnownResources = {
   rewards: new Set(),
   challenges: new Set(),
   tierPrograms: new Set(),
+  tierLevels: new Map(),
   segments: new Set(),
   counters: new Set(),
 };
@@ -72,6 +74,7 @@ t.test('given everything exists (the program by id), nothing is a problem', asyn
     rewards: new Set(['rw_1']),
     challenges: new Set(['chl_1']),
     tierPrograms: new Set(['club', 'tp_1']),
+    tierLevels: new Map([['club', new Set(['bronze'])]]),
     segments: new Set(['vip', 'lapsed']),
     counters: new Set(),
   };
@@ -107,4 +110,39 @@ t.test('v1 conditions are named by index; a rule naming nothing has no reference
   });
   t.same(ruleReferences(v1), [{ kind: 'segment', name: 'gold', path: 'conditions[0].value' }]);
   t.same(ruleReferences(parsed({ schema: 'service.rule/v1', trigger: { event: 'x' }, actions: [{ type: 'tier.evaluate' }] })), []);
+});
+
+t.test('customer.tiers.<key> names a tier program by key (conditions and limit scopes) and the levels it is compared with', async (t) => {
+  const d = parsed({
+    schema: 'service.rule/v2',
+    trigger: { kind: 'customer_event', event: 'order.completed' },
+    limits: [{ id: 'per_level', scope: ['customer', 'customer.tiers.status'], max: 1 }],
+    conditions: {
+      all: [
+        { path: 'customer.tiers.statsu', op: 'eq', value: 'silver' },
+        { any: [{ path: 'customer.tiers.status', op: 'in', value: ['silver', 'gld'] }, { path: 'customer.tiers.status', op: 'exists' }] },
+        { not: { path: 'customer.tiers.status', op: 'ne', value: 'bronze' } },
+      ],
+    },
+    actions: [{ type: 'tier.evaluate' }],
+  });
+  t.same(ruleReferences(d), [
+    { kind: 'tier_program_key', name: 'statsu', path: 'conditions.all[0].path' },
+    { kind: 'tier_level', name: 'silver', path: 'conditions.all[0].value', program: 'statsu' },
+    { kind: 'tier_program_key', name: 'status', path: 'conditions.all[1].any[0].path' },
+    { kind: 'tier_level', name: 'silver', path: 'conditions.all[1].any[0].value[0]', program: 'status' },
+    { kind: 'tier_level', name: 'gld', path: 'conditions.all[1].any[0].value[1]', program: 'status' },
+    { kind: 'tier_program_key', name: 'status', path: 'conditions.all[1].any[1].path' },
+    { kind: 'tier_program_key', name: 'status', path: 'conditions.all[2].not.path' },
+    { kind: 'tier_level', name: 'bronze', path: 'conditions.all[2].not.value', program: 'status' },
+    { kind: 'tier_program_key', name: 'status', path: 'limits[0].scope[1]' },
+  ]);
+  // The program exists by key ('status'; its id does not count for a path), with levels bronze and silver.
+  const known = { ...empty, tierPrograms: new Set(['status', 'tp_1']), tierLevels: new Map([['status', new Set(['bronze', 'silver'])]]) };
+  t.same(referenceProblems(ruleReferences(d), known), [
+    { path: 'conditions.all[0].path', message: "No tier program with key 'statsu' in this environment." },
+    { path: 'conditions.all[1].any[0].value[1]', message: "Tier program 'status' has no level 'gld'." },
+  ]);
+  const byId = parsed({ ...(d as object), limits: [], conditions: { path: 'customer.tiers.tp_1', op: 'exists' } });
+  t.same(referenceProblems(ruleReferences(byId), known), [{ path: 'conditions.path', message: "No tier program with key 'tp_1' in this environment." }]);
 });
