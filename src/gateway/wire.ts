@@ -48,6 +48,22 @@ export function unwrap(result: CallResult): Extract<CallResult, { ok: true }>['r
   });
 }
 
+/**
+ * Runs `call`, an engine call whose only missing resource is a customer named by the request
+ * field `param`: its resource_not_found names that field (the engine names a missing customer
+ * `id`, right only when the path named it).
+ */
+export async function namingCustomer<T>(param: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (err) {
+    if (err instanceof ApiError && err.code === 'resource_not_found' && err.param !== param) {
+      throw new ApiError('resource_not_found', { message: err.message, param });
+    }
+    throw err;
+  }
+}
+
 export function balanceWire(b: { currency: string; available: number; pending: number; lifetimeEarned: number }) {
   return { currency: b.currency, available: b.available, pending: b.pending, lifetime_earned: b.lifetimeEarned };
 }

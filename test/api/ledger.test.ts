@@ -100,6 +100,18 @@ t.test('currencies and the ledger', async (t) => {
       t.equal(r.status, status, JSON.stringify(body));
       t.equal(r.body.error.code, code, JSON.stringify(body));
     }
+    // The 404 of an unknown customer names the body field (the engine names it `id`, the path's name).
+    const other = await signUp(anon);
+    const theirs = (await other.server.post('/v1/customers', { external_id: 'ledger-other' }, idem())).body;
+    for (const [name, ref] of [
+      ['an unknown service id', 'cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ'],
+      ['a service id of no partition', 'cust_07B01M8ESVY1NC4D4HM6HZ0HYEXXX'],
+      ['an unknown external id', 'never-seen'],
+      ["another tenant's customer", theirs.id],
+    ] as const) {
+      const r = await api.post('/v1/ledger_entries', { customer_id: ref, currency: 'coins', amount: 5, reason: 'x' }, idem());
+      t.match(r, { status: 404, body: { error: { code: 'resource_not_found', param: 'customer_id' } } }, name);
+    }
     t.equal((await api.post('/v1/ledger_entries', { customer_id: customer.id, currency: 'coins', amount: 1, reason: 'x' })).body.error.code, 'idempotency_key_required');
     t.equal((await api.get(`/v1/customers/${customer.id}/ledger_entries?cursor=abc`)).body.error.code, 'invalid_cursor');
   });

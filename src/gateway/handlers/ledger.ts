@@ -14,7 +14,7 @@ import { limits } from '../../limits.js';
 import type { LedgerRow } from '../../persistence/sql/read-model.js';
 import { cursorEpochMsMax, cursorInt, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, environmentIdOf, type RequestContext, route } from '../route.js';
-import { balanceWire, customerTarget, iso, ledgerEntryWire, unwrap } from '../wire.js';
+import { balanceWire, customerTarget, iso, ledgerEntryWire, namingCustomer, unwrap } from '../wire.js';
 import { currencySchema, ledgerEntryCreatedSchema, ledgerEntrySchema, pageOf } from '../wire-schemas.js';
 
 const currencyBody = z.strictObject({
@@ -119,27 +119,30 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
         const b = ctx.body;
         const [currencies, programs] = await Promise.all([deps.currencies.configs(env, [b.currency]), deps.tiers.all(env)]);
         const nowMs = await deps.now(env);
-        const reply = unwrap(
-          await deps.engine.execute({
-            env,
-            target: customerTarget(b.customer_id),
-            command: {
-              kind: 'ledger.run',
-              currencies,
-              tierPrograms: programs.map(tierProgramOf),
+        // The body named the customer: an unknown one is a 404 naming customer_id.
+        const reply = await namingCustomer('customer_id', async () =>
+          unwrap(
+            await deps.engine.execute({
+              env,
+              target: customerTarget(b.customer_id),
               command: {
-                kind: 'ledger.adjust',
-                currency: b.currency,
-                amount: b.amount,
-                reason: b.reason,
-                sourceType: 'manual_adjustment',
-                sourceId: ctx.principal.credentialId,
-                expiresAtMs: b.expires_at === undefined ? undefined : b.expires_at === null ? null : Date.parse(b.expires_at),
-                confirmAfterMs: b.confirm_after === undefined ? undefined : Date.parse(b.confirm_after),
+                kind: 'ledger.run',
+                currencies,
+                tierPrograms: programs.map(tierProgramOf),
+                command: {
+                  kind: 'ledger.adjust',
+                  currency: b.currency,
+                  amount: b.amount,
+                  reason: b.reason,
+                  sourceType: 'manual_adjustment',
+                  sourceId: ctx.principal.credentialId,
+                  expiresAtMs: b.expires_at === undefined ? undefined : b.expires_at === null ? null : Date.parse(b.expires_at),
+                  confirmAfterMs: b.confirm_after === undefined ? undefined : Date.parse(b.confirm_after),
+                },
               },
-            },
-            nowMs,
-          }),
+              nowMs,
+            }),
+          ),
         );
         if (reply.kind !== 'ledger' || reply.reply.kind !== 'ledger.entry') throw new ApiError('internal_error');
         return {

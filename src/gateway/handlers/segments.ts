@@ -14,7 +14,7 @@ import { limits } from '../../limits.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
-import { customerTarget, iso, unwrap } from '../wire.js';
+import { customerTarget, iso, namingCustomer, unwrap } from '../wire.js';
 import { pageOf, segmentMemberSchema, segmentMembershipSchema, segmentSchema, timestamp } from '../wire-schemas.js';
 
 export interface SegmentDeps {
@@ -92,9 +92,14 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
     return s;
   };
 
-  /** The customer's id, only if it belongs to `env` (a by-id call may reach any environment's actor). */
+  /**
+   * The customer's id, only if it belongs to `env` (a by-id call may reach any environment's actor).
+   * The body's or the path's customer_id named it: an unknown one is a 404 naming customer_id.
+   */
   const customerOf = async (env: string, ref: string, nowMs: number): Promise<string> => {
-    const reply = unwrap(await engine.execute({ env, target: customerTarget(ref), command: { kind: 'customer.view' }, nowMs }));
+    const reply = await namingCustomer('customer_id', async () =>
+      unwrap(await engine.execute({ env, target: customerTarget(ref), command: { kind: 'customer.view' }, nowMs })),
+    );
     if (reply.kind !== 'customer' || reply.customer.environmentId !== env) {
       throw new ApiError('resource_not_found', { message: `No customer ${ref}.`, param: 'customer_id' });
     }
