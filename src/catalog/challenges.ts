@@ -3,7 +3,8 @@
 // on first use and dropped on a bus message when any node changes one. Edits are safe (version
 // compared in the UPDATE). Status transitions are the domain's canTransitionChallenge:
 // draft -> active | ended; active <-> paused; active | paused -> ended; ended is final.
-// DELETE removes only drafts and ended challenges (an active or paused one must be ended first).
+// DELETE removes only drafts and ended challenges (an active or paused one must be ended first),
+// and none a non-archived rule progresses (409 resource_in_use naming the rules).
 // A completion action must name resources of the environment (points.award a currency, reward.issue
 // a reward, tier.evaluate with a program a tier program by key or id): 404 resource_not_found naming
 // the field, as every body field naming a missing resource, checked after validation.
@@ -209,8 +210,26 @@ export class ChallengeCatalog {
     return row(rows[0]!);
   }
 
-  /** Deletes a draft or ended challenge; active and paused ones are invalid_state (end them first). */
-  /** DELETE (draft or ended only); with If-Match, only the version it names (stale_write). */
+  /**
+   * The non-archived rules whose draft or active version has a challenge.progress action naming
+   * the challenge (at most 10, by id): a deleted challenge would leave them naming nothing.
+   */
+  async progressedBy(environmentId: string, id: string): Promise<string[]> {
+    const needle = JSON.stringify([{ type: 'challenge.progress', challenge_id: id }]);
+    const rows = await this.sql`
+      select r.id from rules r
+      left join rule_versions v on v.environment_id = r.environment_id and v.id = r.active_version_id
+      where r.environment_id = ${environmentId} and r.status <> 'archived'
+        and (r.draft_definition->'actions' @> (${needle}::text)::jsonb or v.definition->'actions' @> (${needle}::text)::jsonb)
+      order by r.id limit 10`;
+    return rows.map((r) => r.id as string);
+  }
+
+  /**
+   * DELETE (draft or ended only: active and paused ones are invalid_state, end them first); with
+   * If-Match, only the version it names (stale_write). A challenge a non-archived rule progresses
+   * is resource_in_use naming the rules, as a segment or counter a rule reads.
+   */
   async delete(environmentId: string, id: string, expectedVersion?: number): Promise<void> {
     const before = await this.get(environmentId, id);
     if (expectedVersion !== undefined && expectedVersion !== before.version) {
@@ -218,6 +237,14 @@ export class ChallengeCatalog {
     }
     if (before.status !== 'draft' && before.status !== 'ended') {
       throw new ApiError('invalid_state', { message: `A ${before.status} challenge cannot be deleted; end it first (PATCH status: ended).`, param: 'status' });
+    }
+    const rules = await this.progressedBy(environmentId, id);
+    if (rules.length > 0) {
+      throw new ApiError('resource_in_use', {
+        message: `Challenge ${id} is progressed by ${rules.map((r) => `rule ${r}`).join(', ')}; archive the rules or remove their challenge.progress action first.`,
+        param: 'id',
+        details: { rules },
+      });
     }
     const gone = await this.sql`
       delete from challenges where environment_id = ${environmentId} and id = ${id} and status in ('draft', 'ended') and version = ${before.version}

@@ -150,6 +150,32 @@ t.test('challenges over the API', async (t) => {
     t.equal((await api.delete(`/v1/challenges/${draft.id}`)).body.error.code, 'resource_not_found');
   });
 
+  await t.test('a challenge that a non-archived rule progresses is not deleted (409 resource_in_use naming the rules)', async (t) => {
+    const ch = (await api.post('/v1/challenges', { name: 'Progressed', qualifying: { event: 'progressed.never' }, target: 5 }, idem())).body;
+    const progress = (challengeId: string) => ({
+      schema: 'service.rule/v2',
+      trigger: { kind: 'customer_event', event: 'progressed.go' },
+      actions: [{ type: 'challenge.progress', challenge_id: challengeId }],
+    });
+    const drafted = (await api.post('/v1/rules', { name: 'drafted', definition: progress(ch.id) }, idem())).body;
+    const live = (await api.post('/v1/rules', { name: 'live', definition: progress(ch.id) }, idem())).body;
+    t.equal((await api.post(`/v1/rules/${live.id}/publish`)).status, 200);
+    // Another challenge id that merely starts the same way names something else.
+    t.equal((await api.post('/v1/rules', { name: 'other', definition: progress(`${ch.id}X`) }, idem())).status, 201);
+    const refused = await api.delete(`/v1/challenges/${ch.id}`);
+    t.equal(refused.status, 409);
+    t.match(refused.body.error, { code: 'resource_in_use', param: 'id', details: { rules: [drafted.id, live.id].sort() } });
+    t.match(refused.body.error.message, `rule ${live.id}`);
+    t.equal((await api.get(`/v1/challenges/${ch.id}`)).status, 200, 'still there');
+    // An archived rule names nothing; a draft edited away still leaves the active version naming it.
+    t.equal((await api.post(`/v1/rules/${drafted.id}/archive`)).status, 200);
+    const other = { ...progress(ch.id), actions: [{ type: 'item.grant', item: 'flag', quantity: 1 }] };
+    t.equal((await api.patch(`/v1/rules/${live.id}`, { definition: other })).status, 200);
+    t.same((await api.delete(`/v1/challenges/${ch.id}`)).body.error.details, { rules: [live.id] }, 'the active version still progresses it');
+    t.equal((await api.post(`/v1/rules/${live.id}/publish`)).status, 200);
+    t.equal((await api.delete(`/v1/challenges/${ch.id}`)).status, 204, 'no rule progresses it any more');
+  });
+
   await t.test('a completion award naming a missing currency is 404 naming the field (create, PATCH, activation)', async (t) => {
     const awards = (...currencies: string[]) => currencies.map((currency) => ({ type: 'points.award', currency, amount: 5 }));
     // Its own qualifying event: the challenges here never meet the events of the later subtests.

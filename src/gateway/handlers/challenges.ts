@@ -344,7 +344,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
     route({
       method: 'DELETE',
       path: '/v1/challenges/:id',
-      summary: 'Delete a draft or ended challenge (active or paused: end it first)',
+      summary: 'Delete a draft or ended challenge (active or paused: end it first; 409 resource_in_use while a non-archived rule progresses it)',
       tag: 'Challenges',
       auth: writeAuth,
       ifMatch: true,
