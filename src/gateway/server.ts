@@ -28,7 +28,7 @@ import { buildOpenApiDocument } from './openapi.js';
 import type { AnyRoute, AuthSpec, Method, Reply, RequestContext } from './route.js';
 import { Router } from './router.js';
 import { validate } from './validation.js';
-import { type BodyProblem, checkBody, isUnstorableText, unstorableTextPath } from '../util/body-check.js';
+import { type BodyProblem, checkBody, isUnstorableText, nonFiniteNumberPath, unstorableTextPath } from '../util/body-check.js';
 
 export type CredentialSpec = Extract<AuthSpec, { kind: 'credential' }>;
 
@@ -157,15 +157,21 @@ function isThenable<T>(x: T | Promise<T>): x is Promise<T> {
 }
 
 const unstorableTextMessage = 'Strings and keys may not contain U+0000 or an unpaired surrogate (\\ud800-\\udfff without its pair).';
+const nonFiniteNumberMessage = 'Numbers must be finite: beyond about ±1.8e308 (or NaN) a number cannot be stored.';
 
-/** A body checkBody refused (util/body-check.ts): too deep, or holding text PostgreSQL cannot store. */
-function badBody(value: unknown): ApiError {
-  if (checkBody(value, limits.jsonDepthMax) === 'too_deep') {
+/**
+ * The answer to a body checkBody refused (util/body-check.ts): too deep, holding text PostgreSQL
+ * cannot store, or a number JSON cannot carry back; the last two name the first such value.
+ */
+function badBody(value: unknown, problem: Exclude<BodyProblem, null>): ApiError {
+  if (problem === 'too_deep') {
     const message = `A request body nests objects and arrays at most ${limits.jsonDepthMax} levels deep.`;
     return new ApiError('validation_failed', { message, param: 'body', details: [{ param: 'body', message }] });
   }
-  const param = unstorableTextPath(value) ?? 'body';
-  return new ApiError('validation_failed', { message: unstorableTextMessage, param, details: [{ param, message: unstorableTextMessage }] });
+  const text = problem === 'unstorable_text';
+  const message = text ? unstorableTextMessage : nonFiniteNumberMessage;
+  const param = (text ? unstorableTextPath(value) : nonFiniteNumberPath(value)) || 'body';
+  return new ApiError('validation_failed', { message, param, details: [{ param, message }] });
 }
 
 /** application/json with optional parameters (charset); nothing else. */
@@ -293,7 +299,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
   /** The request body as JSON, or undefined when empty / not a body method. Throws 415/400. */
   function bodyOf(inc: Incoming): unknown {
     if (inc.parsedBody !== null) {
-      if (inc.parsedBody.problem !== null) throw badBody(inc.parsedBody.value);
+      if (inc.parsedBody.problem !== null) throw badBody(inc.parsedBody.value, inc.parsedBody.problem);
       return inc.parsedBody.value;
     }
     if (!bodyMethods.has(inc.method) || inc.rawBody.length === 0) return undefined;
@@ -305,7 +311,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
     } catch {
       throw new ApiError('invalid_json');
     }
-    if (checkBody(value, limits.jsonDepthMax) !== null) throw badBody(value);
+    const problem = checkBody(value, limits.jsonDepthMax);
+    if (problem !== null) throw badBody(value, problem);
     return value;
   }
 
@@ -530,9 +537,10 @@ export function createGateway(opts: GatewayOptions): Gateway {
         headers['content-type'] ??= jsonType;
       } else if (b !== undefined) {
         // One walk: a body too deep is refused here, before JSON.stringify would overflow its
-        // stack; unstorable text is refused after auth by bodyOf, in the same order as over HTTP.
+        // stack; unstorable text and numbers JSON cannot carry (NaN, ±Infinity, which stringify
+        // writes as null) are refused after auth by bodyOf, in the same order as over HTTP.
         const problem = checkBody(b, limits.jsonDepthMax);
-        if (problem === 'too_deep') out = errorOut(badBody(b), inc);
+        if (problem === 'too_deep') out = errorOut(badBody(b, problem), inc);
         else {
           inc.rawBody = Buffer.from(JSON.stringify(b));
           if (bodyMethods.has(inc.method)) inc.parsedBody = { value: b, problem };

@@ -4,8 +4,10 @@
 //   those stacks;
 // - text: PostgreSQL text and jsonb hold neither U+0000 nor an unpaired surrogate (a '\ud800'
 //   escape), so a string or key carrying one would fail every statement that writes it, for good
-//   (a projection cycle or a snapshot save retried forever).
-// One reused stack: no allocation per call once it has grown.
+//   (a projection cycle or a snapshot save retried forever);
+// - numbers: JSON.parse reads 1e400 as Infinity (gRPC can carry NaN too), which JSON writes back
+//   as null: evaluated as Infinity in memory, null once journaled, stored or answered.
+// One reused stack: no allocation per call once it has grown; a number costs one isFinite.
 
 const stackValues: unknown[] = [];
 const stackDepths: number[] = [];
@@ -20,16 +22,18 @@ export function isUnstorableText(s: string): boolean {
   return suspect.test(s) && (s.includes('\u0000') || unpaired.test(s));
 }
 
-export type BodyProblem = 'too_deep' | 'unstorable_text' | null;
+export type BodyProblem = 'too_deep' | 'unstorable_text' | 'non_finite_number' | null;
 
 /**
  * 'too_deep' when `value` holds an object or array more than `maxDepth` levels deep (the value
- * itself, if an object or array, is level 1); 'unstorable_text' when a string or key holds
- * U+0000 or an unpaired surrogate; null when neither. Arrays and plain objects only: what
- * JSON.parse makes.
+ * itself, if an object or array, is level 1); else the first found of 'unstorable_text' (a
+ * string or key holds U+0000 or an unpaired surrogate) and 'non_finite_number' (a number is
+ * ±Infinity or NaN, which JSON cannot carry); null when none. Arrays and plain objects only:
+ * what JSON.parse makes.
  */
 export function checkBody(value: unknown, maxDepth: number): BodyProblem {
   if (typeof value === 'string') return isUnstorableText(value) ? 'unstorable_text' : null;
+  if (typeof value === 'number') return Number.isFinite(value) ? null : 'non_finite_number';
   if (value === null || typeof value !== 'object') return null;
   let problem: BodyProblem = null;
   stackValues[0] = value;
@@ -49,6 +53,8 @@ export function checkBody(value: unknown, maxDepth: number): BodyProblem {
         const c: unknown = v[i];
         if (typeof c === 'string') {
           if (isUnstorableText(c)) problem ??= 'unstorable_text';
+        } else if (typeof c === 'number') {
+          if (!Number.isFinite(c)) problem ??= 'non_finite_number';
         } else if (c !== null && typeof c === 'object') {
           stackValues[top] = c;
           stackDepths[top++] = d + 1;
@@ -60,6 +66,8 @@ export function checkBody(value: unknown, maxDepth: number): BodyProblem {
         const c: unknown = (v as Record<string, unknown>)[k];
         if (typeof c === 'string') {
           if (isUnstorableText(c)) problem ??= 'unstorable_text';
+        } else if (typeof c === 'number') {
+          if (!Number.isFinite(c)) problem ??= 'non_finite_number';
         } else if (c !== null && typeof c === 'object') {
           stackValues[top] = c;
           stackDepths[top++] = d + 1;
@@ -74,24 +82,37 @@ export function checkBody(value: unknown, maxDepth: number): BodyProblem {
 
 /**
  * The path (`events[2].properties.name`; for a key, the object holding it, '' for the body) of
- * the first string or key holding unstorable text, or null. Only for a body checkBody found such text in, so its depth
- * is bounded and recursion is safe.
+ * the first string or key holding unstorable text, or null. Only for a body checkBody found such
+ * text in, so its depth is bounded and recursion is safe.
  */
-export function unstorableTextPath(value: unknown, at = ''): string | null {
-  if (typeof value === 'string') return isUnstorableText(value) ? at : null;
+export function unstorableTextPath(value: unknown): string | null {
+  return firstPath(value, '', (v) => typeof v === 'string' && isUnstorableText(v), isUnstorableText);
+}
+
+/**
+ * The path (`attributes.score`, `events[2].properties.x`; '' for the body) of the first number
+ * that is ±Infinity or NaN, or null. Only for a body checkBody found one in (bounded depth).
+ */
+export function nonFiniteNumberPath(value: unknown): string | null {
+  return firstPath(value, '', (v) => typeof v === 'number' && !Number.isFinite(v), () => false);
+}
+
+/** The path of the first value `bad` holds for, or of the object holding the first key `badKey` holds for. */
+function firstPath(value: unknown, at: string, bad: (v: unknown) => boolean, badKey: (k: string) => boolean): string | null {
+  if (bad(value)) return at;
   if (value === null || typeof value !== 'object') return null;
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
-      const p = unstorableTextPath(value[i], `${at}[${i}]`);
+      const p = firstPath(value[i], `${at}[${i}]`, bad, badKey);
       if (p !== null) return p;
     }
     return null;
   }
   for (const k in value) {
     // A bad key is named by where it is (the key itself may not travel in the answer).
-    if (isUnstorableText(k)) return at;
+    if (badKey(k)) return at;
     const here = at === '' ? k : `${at}.${k}`;
-    const p = unstorableTextPath((value as Record<string, unknown>)[k], here);
+    const p = firstPath((value as Record<string, unknown>)[k], here, bad, badKey);
     if (p !== null) return p;
   }
   return null;

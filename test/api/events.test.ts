@@ -84,6 +84,31 @@ t.test('events', async (t) => {
     t.equal((await api.post('/v1/events', event('txt-5', 'txt-p'))).body.duplicate, undefined, 'txt-5 is new when sent alone');
   });
 
+  await t.test('numbers beyond the double range (1e400) are refused anywhere in a body, named by their path', async (t) => {
+    // JSON.parse reads 1e400 as Infinity: a rule compared it as Infinity, while the journal, the
+    // event row and every answer held null. Such a number is bad input, like invalid text.
+    const text = (id: string, props: string) =>
+      `{"id":"${id}","name":"level.completed","customer_id":"inf-p","occurred_at":"${now()}","properties":${props}}`;
+    for (const [what, body, param] of [
+      ['1e400 in a property', text('inf-1', '{"x":1e400}'), 'properties.x'],
+      ['-1e400 deeper down', text('inf-2', '{"a":[1,{"b":-1e400}]}'), 'properties.a[1].b'],
+      ['in a batch item', `{"events":[${text('inf-3', '{}')},${text('inf-4', '{}')},${text('inf-5', '{"x":1e400}')}]}`, 'events[2].properties.x'],
+    ] as const) {
+      const r = await api.request('POST', '/v1/events', body);
+      t.equal(r.status, 400, what);
+      t.match(r.body.error, { code: 'validation_failed', param, message: /finite/, details: [{ param }] }, what);
+    }
+    t.same((await api.request('POST', '/v1/events', text('inf-1', '{"x":1}'))).body.duplicate, undefined, 'nothing was recorded: inf-1 is new');
+    t.equal((await api.request('POST', '/v1/events', text('inf-3', '{}'))).status, 202, 'the whole batch was refused, like invalid JSON');
+    t.equal((await api.request('POST', '/v1/events', text('inf-6', '{"x":1.7976931348623157e308,"y":1e-400}'))).status, 202, 'the largest double, and an underflow to 0, pass');
+    const created = await api.request('POST', '/v1/customers', '{"external_id":"inf-c","attributes":{"inf":1e400}}', idem());
+    t.match([created.status, created.body.error?.param], [400, 'attributes.inf'], 'a customer attribute on create');
+    const c = (await api.post('/v1/customers', { external_id: 'inf-c', attributes: { level: 3 } }, idem())).body;
+    const patched = await api.request('PATCH', `/v1/customers/${c.id}`, '{"attributes":{"inf":1e400}}');
+    t.match([patched.status, patched.body.error?.param], [400, 'attributes.inf'], 'and on patch');
+    t.match((await api.get(`/v1/customers/${c.id}`)).body, { attributes: { level: 3 }, version: 1 }, 'which changed nothing');
+  });
+
   await t.test('the same id and content is answered as the first, with duplicate: true', async (t) => {
     const ev = event('e-dup');
     const first = await api.post('/v1/events', ev);

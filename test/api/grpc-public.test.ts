@@ -425,6 +425,14 @@ t.test('public gRPC API against the real service', async (t) => {
     t.equal(trailer(nulGrpc.err, 'error-code'), 'validation_failed');
     const nulHttp = await api.request('POST', '/v1/events', `{"id":"pj-9","name":"level.completed","customer_id":"g-props","occurred_at":"${now()}","properties":${withNul}}`);
     t.match([nulHttp.status, nulHttp.body.error?.param], [400, 'properties.a.b']);
+    // So is a number JSON cannot carry back (1e400 parses as Infinity), through the same check.
+    const infGrpc = await ingestBatch({ mode: 0, events: [ev('pj-10', 'g-props'), ev('pj-11', 'g-props', { propertiesJson: '{"x":1e400}' })] }, secret());
+    t.equal(infGrpc.err?.code, status.INVALID_ARGUMENT);
+    t.equal(trailer(infGrpc.err, 'error-code'), 'validation_failed');
+    t.equal(trailer(infGrpc.err, 'error-param'), 'events[1].properties_json.x');
+    const infAcks = await streamAll(events, secret(), [{ correlationId: 'inf', event: ev('pj-12', 'g-props', { propertiesJson: '{"a":[-1e400]}' }), mode: 0 }]);
+    t.match(infAcks[0]?.result?.error, { code: 'validation_failed', param: 'properties_json.a[0]' }, 'a stream message too');
+    t.equal((await ingestBatch({ mode: 0, events: [ev('pj-11', 'g-props', { propertiesJson: '{"x":1}' })] }, secret())).res?.results[0]?.accepted?.duplicate, false, 'nothing was recorded');
 
     // Beyond 2^53 JSON numbers are doubles on both transports: gRPC keeps what HTTP keeps.
     const huge = '{"n":123456789012345678901}';

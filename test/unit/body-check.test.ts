@@ -1,9 +1,10 @@
 // The gateway's body check: nesting deeper than recursive readers can take (levels count objects
 // and arrays, the value itself being level 1; the walk never recurses, so a value of 100,000
-// levels is answered, not a stack overflow), and text PostgreSQL cannot store (U+0000, unpaired
-// surrogates) in any string or key, named by its path.
+// levels is answered, not a stack overflow), text PostgreSQL cannot store (U+0000, unpaired
+// surrogates) in any string or key, and numbers JSON cannot carry back (1e400 parses as Infinity;
+// NaN over gRPC), each named by its path.
 import t from 'tap';
-import { checkBody, isUnstorableText, unstorableTextPath } from '../../src/util/body-check.js';
+import { checkBody, isUnstorableText, nonFiniteNumberPath, unstorableTextPath } from '../../src/util/body-check.js';
 
 const nestsDeeperThan = (value: unknown, max: number) => checkBody(value, max) === 'too_deep';
 
@@ -56,4 +57,20 @@ t.test('text PostgreSQL cannot store: U+0000 and unpaired surrogates, in strings
   t.equal(unstorableTextPath({ a: { ['k\u0000']: 1 } }), 'a', 'a bad key is named by the object holding it');
   t.equal(unstorableTextPath({ ['\u0000']: 1 }), '', 'a bad key of the body itself');
   t.equal(unstorableTextPath({ a: 'fine' }), null);
+});
+
+t.test('numbers JSON cannot carry: ±Infinity (1e400 as JSON.parse reads it) and NaN, anywhere', async (t) => {
+  t.equal(checkBody(JSON.parse('{"attributes":{"inf":1e400}}'), 64), 'non_finite_number');
+  t.equal(checkBody(JSON.parse('{"events":[{},{},{"properties":{"x":-1e400}}]}'), 64), 'non_finite_number', '-1e400 in a batch item');
+  t.equal(checkBody({ a: [1, Number.NaN] }, 64), 'non_finite_number', 'NaN in an array');
+  t.equal(checkBody(JSON.parse('1e400'), 64), 'non_finite_number', 'a bare number body');
+  t.equal(checkBody(JSON.parse('{"max":1.7976931348623157e308,"min":-1.7976931348623157e308,"tiny":5e-324,"under":1e-400}'), 64), null, 'the largest doubles, and an underflow to 0, are numbers');
+  t.equal(checkBody([arrays(70), Number.POSITIVE_INFINITY], 64), 'too_deep', 'depth wins');
+  t.equal(nonFiniteNumberPath(JSON.parse('{"attributes":{"level":3,"inf":1e400}}')), 'attributes.inf');
+  t.equal(nonFiniteNumberPath(JSON.parse('{"properties":{"x":1e400}}')), 'properties.x');
+  t.equal(nonFiniteNumberPath(JSON.parse('{"events":[{"properties":{"x":1}},{},{"properties":{"x":-1e400}}]}')), 'events[2].properties.x');
+  t.equal(nonFiniteNumberPath({ players: [{ metrics: { kills: 3, ratio: Number.NaN } }] }), 'players[0].metrics.ratio');
+  t.equal(nonFiniteNumberPath([1, [2, Number.NEGATIVE_INFINITY]]), '[1][1]');
+  t.equal(nonFiniteNumberPath(Number.POSITIVE_INFINITY), '', 'the body itself');
+  t.equal(nonFiniteNumberPath({ a: 1e308 }), null);
 });
