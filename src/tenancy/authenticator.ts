@@ -87,6 +87,8 @@ interface ManagementEntry extends Live {
 interface RefusedEntry {
   t: 'refused';
   code: 'invalid_credentials' | 'credentials_revoked';
+  /** The answer's message when the code's own does not fit (an expired customer token). */
+  message?: string;
   fetchedAtMs: number;
 }
 type Entry = KeyEntry | CustomerEntry | ManagementEntry | RefusedEntry;
@@ -117,6 +119,13 @@ function scopeSet(values: readonly string[]): ReadonlySet<Scope> {
   for (const s of values) if (isScope(s)) out.add(s);
   return out;
 }
+
+/**
+ * An expired session or customer token answers credentials_revoked (it was a credential and is no
+ * longer one; invalid_credentials is for tokens that never were), saying why: a client that reads
+ * the message knows to get a new one, as after a revocation.
+ */
+export const credentialExpiredMessage = 'The credential has expired.';
 
 function refuse(code: ErrorCode, message?: string): never {
   throw new ApiError(code, message === undefined ? {} : { message });
@@ -215,8 +224,9 @@ export class Authenticator {
   }
 
   private authorize(entry: Entry, req: AuthRequest, spec: CredentialSpec, nowMs: number): Principal | Promise<Principal> {
-    if (entry.t === 'refused') refuse(entry.code);
-    if (entry.revoked || (entry.expiresAtMs !== null && nowMs >= entry.expiresAtMs)) refuse('credentials_revoked');
+    if (entry.t === 'refused') refuse(entry.code, entry.message);
+    if (entry.revoked) refuse('credentials_revoked');
+    if (entry.expiresAtMs !== null && nowMs >= entry.expiresAtMs) refuse('credentials_revoked', credentialExpiredMessage);
     const kind: CredentialKind = entry.t === 'management' ? entry.kind : entry.principal.kind;
     if (!spec.allow.includes(kind)) {
       // A publishable key on a route a secret key may use is told to use one (spec part 5); on a
@@ -354,7 +364,9 @@ export class Authenticator {
 
   private async loadCustomer(token: string): Promise<Entry> {
     const check = await this.customerTokens.verify(token);
-    if (!check.ok) return { t: 'refused', code: check.code, fetchedAtMs: this.now() };
+    if (!check.ok) {
+      return { t: 'refused', code: check.code, message: check.expired ? credentialExpiredMessage : undefined, fetchedAtMs: this.now() };
+    }
     const c = check.claims;
     const rows = await this.sql`
       select e.id as e_id, e.name as e_name, e.runtime_class as e_runtime_class, e.project_id as e_project_id,

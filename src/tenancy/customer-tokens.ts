@@ -31,7 +31,7 @@ export interface CustomerTokenClaims {
 
 export type CustomerTokenCheck =
   | { ok: true; claims: CustomerTokenClaims }
-  | { ok: false; code: 'invalid_credentials' | 'credentials_revoked' };
+  | { ok: false; code: 'invalid_credentials' | 'credentials_revoked'; expired?: boolean };
 
 /** Cheap shape test: three base64url segments. Opaque tokens (osk_, opat_ ...) never match. */
 export function looksLikeJwt(token: string): boolean {
@@ -89,7 +89,7 @@ export class CustomerTokens {
     return { token, expiresAtMs: expSeconds * 1000 };
   }
 
-  /** Signature, issuer, audience and expiry; expired tokens are credentials_revoked, forged ones invalid. */
+  /** Signature, issuer, audience and expiry; expired tokens are credentials_revoked (expired), forged ones invalid. */
   async verify(token: string): Promise<CustomerTokenCheck> {
     const key = await this.signingKey();
     try {
@@ -114,7 +114,7 @@ export class CustomerTokens {
         claims: { environmentId: env, customerId: sub, externalId: ext, credentialId: cid, expiresAtMs: exp * 1000 },
       };
     } catch (err) {
-      if (err instanceof joseErrors.JWTExpired) return { ok: false, code: 'credentials_revoked' };
+      if (err instanceof joseErrors.JWTExpired) return { ok: false, code: 'credentials_revoked', expired: true };
       if (err instanceof joseErrors.JOSEError) return { ok: false, code: 'invalid_credentials' };
       throw err;
     }
