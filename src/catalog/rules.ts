@@ -39,13 +39,16 @@ export interface Rule {
 }
 
 /**
- * Status transitions (spec part 3). Each operation lists the statuses it starts from; anything
- * else is 409 invalid_state. publish also needs a draft (draft_definition not null): publishing
- * with no change since the active version is invalid_state, never a silent new version. Publishing
- * a new draft of a paused rule makes it published. Rollback keeps the status and needs an active
+ * Status transitions (spec part 3 names the operations, not where they lead). Each operation lists
+ * the statuses it starts from; anything else is 409 invalid_state. publish also needs a draft
+ * (draft_definition not null): publishing with no change since the active version is
+ * invalid_state, never a silent new version. Publish makes a draft rule published; a paused rule
+ * stays paused (its new version is active, and runs once resumed: pause, fix, publish, check,
+ * resume, never live again by surprise), as rollback keeps the status. Rollback needs an active
  * version; archived is final (archiving it again, editing or publishing it: invalid_state).
  */
 export const ruleTransitions = {
+  /** `to` is for a draft or published rule; a paused one stays paused (publishedStatus). */
   publish: { from: ['draft', 'published', 'paused'], to: 'published' },
   pause: { from: ['published'], to: 'paused' },
   resume: { from: ['paused'], to: 'published' },
@@ -54,6 +57,11 @@ export const ruleTransitions = {
   edit: { from: ['draft', 'published', 'paused'], to: null },
 } as const satisfies Record<string, { from: readonly RuleStatus[]; to: RuleStatus | null }>;
 export type RuleOperation = keyof typeof ruleTransitions;
+
+/** The status after publish: a paused rule keeps its pause (resume makes it live). */
+export function publishedStatus(from: RuleStatus): RuleStatus {
+  return from === 'paused' ? 'paused' : ruleTransitions.publish.to;
+}
 
 /** Compiles a definition into a plan (the gateway passes one that runs in the worker pool). */
 export type CompileFn = (definition: unknown, meta: RuleMeta) => Promise<RulePlan>;
@@ -290,7 +298,7 @@ export class RuleCatalog {
           const plan = await compile(rule.draftDefinition, { ruleId: rule.id, versionNumber: number, priority: rule.priority });
           if (problems.length > 0) throw references!.refuse(problems);
           const versionId = await tx.addVersion({ definition: rule.draftDefinition, plan, number, createdBy });
-          return { status: 'published', activeVersionId: versionId, draftDefinition: null };
+          return { status: publishedStatus(rule.status), activeVersionId: versionId, draftDefinition: null };
         });
       } catch (err) {
         if (!(err instanceof DraftMoved)) throw err;

@@ -98,6 +98,22 @@ t.test('published rules award points on events', async (t) => {
   await api.post(`/v1/rules/${rule.body.id}/pause`, {});
   const paused = await api.post('/v1/events', { id: 'l-9', name: 'level.completed', customer_id: 'fresh', occurred_at: now(), properties: { level: 5 }, mode: 'sync' });
   t.same(paused.body.effects, []);
+
+  // Publishing a fix to a paused rule (or rolling it back) changes the active version, not the
+  // pause: it runs again only once resumed.
+  const fixed = { ...rule.body.draft_definition, limits: [], actions: [{ type: 'points.award', currency: 'coins', amount: 20 }] };
+  t.equal((await api.patch(`/v1/rules/${rule.body.id}`, { definition: fixed })).status, 200);
+  const published = await api.post(`/v1/rules/${rule.body.id}/publish`, {});
+  t.equal(published.status, 200);
+  t.match(published.body, { status: 'paused', active_version: { number: 2 }, draft_definition: null });
+  const still = await api.post('/v1/events', { id: 'l-10', name: 'level.completed', customer_id: 'fresh', occurred_at: now(), properties: { level: 5 }, mode: 'sync' });
+  t.same(still.body.effects, [], 'a paused rule stays off after publish');
+  const rolledBack = await api.post(`/v1/rules/${rule.body.id}/rollback`, { number: 1 });
+  t.match(rolledBack.body, { status: 'paused', active_version: { number: 1 } }, 'rollback keeps the pause too');
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/rollback`, { number: 2 })).status, 200);
+  t.match((await api.post(`/v1/rules/${rule.body.id}/resume`, {})).body, { status: 'published', active_version: { number: 2 } });
+  const live = await api.post('/v1/events', { id: 'l-11', name: 'level.completed', customer_id: 'fresh', occurred_at: now(), properties: { level: 5 }, mode: 'sync' });
+  t.match(live.body.effects, [{ type: 'rule.fired', version: 2 }, { type: 'points.awarded', amount: 20 }], 'resumed: version 2 runs');
 });
 
 t.test('tiers follow the ledger: rule awards and manual adjustments move customers between levels', async (t) => {
