@@ -438,6 +438,26 @@ t.test('customers', async (t) => {
     }
   });
 
+  await t.test('/state and /export show the ledger: they need customers:read and ledger:read (as /balances needs ledger:read)', async (t) => {
+    const c = (await api.post('/v1/customers', { external_id: 'scopes-1' }, idem())).body;
+    const keyWith = async (scopes: string[]) => {
+      const k = await tenant.admin.post('/v1/api_keys', { kind: 'secret', name: `only ${scopes.join(' ')}`, scopes }, idem());
+      t.equal(k.status, 201);
+      return anon.with({ authorization: `Bearer ${k.body.token}` });
+    };
+    const customersOnly = await keyWith(['customers:read']);
+    const ledgerOnly = await keyWith(['ledger:read']);
+    const both = await keyWith(['customers:read', 'ledger:read']);
+    const needs = (scope: string) => ({ status: 403, body: { error: { code: 'insufficient_scope', message: `This route needs the scope ${scope}.` } } });
+    for (const path of [`/v1/customers/${c.id}/state`, `/v1/customers/${c.id}/export`]) {
+      t.match(await customersOnly.get(path), needs('ledger:read'), `${path} with customers:read only`);
+      t.match(await ledgerOnly.get(path), needs('customers:read'), `${path} with ledger:read only`);
+      t.equal((await both.get(path)).status, 200, `${path} with both`);
+    }
+    t.match(await customersOnly.get(`/v1/customers/${c.id}/balances`), needs('ledger:read'), '/balances, the same rule');
+    t.equal((await customersOnly.get(`/v1/customers/${c.id}`)).status, 200, 'the customer itself needs customers:read only');
+  });
+
   await t.test('attribute definitions type customer attributes', async (t) => {
     const d = await api.post('/v1/attribute_definitions', { key: 'favourite_mode', type: 'string', pii: false }, idem());
     t.equal(d.status, 201);

@@ -51,7 +51,8 @@ interface RouteCase {
   /** The OpenAPI path this row covers. */
   openapi: string;
   allow: readonly Kind[];
-  scope: string | null;
+  /** The scope the route needs (every one of a list), or null for a role check. */
+  scope: string | readonly string[] | null;
   path: (ids: Ids) => string;
   body?: (ids: Ids, n: number) => unknown;
   idempotent?: boolean;
@@ -67,10 +68,10 @@ const withCustomer = ['secret', 'pat', 'session', 'customer'] as const;
 const routes: RouteCase[] = [
   { name: 'GET customer', method: 'GET', openapi: '/v1/customers/{id}', allow: withCustomer, scope: 'customers:read', path: (i) => `/v1/customers/${i.customer}` },
   { name: 'GET event-made customer', method: 'GET', openapi: '/v1/customers/{id}', allow: withCustomer, scope: 'customers:read', path: (i) => `/v1/customers/${i.eventCustomer}` },
-  { name: 'GET state', method: 'GET', openapi: '/v1/customers/{id}/state', allow: withCustomer, scope: 'customers:read', path: (i) => `/v1/customers/${i.customer}/state` },
+  { name: 'GET state', method: 'GET', openapi: '/v1/customers/{id}/state', allow: withCustomer, scope: ['customers:read', 'ledger:read'], path: (i) => `/v1/customers/${i.customer}/state` },
   { name: 'GET balances', method: 'GET', openapi: '/v1/customers/{id}/balances', allow: withCustomer, scope: 'ledger:read', path: (i) => `/v1/customers/${i.customer}/balances` },
   { name: 'GET ledger_entries', method: 'GET', openapi: '/v1/customers/{id}/ledger_entries', allow: management, scope: 'ledger:read', path: (i) => `/v1/customers/${i.customer}/ledger_entries` },
-  { name: 'GET export', method: 'GET', openapi: '/v1/customers/{id}/export', allow: management, scope: 'customers:read', path: (i) => `/v1/customers/${i.eventCustomer}/export` },
+  { name: 'GET export', method: 'GET', openapi: '/v1/customers/{id}/export', allow: management, scope: ['customers:read', 'ledger:read'], path: (i) => `/v1/customers/${i.eventCustomer}/export` },
   {
     name: 'PATCH customer',
     method: 'PATCH',
@@ -536,7 +537,7 @@ t.test('tenant isolation', async (t) => {
         const control = await send(nowhere);
         const text = JSON.stringify(res.body ?? '');
         const leaked = secrets.filter((s) => text.includes(s));
-        const callable = r.allow.includes(c.kind) && (r.scope === null || c.scopes.has(r.scope));
+        const callable = r.allow.includes(c.kind) && (r.scope === null || [r.scope].flat().every((s) => c.scopes.has(s)));
         const got = { status: res.status, code: res.body?.error?.code ?? null, leaked };
         const want = callable
           ? { status: 404, code: 'resource_not_found', leaked: [] }

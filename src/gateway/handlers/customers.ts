@@ -569,7 +569,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       path: '/v1/customers/:id/state',
       summary: "The customer's state: balances, tiers, segments, counters, challenges, issuances, aliases",
       tag: 'Customers',
-      auth: { kind: 'credential', scopes: ['customers:read'], allow: [...readOrCustomer] },
+      // Balances and issuances are the ledger's: ledger:read guards them here as on /balances.
+      auth: { kind: 'credential', scopes: ['customers:read', 'ledger:read'], allow: [...readOrCustomer] },
       responses: { 200: { description: 'The state view.', schema: customerStateSchema } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
@@ -599,7 +600,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       path: '/v1/customers/:id/export',
       summary: 'Export everything held about a customer',
       tag: 'Customers',
-      auth: { kind: 'credential', scopes: ['customers:read'], allow: [...read] },
+      // The whole record, ledger entries and issuances included: a partial export would mislead.
+      auth: { kind: 'credential', scopes: ['customers:read', 'ledger:read'], allow: [...read] },
       responses: { 200: { description: 'The export document.', schema: customerExportSchema } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
