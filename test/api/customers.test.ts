@@ -334,21 +334,56 @@ t.test('customers', async (t) => {
     t.not(again.body.id, c.id);
   });
 
-  await t.test("a resend of an erased customer's event answers as its duplicate and creates nobody", async (t) => {
+  await t.test("a resend of an erased customer's event answers as the first did and creates nobody", async (t) => {
+    t.equal((await api.post('/v1/currencies', { key: 'erc', name: 'Erased coins' }, idem())).status, 201);
+    const rule = await api.post(
+      '/v1/rules',
+      { name: 'on er.scored', definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'er.scored' }, actions: [{ type: 'points.award', currency: 'erc', amount: 5 }] } },
+      idem(),
+    );
+    t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+    const skipped = await api.post(
+      '/v1/rules',
+      {
+        name: 'on er.scored from 0.0.0.0',
+        definition: {
+          schema: 'service.rule/v2',
+          trigger: { kind: 'customer_event', event: 'er.scored' },
+          conditions: { all: [{ path: 'event.properties.ip', op: 'eq', value: '0.0.0.0' }] },
+          actions: [{ type: 'points.award', currency: 'erc', amount: 1 }],
+        },
+      },
+      idem(),
+    );
+    t.equal((await api.post(`/v1/rules/${skipped.body.id}/publish`, {})).status, 200);
     const ev = { id: 'er-1', name: 'app.opened', customer_id: 'er-x', occurred_at: now(), properties: { ip: '9.9.9.9' } };
     const first = await api.post('/v1/events', ev);
     t.equal(first.status, 202);
-    const synced = { ...ev, id: 'er-2', mode: 'sync' };
+    const synced = { ...ev, id: 'er-2', name: 'er.scored', mode: 'sync' };
     const firstSync = await api.post('/v1/events', synced);
     t.equal(firstSync.status, 200);
+    const effects = firstSync.body.effects as Array<{ type: string; rule_id: string; detail?: string }>;
+    t.match(effects.filter((e) => e.rule_id === rule.body.id), [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 5, ledger_entry_id: /^le_/ }]);
+    t.match(effects.filter((e) => e.rule_id === skipped.body.id), [{ type: 'rule.skipped', reason: 'conditions_not_met', detail: /event\.properties\.ip/ }]);
+    // Repeated after the erasure: the same answer, but a skipped rule's detail (it may quote a value
+    // of the erased customer) is not given again.
+    const firstAnswer = {
+      ...firstSync.body,
+      effects: effects.map((e) => (e.type === 'rule.skipped' ? { ...e, detail: 'Not kept: the customer was erased.' } : e)),
+      duplicate: true,
+    };
     const c = (await api.get('/v1/customers?external_id=er-x')).body.data[0];
     t.equal((await api.delete(`/v1/customers/${c.id}`)).status, 204);
     const again = await api.post('/v1/events', ev);
     t.equal(again.status, 202);
     t.same(again.body, { id: first.body.id, client_event_id: 'er-1', status: 'accepted', duplicate: true }, 'the original id');
     const againSync = await api.post('/v1/events', synced);
-    t.equal(againSync.status, 202, "a sync repeat: accepted, its effects gone with the customer");
-    t.same(againSync.body, { id: firstSync.body.id, client_event_id: 'er-2', status: 'accepted', duplicate: true });
+    t.equal(againSync.status, 200, 'a sync repeat: evaluated, with the effects its row keeps');
+    t.same(againSync.body, firstAnswer, 'as the first answer');
+    const asyncRepeat = await api.post('/v1/events', { ...synced, mode: undefined });
+    t.same({ status: asyncRepeat.status, body: asyncRepeat.body }, { status: 200, body: firstAnswer }, 'whatever the mode of the repeat');
+    const inBatch = await api.post('/v1/events', { events: [ev, { ...synced, mode: undefined }] });
+    t.same(inBatch.body.data[1], firstAnswer, 'a batch item too');
     const other = await api.post('/v1/events', { ...ev, properties: { ip: '1.1.1.1' } });
     t.equal(other.status, 409);
     t.equal(other.body.error.code, 'event_id_conflict', 'other content stays a conflict');

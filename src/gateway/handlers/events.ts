@@ -94,6 +94,9 @@ export interface EventDeps {
 
 type ItemResult = { status: number; body: Record<string, unknown> };
 
+/** A skipped rule's detail in the answer to a repeat of an erased customer's event. */
+const erasedDetail = 'Not kept: the customer was erased.';
+
 function parseEvent(raw: unknown, rawBytes: number, at: string): EventInput {
   if (rawBytes > limits.eventBytesMax) {
     throw new ApiError('event_too_large', {
@@ -134,8 +137,11 @@ async function recordOne(
   const fp = eventFingerprint(ev.name, ev.customer_id, occurredAtMs, ev.properties);
   // The id is the environment's: bound to the first content sent with it, whichever customer that
   // named. The same content goes on to its customer's actor, which answers a repeat as the first;
-  // unless its customer was erased: then the register answers the repeat (accepted, as an old sync
-  // answer is, its effects gone with the customer), and no actor, so no customer, sees it.
+  // unless its customer was erased: then the register answers the repeat, and no actor, so no
+  // customer, sees it. It answers as the first did too, from the event's row, which keeps a sync
+  // answer's effects past the erasure (rules, amounts, ledger entries), but never with a skipped
+  // rule's detail: that text may quote a value of the erased customer (a limit's scope key, an
+  // attribute read as an amount).
   let bound: number | ErasedEvent;
   try {
     bound = await deps.eventIds.claim(env, ev.id, fp);
@@ -143,7 +149,11 @@ async function recordOne(
     throw new ApiError('internal_error', { message: 'Storage is unavailable; retry.' });
   }
   if (typeof bound !== 'number') {
-    return { status: 202, body: { id: bound.erasedEventId, client_event_id: ev.id, status: 'accepted', duplicate: true } };
+    const id = bound.erasedEventId;
+    const stored = await storedAnswer(deps, env, id);
+    if (stored === null) return { status: 202, body: { id, client_event_id: ev.id, status: 'accepted', duplicate: true } };
+    const effects = stored.map((e) => effectWire(e.type === 'rule.skipped' ? { ...e, detail: erasedDetail } : e));
+    return { status: 200, body: { id, client_event_id: ev.id, status: 'evaluated', effects, duplicate: true } };
   }
   if (bound !== fp) {
     throw new ApiError('event_id_conflict', {
