@@ -21,6 +21,7 @@ import { RulesContexts } from './catalog/rules-context.js';
 import { TierProgramCatalog, type TierProgramRecord } from './catalog/tier-programs.js';
 import { ChallengeCatalog } from './catalog/challenges.js';
 import { challengeRoutes } from './gateway/handlers/challenges.js';
+import { CampaignEnds } from './jobs/campaign-ends.js';
 import { ChallengeEnds } from './jobs/challenge-ends.js';
 import { AuditLog } from './persistence/sql/audit-log.js';
 import { ChallengeReadModel } from './persistence/sql/challenge-read-model.js';
@@ -324,8 +325,9 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
   const rewardDue = new RewardDueWork({ sql, engine, rewards, now, drainProjector: () => projector.drain(), logger });
   const challengeEnds = new ChallengeEnds({ challenges, now, logger });
+  const campaignEnds = new CampaignEnds({ campaigns, now, logger });
   // One scheduler for all due work; a test clock's advance runs the same jobs for its environment.
-  const scheduler = new Scheduler([challengeEnds, dueWork, rewardDue], logger);
+  const scheduler = new Scheduler([challengeEnds, campaignEnds, dueWork, rewardDue], logger);
   // Campaign budget chunks leased by this node go back once its partitions are released.
   // A failed release is only logged: its chunks stay reserved, so the budget is under-used, never
   // exceeded (as after a crash).
@@ -379,7 +381,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         },
       }),
       ...segmentRoutes({ segments, engine, now, members: readModel, drainProjector: () => projector.drain() }),
-      ...campaignRoutes({ campaigns, drainProjector: () => projector.drain() }),
+      ...campaignRoutes({ campaigns, drainProjector: () => projector.drain(), now }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...testClockRoutes({

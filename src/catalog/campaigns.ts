@@ -3,8 +3,9 @@
 // and budgets (a cap per currency; `reserved` = what nodes leased, `spent` = what was awarded,
 // projected). Rows live in PostgreSQL; every node caches each environment's gates (dropped on a
 // bus message when any node changes a campaign). Rules and challenges join a campaign through
-// their campaign_id; a campaign that a non-archived rule names cannot be deleted.
-import { allowed, type CampaignGate, type CampaignOperation, type CampaignStatus, campaignTransitions } from '../domain/campaigns.js';
+// their campaign_id; a campaign that a non-archived rule names cannot be deleted. Campaigns past
+// their ends_at are ended by the scheduler's sweep (endDue), which also gives their budget back.
+import { activationRefusal, allowed, type CampaignGate, type CampaignOperation, type CampaignStatus, campaignTransitions } from '../domain/campaigns.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
@@ -237,11 +238,44 @@ export class CampaignCatalog {
     });
   }
 
-  transition(environmentId: string, id: string, expected: number | undefined, op: 'activate' | 'pause' | 'end'): Promise<Campaign> {
+  /**
+   * activate, pause or end (campaignTransitions). `nowMs` is the environment's clock: activating a
+   * campaign whose ends_at has passed is invalid_state (absent: the schedule is not checked).
+   */
+  transition(environmentId: string, id: string, expected: number | undefined, op: 'activate' | 'pause' | 'end', nowMs?: number): Promise<Campaign> {
     return this.mutate(environmentId, id, expected, async (c) => {
       requireState(c, op);
+      const refused = op === 'activate' && nowMs !== undefined ? activationRefusal(c, nowMs) : null;
+      if (refused !== null) {
+        throw new ApiError('invalid_state', {
+          message: `Cannot activate campaign ${id}: ${refused}`,
+          param: 'ends_at',
+          details: { status: c.status, ends_at: new Date(c.endsAtMs!).toISOString() },
+        });
+      }
       return { ...c, status: campaignTransitions[op].to };
     });
+  }
+
+  /**
+   * The end sweep: active and paused campaigns whose ends_at is at or before nowMs become ended
+   * (the budget chunks nodes leased for them go back, as on every change). Returns how many.
+   */
+  async endDue(environmentId: string, nowMs: number): Promise<number> {
+    const rows = await this.sql`
+      update campaigns set status = 'ended', version = version + 1, updated_at = now()
+      where environment_id = ${environmentId} and status in ('active', 'paused') and ends_at <= to_timestamp(${nowMs} / 1000.0)
+      returning id`;
+    if (rows.length > 0) await this.changed(environmentId);
+    return rows.length;
+  }
+
+  /** Environments with an active or paused campaign past its ends_at by the real clock (a test clock only runs ahead). */
+  async environmentsWithEndsDue(nowMs: number): Promise<string[]> {
+    const rows = await this.sql`
+      select distinct environment_id from campaigns
+      where status in ('active', 'paused') and ends_at is not null and ends_at <= to_timestamp(${nowMs} / 1000.0)`;
+    return rows.map((r) => r.environment_id as string);
   }
 
   /** Refused while active (invalid_state) or while a non-archived rule names it (resource_in_use). */

@@ -12,7 +12,9 @@ export type CampaignStatus = (typeof campaignStatuses)[number];
 
 /**
  * Status transitions. Each operation lists the statuses it starts from; anything else is 409
- * invalid_state. `ended` is final (no edit, no transition).
+ * invalid_state. `ended` is final (no edit, no transition). An active or paused campaign past its
+ * `ends_at` is ended by the scheduler (jobs/campaign-ends.ts), and activating one whose `ends_at`
+ * has passed is refused (activationRefusal): it could never run.
  */
 export const campaignTransitions = {
   activate: { from: ['draft', 'paused'], to: 'active' },
@@ -26,6 +28,12 @@ export type CampaignOperation = keyof typeof campaignTransitions;
 
 export function allowed(status: CampaignStatus, op: CampaignOperation): boolean {
   return (campaignTransitions[op].from as readonly CampaignStatus[]).includes(status);
+}
+
+/** Why activating the campaign at nowMs is refused although its status allows it; null when it is not. */
+export function activationRefusal(c: { endsAtMs: number | null }, nowMs: number): string | null {
+  if (c.endsAtMs !== null && nowMs >= c.endsAtMs) return 'Its ends_at has passed, so it could never run; move ends_at later (PATCH) first.';
+  return null;
 }
 
 /** What a rule's step needs of its campaign. */

@@ -1,14 +1,16 @@
 // The one scheduler of due work. Every job that falls due with time (ledger confirmations and
 // expiries and the tier downgrade checks they drive, reward issuance expiry, re-drives and stock
-// reconciliation, challenge ends) runs from here: on the real clock every minute, and for one
+// reconciliation, challenge and campaign ends) runs from here: on the real clock every minute, and for one
 // environment right after its test clock moves. Jobs are idempotent (each settles through the
 // customers' actors or one conditional statement), so nodes sweeping together is harmless.
 import type { Logger } from 'pino';
 
-/** What one environment's run settled: the customers whose actors ran due work, and challenges ended. */
+/** What one environment's run settled: the customers whose actors ran due work, challenges and campaigns ended. */
 export interface DueRun {
   customerIds: readonly string[];
   challengesEnded: number;
+  /** Absent: the job ends no campaigns. */
+  campaignsEnded?: number;
 }
 
 export interface DueJob {
@@ -55,14 +57,16 @@ export class Scheduler {
    * Runs every job for one environment at `nowMs` (after a test clock advance), in order. A
    * customer settled by several jobs (ledger and reward expiry) counts once.
    */
-  async runForEnvironment(environmentId: string, nowMs: number): Promise<{ customersSettled: number; challengesEnded: number }> {
+  async runForEnvironment(environmentId: string, nowMs: number): Promise<{ customersSettled: number; challengesEnded: number; campaignsEnded: number }> {
     const customers = new Set<string>();
     let challengesEnded = 0;
+    let campaignsEnded = 0;
     for (const job of this.jobs) {
       const run = await job.runForEnvironment(environmentId, nowMs);
       for (const id of run.customerIds) customers.add(id);
       challengesEnded += run.challengesEnded;
+      campaignsEnded += run.campaignsEnded ?? 0;
     }
-    return { customersSettled: customers.size, challengesEnded };
+    return { customersSettled: customers.size, challengesEnded, campaignsEnded };
   }
 }

@@ -200,6 +200,53 @@ t.test('the budget cap is never exceeded, with many concurrent events', async (t
   t.match(more.body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 7 }]);
 });
 
+t.test('a campaign past ends_at is ended by the scheduler (budget given back); activating one past ends_at is refused', async (t) => {
+  const { anon } = await startForTest(t);
+  const { server: api } = await signUp(anon);
+  await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  const clockMs = Date.parse((await api.get('/v1/test_clock')).body.now);
+  const at = (ms: number) => new Date(clockMs + ms).toISOString();
+  const hour = 3_600_000;
+
+  // Past ends_at by the environment's clock: activation is refused, the draft stays a draft.
+  const past = await api.post('/v1/campaigns', { name: 'Past', ends_at: at(-hour) }, idem());
+  const refused = await api.post(`/v1/campaigns/${past.body.id}/activate`, {});
+  t.equal(refused.status, 409);
+  t.match(refused.body.error, { code: 'invalid_state', param: 'ends_at', message: /ends_at has passed/, details: { status: 'draft', ends_at: past.body.ends_at } });
+  t.match((await api.get(`/v1/campaigns/${past.body.id}`)).body, { status: 'draft', version: 1 });
+  // Moved later, it activates.
+  t.equal((await api.patch(`/v1/campaigns/${past.body.id}`, { ends_at: at(hour) })).status, 200);
+  t.equal((await api.post(`/v1/campaigns/${past.body.id}/activate`, {})).body.status, 'active');
+
+  // A running campaign with a budget: an award leases a chunk (reserved above spent).
+  const c = await api.post('/v1/campaigns', { name: 'Weekend', ends_at: at(2 * hour), budgets: [{ currency: 'coins', amount: 1000 }] }, idem());
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/activate`, {})).status, 200);
+  const paused = await api.post('/v1/campaigns', { name: 'Paused', ends_at: at(2 * hour) }, idem());
+  await api.post(`/v1/campaigns/${paused.body.id}/activate`, {});
+  t.equal((await api.post(`/v1/campaigns/${paused.body.id}/pause`, {})).body.status, 'paused');
+  const rule = await api.post('/v1/rules', { name: 'r', definition: awardRule(5), campaign_id: c.body.id }, idem());
+  await api.post(`/v1/rules/${rule.body.id}/publish`, {});
+  const sent = await api.post('/v1/events', { id: 'w-1', name: 'order.completed', customer_id: 'ann', occurred_at: new Date(clockMs).toISOString(), mode: 'sync' });
+  t.match(sent.body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 5 }]);
+  const leased = (await api.get(`/v1/campaigns/${c.body.id}`)).body.budgets[0];
+  t.ok(leased.reserved > leased.spent, `a chunk is leased (reserved ${leased.reserved}, spent ${leased.spent})`);
+
+  const adv = await api.post('/v1/test_clock/advance', { seconds: 3 * 3600 });
+  t.match(adv.body, { campaigns_ended: 3 }, 'the two active campaigns and the paused one');
+  for (const id of [past.body.id, c.body.id, paused.body.id]) t.equal((await api.get(`/v1/campaigns/${id}`)).body.status, 'ended', id);
+  t.same((await api.get('/v1/campaigns?status=active')).body.data, [], 'the status filter no longer lists them');
+  // The node's unused chunk goes back (asynchronously, as on every campaign change).
+  let budget = leased;
+  for (let i = 0; i < 50 && budget.reserved !== budget.spent; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    budget = (await api.get(`/v1/campaigns/${c.body.id}`)).body.budgets[0];
+  }
+  t.match(budget, { spent: 5, reserved: 5 }, 'the leased budget is released');
+  t.equal((await api.post(`/v1/campaigns/${c.body.id}/activate`, {})).body.error.code, 'invalid_state', 'ended is final');
+  const again = await api.post('/v1/test_clock/advance', { seconds: 60 });
+  t.match(again.body, { campaigns_ended: 0 }, 'an ended campaign is not ended twice');
+});
+
 t.test('campaign routes: remaining error codes (scopes, filters, If-Match on transitions, reused keys)', async (t) => {
   const { anon } = await startForTest(t);
   const tenant = await signUp(anon);

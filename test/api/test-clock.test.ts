@@ -23,8 +23,8 @@ t.test('test clock and due ledger work', async (t) => {
   const adv = await api.post('/v1/test_clock/advance', { seconds: 2 * 3600 });
   t.equal(adv.status, 200);
   t.ok(Date.parse(adv.body.now) >= startMs + 2 * 3600_000);
-  t.same(Object.keys(adv.body).sort(), ['challenges_ended', 'customers_settled', 'now']);
-  t.match(adv.body, { customers_settled: 1, challenges_ended: 0 });
+  t.same(Object.keys(adv.body).sort(), ['campaigns_ended', 'challenges_ended', 'customers_settled', 'now']);
+  t.match(adv.body, { customers_settled: 1, challenges_ended: 0, campaigns_ended: 0 });
   t.match(await balance(), { available: 140, pending: 0, lifetime_earned: 140 });
   const afterConfirm = (await api.get(`/v1/customers/${customer.id}/ledger_entries`)).body.data;
   t.ok(afterConfirm.every((e: { status: string }) => e.status === 'posted'), 'the pending credit is posted');
@@ -54,7 +54,7 @@ t.test('test clock and due ledger work', async (t) => {
   }
 });
 
-t.test('advance names what it settled: customers (once each) and challenges ended; OpenAPI documents that answer', async (t) => {
+t.test('advance names what it settled: customers (once each), challenges and campaigns ended; OpenAPI documents that answer', async (t) => {
   const { anon } = await startForTest(t);
   const tenant = await signUp(anon);
   const api = tenant.server;
@@ -66,10 +66,13 @@ t.test('advance names what it settled: customers (once each) and challenges ende
     idem(),
   );
   t.equal(ch.status, 201, JSON.stringify(ch.body));
+  const cmp = await api.post('/v1/campaigns', { name: 'Short', ends_at: new Date(nowMs + hour).toISOString() }, idem());
+  t.equal((await api.post(`/v1/campaigns/${cmp.body.id}/activate`, {})).status, 200);
   const adv = await api.post('/v1/test_clock/advance', { seconds: 2 * 3600 });
   t.equal(adv.status, 200);
-  t.match(adv.body, { customers_settled: 0, challenges_ended: 1 }, 'a challenge ending is not a customer settled');
+  t.match(adv.body, { customers_settled: 0, challenges_ended: 1, campaigns_ended: 1 }, 'a challenge or campaign ending is not a customer settled');
   t.equal((await api.get(`/v1/challenges/${ch.body.id}`)).body.status, 'ended');
+  t.equal((await api.get(`/v1/campaigns/${cmp.body.id}`)).body.status, 'ended');
 
   // One customer with a pending credit and an issuance, both due: two jobs settle it, it counts once.
   await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
@@ -81,7 +84,7 @@ t.test('advance names what it settled: customers (once each) and challenges ende
   const issuance = await api.post('/v1/reward_issuances', { reward_id: voucher.body.id, customer_id: customer.id }, idem());
   t.equal(issuance.status, 201);
   const both = await api.post('/v1/test_clock/advance', { seconds: 2 * 86_400 });
-  t.same(both.body, { now: both.body.now, customers_settled: 1, challenges_ended: 0 }, 'the ledger and the reward expiry settled the same customer');
+  t.same(both.body, { now: both.body.now, customers_settled: 1, challenges_ended: 0, campaigns_ended: 0 }, 'the ledger and the reward expiry settled the same customer');
   t.equal((await api.get(`/v1/reward_issuances/${issuance.body.id}`)).body.status, 'expired');
   t.match((await api.get(`/v1/customers/${customer.id}/balances`)).body.data[0], { pending: 0 });
 

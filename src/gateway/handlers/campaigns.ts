@@ -1,6 +1,7 @@
 // Campaigns (routes ours, Stripe-style): POST /v1/campaigns (idempotent), GET list (filter status)
 // and one, PATCH (If-Match), DELETE, and the status commands activate, pause, end (transitions in
-// domain/campaigns.ts; others 409 invalid_state). Rules (and challenges) join a campaign through
+// domain/campaigns.ts; others 409 invalid_state; a campaign past ends_at cannot be activated and is
+// ended by the scheduler's sweep, jobs/campaign-ends.ts). Rules (and challenges) join a campaign through
 // their campaign_id; its rules fire only while it is active and inside its schedule, only for
 // customers in its audience segment, and never award beyond its budgets (see docs/architecture.md).
 import { z } from 'zod';
@@ -17,6 +18,8 @@ export interface CampaignDeps {
   campaigns: CampaignCatalog;
   /** spent is projected: reads drain the local projector first (read-your-writes on this node). */
   drainProjector(): Promise<void>;
+  /** The environment's clock (a test environment's test clock): activate refuses a campaign past ends_at. */
+  now(environmentId: string): number | Promise<number>;
 }
 
 const budget = z.strictObject({
@@ -90,8 +93,11 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       body: emptyBody,
       ifMatch: true,
       responses: { 200: { description: 'The campaign.', schema: campaignSchema, etag: true } },
-      handler: async (ctx: RequestContext<z.infer<typeof emptyBody>>) =>
-        reply(await campaigns.transition(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), op)),
+      handler: async (ctx: RequestContext<z.infer<typeof emptyBody>>) => {
+        const env = environmentIdOf(ctx.principal);
+        const nowMs = op === 'activate' ? await deps.now(env) : undefined;
+        return reply(await campaigns.transition(env, ctx.params.id ?? '', expectedVersion(ctx.headers), op, nowMs));
+      },
     });
   return [
     route({
@@ -181,7 +187,7 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
         return { status: 204 };
       },
     }),
-    command('activate', 'Activate a draft or paused campaign (its rules fire inside its schedule)'),
+    command('activate', 'Activate a draft or paused campaign (its rules fire inside its schedule; 409 invalid_state once its ends_at has passed)'),
     command('pause', 'Pause an active campaign'),
     command('end', 'End a draft, active or paused campaign (ended is final: no edit, no transition)'),
   ];

@@ -30,6 +30,7 @@ const advanceSchema = z.strictObject({
     .min(0)
     .describe('Customers whose due work ran (pending confirmations, expiries, tier checks, reward issuance expiry); each counts once.'),
   challenges_ended: z.number().int().min(0).describe('Challenges that reached ends_at and were ended.'),
+  campaigns_ended: z.number().int().min(0).describe('Active or paused campaigns that reached ends_at and were ended.'),
 });
 
 function testEnvironment(p: Principal): { id: string; runtimeClass: 'test' | 'live' } {
@@ -40,7 +41,7 @@ function testEnvironment(p: Principal): { id: string; runtimeClass: 'test' | 'li
 
 export function testClockRoutes(deps: {
   clocks: EnvironmentClocks;
-  runDue(environmentId: string, nowMs: number): Promise<{ customersSettled: number; challengesEnded: number }>;
+  runDue(environmentId: string, nowMs: number): Promise<{ customersSettled: number; challengesEnded: number; campaignsEnded: number }>;
 }): AnyRoute[] {
   const auth = { kind: 'credential' as const, allow: ['secret' as const, 'pat' as const, 'session' as const] };
   return [
@@ -64,13 +65,18 @@ export function testClockRoutes(deps: {
       auth: { ...auth, scopes: ['config:write'] },
       // Validated in the handler, after the environment check (a live environment is 403 whatever the body).
       docBody: advanceBody,
-      responses: { 200: { description: '{now, customers_settled, challenges_ended}', schema: advanceSchema } },
+      responses: { 200: { description: '{now, customers_settled, challenges_ended, campaigns_ended}', schema: advanceSchema } },
       handler: async (ctx: RequestContext) => {
         const env = testEnvironment(ctx.principal);
         const body = validate(advanceBody, ctx.body ?? {}, 'body');
         const nowMs = await deps.clocks.advance(env.id, env.runtimeClass, body.seconds);
         const run = await deps.runDue(env.id, nowMs);
-        const answer: z.infer<typeof advanceSchema> = { now: isoTime(nowMs), customers_settled: run.customersSettled, challenges_ended: run.challengesEnded };
+        const answer: z.infer<typeof advanceSchema> = {
+          now: isoTime(nowMs),
+          customers_settled: run.customersSettled,
+          challenges_ended: run.challengesEnded,
+          campaigns_ended: run.campaignsEnded,
+        };
         return { status: 200, body: answer };
       },
     }),
