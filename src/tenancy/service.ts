@@ -62,6 +62,10 @@ export interface EnvironmentRecord {
   name: string;
   runtime_class: 'test' | 'live';
 }
+/** An environment as GET /organizations/{id}/environments lists it: the signup's shape and its project. */
+export interface EnvironmentListing extends EnvironmentRecord {
+  project_id: string;
+}
 export interface MembershipRecord {
   organization_id: string;
   user_id: string;
@@ -352,6 +356,31 @@ export class TenancyService {
       order by o.id desc
       limit ${page.limit + 1}`;
     return toPage(rows, page, (r) => [r.id as string], organizationListing);
+  }
+
+  /**
+   * The organization's environments, by id (the test environment of a project before its live one),
+   * for any member: the ids X-Service-Environment takes. A non-member (or an unknown organization)
+   * gets resource_not_found, as on the membership routes.
+   */
+  async listEnvironments(principal: Principal, organizationId: string, page: PageRequest): Promise<Page<EnvironmentListing>> {
+    const userId = requireManagement(principal);
+    const member = await this.sql`
+      select 1 from memberships where organization_id = ${organizationId} and user_id = ${userId}`;
+    if (member.length === 0) throw new ApiError('resource_not_found', { param: 'id', message: 'No such organization.' });
+    const after = page.after?.[0] ?? null;
+    const rows = await this.sql`
+      select id, name, runtime_class, project_id from environments
+      where organization_id = ${organizationId}
+      ${after === null ? this.sql`` : this.sql`and id > ${after}`}
+      order by id
+      limit ${page.limit + 1}`;
+    return toPage(rows, page, (r) => [r.id as string], (r) => ({
+      id: r.id as string,
+      name: r.name as string,
+      runtime_class: r.runtime_class as EnvironmentRecord['runtime_class'],
+      project_id: r.project_id as string,
+    }));
   }
 
   async createApiKey(principal: Principal, input: CreateApiKeyInput): Promise<CreatedApiKey> {

@@ -203,6 +203,7 @@ const routes: RouteCase[] = [
   { name: 'POST campaign pause', method: 'POST', openapi: '/v1/campaigns/{id}/pause', allow: management, scope: 'programs:write', path: (i) => `/v1/campaigns/${i.campaign}/pause`, body: () => ({}) },
   { name: 'POST campaign end', method: 'POST', openapi: '/v1/campaigns/{id}/end', allow: management, scope: 'programs:write', path: (i) => `/v1/campaigns/${i.campaign}/end`, body: () => ({}) },
   { name: 'GET memberships', method: 'GET', openapi: '/v1/organizations/{id}/memberships', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/memberships`, organizationScoped: true },
+  { name: 'GET environments', method: 'GET', openapi: '/v1/organizations/{id}/environments', allow: ['pat', 'session'], scope: null, path: (i) => `/v1/organizations/${i.organization}/environments`, organizationScoped: true },
   {
     name: 'POST memberships',
     method: 'POST',

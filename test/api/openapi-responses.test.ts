@@ -175,6 +175,7 @@ t.test('every answer of a realistic session matches the schema /v1/openapi.json 
     t.ok(other.token.token);
     await expect(201, owner, 'POST', '/v1/organizations', { name: 'Second org' }, idem());
     await expect(200, owner, 'GET', '/v1/organizations');
+    await expect(200, owner, 'GET', `/v1/organizations/${tenant.orgId}/environments`);
     const sessionKey = await expect(
       201,
       admin,

@@ -185,6 +185,48 @@ t.test('tenancy over HTTP', async (t) => {
     t.same(err(await anon.get('/v1/organizations')), { status: 401, code: 'authentication_required', param: undefined });
   });
 
+  await t.test("GET /v1/organizations/{id}/environments: any member learns the ids X-Service-Environment takes", async (t) => {
+    const path = `/v1/organizations/${owner.orgId}/environments`;
+    const r = await patOnly.get(path);
+    t.equal(r.status, 200, 'no X-Service-Environment needed');
+    t.same(r.body.has_more, false);
+    t.same(r.body.next_cursor, null);
+    const projectId = (await sql`select id from projects where organization_id = ${owner.orgId}`)[0]!.id as string;
+    t.same(
+      r.body.data,
+      [
+        { id: owner.testEnv, name: 'test', runtime_class: 'test', project_id: projectId },
+        { id: owner.liveEnv, name: 'live', runtime_class: 'live', project_id: projectId },
+      ],
+      "the signup's environments, in its shape, with their project; test before live",
+    );
+
+    // An invited member (here a row in memberships) who never saw the signup answer finds them and acts in them.
+    const u = await signUp(anon);
+    const userId = (await sql`select user_id from credentials where kind = 'pat' and organization_id = ${u.orgId}`)[0]!.user_id as string;
+    await sql`insert into memberships (organization_id, user_id, role) values (${owner.orgId}, ${userId}, 'viewer')`;
+    const viewer = bearer(u.pat);
+    const seen = await viewer.get(path);
+    t.same(seen.body, r.body, 'a viewer lists them');
+    t.equal((await bearer(u.pat, seen.body.data[1].id).get('/v1/customers')).status, 200, 'and reads in the live environment it learned');
+
+    const p1 = await patOnly.get(`${path}?limit=1`);
+    t.same(p1.body.data, [r.body.data[0]]);
+    t.equal(p1.body.has_more, true);
+    const p2 = await patOnly.get(`${path}?limit=1&cursor=${p1.body.next_cursor}`);
+    t.same(p2.body, { data: [r.body.data[1]], next_cursor: null, has_more: false }, 'limit=1 pages through them');
+    t.same(err(await patOnly.get(`/v1/organizations/${u.orgId}/environments?cursor=${p1.body.next_cursor}`)), { status: 400, code: 'invalid_cursor', param: 'cursor' }, "another organization's cursor");
+    t.same(err(await patOnly.get(`${path}?limit=0`)), { status: 400, code: 'validation_failed', param: 'limit' });
+    t.same(err(await patOnly.get(`${path}?runtime_class=live`)), { status: 400, code: 'validation_failed', param: 'runtime_class' }, 'no filter is silently ignored');
+
+    const outsider = await signUp(anon);
+    t.same(err(await bearer(outsider.pat).get(path)), { status: 404, code: 'resource_not_found', param: 'id' }, 'a non-member');
+    t.same(err(await patOnly.get('/v1/organizations/org_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ/environments')), { status: 404, code: 'resource_not_found', param: 'id' }, 'an unknown organization, the same');
+    t.same(err(await patOnly.get(`/v1/organizations/${'o'.repeat(65)}/environments`)), { status: 400, code: 'validation_failed', param: 'id' });
+    t.same(err(await owner.server.get(path)), { status: 403, code: 'forbidden', param: undefined }, 'a secret key');
+    t.same(err(await anon.get(path)), { status: 401, code: 'authentication_required', param: undefined });
+  });
+
   await t.test('POST /v1/api_keys: secret and publishable shapes; token only at creation; errors', async (t) => {
     const key = idem();
     const s = await owner.admin.post('/v1/api_keys', { kind: 'secret', name: 'backend' }, key);

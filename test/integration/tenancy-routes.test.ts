@@ -64,6 +64,7 @@ t.test('route table', async (t) => {
       'POST /v1/auth/sessions none false',
       'POST /v1/organizations credential true',
       'GET /v1/organizations credential false',
+      'GET /v1/organizations/:id/environments credential false',
       'POST /v1/api_keys credential true',
       'GET /v1/api_keys credential false',
       'POST /v1/api_keys/:id/revoke credential false',

@@ -1,6 +1,7 @@
 // Account and management routes (spec 4.1, decisions.md "Tenancy and credentials"): signup, OIDC
-// sessions, organizations and API keys. Schemas carry the spec's part 8 limits; the TenancyService
-// does the work and the role checks. Handlers throw ApiError and never write an error status.
+// sessions, organizations and their environments, and API keys. Schemas carry the spec's part 8
+// limits; the TenancyService does the work and the role checks. Handlers throw ApiError and never
+// write an error status.
 // Key-management routes name no scope: admin/owner is a role check in the service (no scope exists).
 import { z } from 'zod';
 import { limits } from '../../limits.js';
@@ -49,12 +50,14 @@ const apiKeyBody = z.strictObject({
     .describe('Publishable keys: allowed Origin values (scheme://host[:port]); empty or absent: any.'),
 });
 const keyParams = z.object({ id: z.string().min(1).max(64) });
+const organizationParams = z.object({ id: z.string().min(1).max(64) });
 
 const userSchema = z.object({ id: z.string(), email: z.string(), name: z.string().nullable(), created_at: timestamp });
 const orgRef = z.object({ id: z.string(), name: z.string(), slug: z.string() });
 const projectSchema = z.object({ id: z.string(), name: z.string() });
 const environmentSchema = z.object({ id: z.string(), name: z.string(), runtime_class: z.enum(['test', 'live']) });
 const tenantSchema = z.object({ organization: orgRef, project: projectSchema, environments: z.array(environmentSchema) });
+const environmentListing = environmentSchema.extend({ project_id: z.string() });
 const organizationListing = orgRef.extend({
   plan: z.object({ id: z.string(), version: z.number().int() }),
   billing_mode: z.enum(['card', 'invoice', 'none']),
@@ -157,6 +160,21 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
       query: pageQuerySchema,
       responses: { 200: { description: 'A page of organizations', schema: pageOf(organizationListing) } },
       handler: async (ctx) => ({ status: 200, body: await tenancy.listOrganizations(ctx.principal, pageRequest(ctx)) }),
+    }),
+    route({
+      method: 'GET',
+      path: '/v1/organizations/:id/environments',
+      summary:
+        "List an organization's environments (the ids X-Service-Environment takes), by id: a project's test environment before its live one (any member)",
+      tag: 'Account',
+      auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'], environment: false },
+      params: organizationParams,
+      query: pageQuerySchema,
+      responses: { 200: { description: 'A page of environments', schema: pageOf(environmentListing) } },
+      handler: async (ctx) => ({
+        status: 200,
+        body: await tenancy.listEnvironments(ctx.principal, ctx.params.id!, pageRequest(ctx)),
+      }),
     }),
     route({
       method: 'POST',
