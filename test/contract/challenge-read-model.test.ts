@@ -66,6 +66,11 @@ for (const kind of sqlKinds) {
     t.same((await reader.listEnrollments(env, 'chl_1', { after: null, limit: 10 })).map((r) => [r.customerId, r.enrolledAtMs]), [['cust_a', T0]]);
     t.same((await reader.listProgress('env_other', 'chl_1', { customerId: null, status: null, after: null, limit: 10 })), [], 'another environment sees nothing');
     t.same((await reader.customerProgress(env, 'cust_a')).map((r) => r.periodKey), ['2030-06-01', '2030-06-02']);
+    t.same(
+      (await reader.customerProgress(env, ['cust_a', 'cust_b'])).map((r) => [r.customerId, r.periodKey]).sort(),
+      [['cust_a', '2030-06-01'], ['cust_a', '2030-06-02'], ['cust_b', '2030-06-01']],
+      'several customers at once (an export: a survivor and the customers merged into it)',
+    );
 
     // More rows than one statement carries (1,000): every one lands, enrollments too.
     const many: Projection[] = [];

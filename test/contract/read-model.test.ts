@@ -223,6 +223,20 @@ for (const kind of sqlKinds) {
       await rm.apply(p, '4-0', [erase('d1', 3)]);
       t.equal((await rm.getCustomer('env_a', 'd1'))?.deletedAtMs, T0 + 2000, 'a second erase keeps the first deletion time');
 
+      // A kept sync answer survives the erase, but not a skipped rule's detail (it may quote the
+      // customer's values), whether the event was projected before or in the erase's batch.
+      const answer = [
+        { type: 'rule.fired', ruleId: 'rule_1', version: 1 },
+        { type: 'rule.skipped', ruleId: 'rule_2', reason: 'limit_reached', detail: "fired 1 of 1 for scope 'customer|s:a@b.c'" },
+      ];
+      const withAnswer = (id: string, customerId: string, at: number): Projection => ({ ...event(id, customerId, at, { email: 'a@b.c' }), effects: answer } as Projection);
+      await rm.apply(p, '4-1', [upsert('d3', 1), withAnswer('de4', 'd3', T0 + 4), upsert('d4', 1), withAnswer('de6', 'd4', T0 + 6)]);
+      await rm.apply(p, '4-2', [withAnswer('de5', 'd3', T0 + 5), erase('d3', 2)]);
+      const kept = [answer[0], { type: 'rule.skipped', ruleId: 'rule_2', reason: 'limit_reached' }];
+      t.same(await rm.eventAnswer('env_a', 'de4'), { effects: kept }, 'projected before the erase');
+      t.same(await rm.eventAnswer('env_a', 'de5'), { effects: kept }, 'projected in the erase batch');
+      t.same(await rm.eventAnswer('env_a', 'de6'), { effects: answer }, "another customer's answer untouched");
+
       // An erase for a customer the read model never saw leaves a tombstone.
       await rm.apply(p, '5-0', [erase('ghost', 4)]);
       await rm.apply(p, '6-0', [upsert('ghost', 1)]);

@@ -100,10 +100,10 @@ export interface CustomerDeps {
   /** Checks attribute values against the environment's attribute definitions. */
   checkAttributes(environmentId: string, attributes: Record<string, unknown>): Promise<void>;
   readModel: CustomerReadModel;
-  /** Every challenge progress record of a customer (export); absent: none. */
+  /** Every challenge progress record of these customers (export: the survivor and those merged into it); absent: none. */
   challengeProgress?(
     environmentId: string,
-    customerId: string,
+    customerIds: readonly string[],
   ): Promise<Array<{ challengeId: string; periodKey: string; count: number; completedAtMs: number | null }>>;
   drainProjector(): Promise<void>;
   /** Names of the environment's counter definitions by id (the state view's counters); absent: none. */
@@ -613,7 +613,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const [eventRows, entryRows, progress, segmentDefs] = await Promise.all([
           deps.readModel.listCustomerEvents(env, people, { limit: exportEventsMax + 1 }),
           deps.readModel.listLedgerEntries(env, people, { limit: exportEntriesMax + 1, before: null }),
-          deps.challengeProgress?.(env, c.id) ?? [],
+          deps.challengeProgress?.(env, people) ?? [],
           deps.segments?.(env) ?? [],
         ]);
         const events = newestWithBoundary(eventRows, exportEventsMax, (e) => e.receivedAtMs);

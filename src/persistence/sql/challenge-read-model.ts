@@ -287,11 +287,15 @@ export class ChallengeReadModel {
     return rows.map(progressRow);
   }
 
-  /** Every progress record of a customer (exports), oldest first. */
-  async customerProgress(environmentId: string, customerId: string): Promise<ProgressRow[]> {
+  /**
+   * Every progress record of these customers (an export: a survivor and the customers merged into
+   * it, whose own rows stay under their ids as history), oldest first.
+   */
+  async customerProgress(environmentId: string, customerIds: string | readonly string[]): Promise<ProgressRow[]> {
     const rows = await this.sql.unsafe(
-      `select ${progressColumns} from challenge_progress where environment_id = $1 and customer_id = $2 order by updated_at, challenge_id limit 10000`,
-      [environmentId, customerId],
+      `select ${progressColumns} from challenge_progress where environment_id = $1 and customer_id = any($2::text[])
+       order by updated_at, challenge_id, customer_id limit 10000`,
+      [environmentId, typeof customerIds === 'string' ? [customerIds] : [...customerIds]],
     );
     return rows.map(progressRow);
   }

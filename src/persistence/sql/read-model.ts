@@ -360,9 +360,10 @@ export class PgReadModel {
       ] as const) {
         if (byKind[kind].length > 0) await this.applyRun(statements.tx, byKind[kind]);
       }
-      // Contribution values are event data: erased with the customer, after this batch's progress
-      // rows (written after the erase above, they may still carry values).
-      if (byKind['customer.erase'].length > 0) await this.eraseContributions(statements.tx, byKind['customer.erase'] as Array<Of<'customer.erase'>>);
+      // Event data (properties, contribution values, skipped rules' details) is erased with the
+      // customer after this batch's event and progress rows (written after the erase above, they
+      // may still carry it).
+      if (byKind['customer.erase'].length > 0) await this.eraseEventData(statements.tx, byKind['customer.erase'] as Array<Of<'customer.erase'>>);
       await statements.flush();
       await tx`
         update projection_offsets o set "offset" = u.o
@@ -452,10 +453,6 @@ export class PgReadModel {
         delete from segment_members sm
         using unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
         where sm.environment_id = u.e and sm.customer_id = u.i`;
-      await tx`
-        update events ev set properties = null
-        from unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
-        where ev.environment_id = u.e and ev.customer_id = u.i and ev.properties is not null`;
     }
   }
 
@@ -468,12 +465,25 @@ export class PgReadModel {
     }
   }
 
-  private async eraseContributions(tx: Tx, run: Array<Of<'customer.erase'>>): Promise<void> {
+  /** Event data of erased customers, after every kind of the batch (its events and progress rows included). */
+  private async eraseEventData(tx: Tx, run: Array<Of<'customer.erase'>>): Promise<void> {
     for (const part of chunks(run, rowsPerStatementMax)) {
+      const envs = part.map((p) => text(p.environmentId));
+      const ids = part.map((p) => text(p.id));
       await tx`
         update challenge_progress cp set contributions = '{}'
-        from unnest(${part.map((p) => text(p.environmentId))}::text[], ${part.map((p) => text(p.id))}::text[]) as u(e, i)
+        from unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
         where cp.environment_id = u.e and cp.customer_id = u.i and cp.contributions <> '{}'`;
+      // A kept sync answer stays (its ids and amounts are the ledger's), but a skipped rule's
+      // detail may quote the customer's values (a limit's scope key, an amount read): it goes.
+      await tx`
+        update events ev set properties = null,
+          effects = case when ev.effects is null then null else (
+            select jsonb_agg(case when x->>'type' = 'rule.skipped' then x - 'detail' else x end order by n)
+            from jsonb_array_elements(ev.effects) with ordinality as a(x, n)) end
+        from unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
+        where ev.environment_id = u.e and ev.customer_id = u.i
+          and (ev.properties is not null or jsonb_path_exists(ev.effects, '$[*] ? (@.type == "rule.skipped" && exists(@.detail))'))`;
     }
   }
 
