@@ -6,6 +6,7 @@ import { Packr } from 'msgpackr';
 import { type CustomerState, type Fact, isEmptyRecord, sharedEmpty } from '../domain/customer.js';
 import type { LedgerState } from '../domain/ledger.js';
 import { inventoryFromPairs, inventoryPairs } from '../domain/inventory.js';
+import { boundLimitCounts } from '../domain/rule-effects.js';
 import { SeenEvents } from '../domain/seen-events.js';
 import type { RewardsState } from '../domain/rewards.js';
 
@@ -170,7 +171,8 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     mergedFrom: v[11].length === 0 ? sharedEmpty.mergedFrom : v[11],
     events,
     ledger: v[13] == null || v[13].books.length === 0 ? sharedEmpty.ledger : v[13],
-    ruleLimits: v[14] == null || isEmptyRecord(v[14]) ? sharedEmpty.ruleLimits : v[14],
+    // Keys written before long scope values were hashed are read under today's key (boundLimitKey).
+    ruleLimits: v[14] == null || isEmptyRecord(v[14]) ? sharedEmpty.ruleLimits : boundLimitCounts(v[14]),
     tiers: v[15] == null || isEmptyRecord(v[15]) ? sharedEmpty.tiers : v[15],
     rewards: v[16] == null || (v[16].issuances.length === 0 && (v[16].voided?.length ?? 0) === 0) ? sharedEmpty.rewards : { ...v[16], voided: v[16].voided ?? [] },
     challenges:

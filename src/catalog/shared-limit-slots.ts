@@ -2,10 +2,11 @@
 // players (as event-grants.ts does for campaign budgets). Before the step: for each plan with a
 // shared limit that this event triggers (name, trust minimum, live campaign), a slot per shared
 // limit is reserved in the SharedLimits store under the event's client id, and the answers ride in
-// the step's rules context (plain data). After the reply: the slots this call created for rules
-// that did not fire are freed; an error other than internal_error frees them all; internal_error
-// (a journal append of unknown outcome) keeps them, so a limit is under-used at worst, never
-// exceeded. A duplicate records nothing: it frees what it created, never the first event's slot.
+// the step's rules context (plain data). A plan whose shared scope the event has no value for
+// reserves nothing (it skips with limit_scope_missing). After the reply: the slots this call
+// created for rules that did not fire are freed; an error other than internal_error frees them
+// all; internal_error (a journal append of unknown outcome) keeps them, so a limit is under-used
+// at worst, never exceeded. A duplicate records nothing: it frees what it created, never the first event's slot.
 // Events that trigger no such plan return null synchronously: no await, no allocation.
 import type { CallResult } from '../actors/partition.js';
 import { campaignInactiveReason } from '../domain/campaigns.js';
@@ -51,11 +52,21 @@ export function reserveSharedLimits(
     if (plan.campaignId != null && campaignInactiveReason(rules.campaigns?.[plan.campaignId], nowMs) !== null) continue;
     // Shared scopes read the event only.
     const input: EvalInput = { event, customer: noCustomer, limitCounts: noCounts };
+    const mine: SharedLimitItem[] = [];
+    let missing = false;
     for (const l of plan.limits) {
       if (!isSharedScope(l.scope)) continue;
-      items ??= [];
-      items.push({ ruleId: plan.ruleId, limitId: l.id, scopeKey: scopeKey(l.scope, input), max: l.max });
+      const key = scopeKey(l.scope, input);
+      // A shared scope value the event lacks skips the rule (limit_scope_missing): no slot at all.
+      if (key === null) {
+        missing = true;
+        break;
+      }
+      mine.push({ ruleId: plan.ruleId, limitId: l.id, scopeKey: key, max: l.max });
     }
+    if (missing || mine.length === 0) continue;
+    items ??= [];
+    for (const it of mine) items.push(it);
   }
   if (items === null) return null;
   const asked = items;

@@ -10,7 +10,7 @@ import * as challenges from './challenges.js';
 import { applyBump, cloneCounterState, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters, hasBase } from './counters.js';
 import { emptyInventory, evolveInventory, type InventoryFact, type InventoryState, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
-import { applyRules, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
+import { applyRules, boundLimitKey, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
 import * as rewards from './rewards.js';
 import { SeenEvents } from './seen-events.js';
 import { canonicalJson, hash53 } from '../util/canonical-json.js';
@@ -861,11 +861,18 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
     case 'rule.fired':
       if (fact.limitKeys.length === 0) return state;
       if (state.ruleLimits === sharedEmpty.ruleLimits) state.ruleLimits = {};
-      for (const k of fact.limitKeys) state.ruleLimits[k] = (state.ruleLimits[k] ?? 0) + 1;
+      // boundLimitKey: facts journaled before long scope values were hashed count under today's key.
+      for (const k of fact.limitKeys) {
+        const b = boundLimitKey(k);
+        state.ruleLimits[b] = (state.ruleLimits[b] ?? 0) + 1;
+      }
       return state;
     case 'rule.limits_merged':
       if (state.ruleLimits === sharedEmpty.ruleLimits) state.ruleLimits = {};
-      for (const [k, n] of Object.entries(fact.counts)) state.ruleLimits[k] = (state.ruleLimits[k] ?? 0) + n;
+      for (const [k, n] of Object.entries(fact.counts)) {
+        const b = boundLimitKey(k);
+        state.ruleLimits[b] = (state.ruleLimits[b] ?? 0) + n;
+      }
       return state;
     case 'tier.changed':
     case 'tier.assigned':

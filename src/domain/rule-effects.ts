@@ -7,7 +7,7 @@ import { type BudgetGrant, budgetKey, type CampaignFact, type CampaignGate, camp
 import type { ChallengeEffect, ChallengeRuntime } from './challenge-effects.js';
 import { evolveInventory, grant as grantItem, type InventoryFact, type InventoryState, inventoryFromPairs, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
-import { evaluatePlan, type EvalInput, limitKey, type RulePlan, type SharedLimitAnswer } from './rules/index.js';
+import { boundLimitKey, evaluatePlan, type EvalInput, limitKey, type RulePlan, type SharedLimitAnswer, type SkipReason } from './rules/index.js';
 import { type SegmentDef, segmentNames } from './segments.js';
 import { evaluateTier, type TierFact, type TierMetrics, type TierProgram, type TiersState } from './tiers.js';
 import { type RewardFact, requested } from './rewards.js';
@@ -47,7 +47,7 @@ const allPrograms: ReadonlySet<string> = new Set(['*']);
 export type Effect =
   | { type: 'rule.fired'; ruleId: string; version: number }
   | { type: 'points.awarded'; ruleId: string; currency: string; amount: number; entryId: string; campaignId?: string }
-  | { type: 'rule.skipped'; ruleId: string; reason: string; detail: string }
+  | { type: 'rule.skipped'; ruleId: string; reason: SkipReason; detail: string }
   | { type: 'action.skipped'; ruleId: string; action: string; reason: string }
   | { type: 'tier.changed'; programId: string; level: string; previousLevel: string; direction: 'up' | 'down' }
   /** A reward.issue action: the request is journaled (outbox); the service reserves the unit after the ack. */
@@ -143,7 +143,26 @@ export function levelsByProgramKey(
 const noSegments: readonly string[] = [];
 const noGrant: BudgetGrant = {};
 
-export { limitKey };
+export { boundLimitKey, limitKey };
+
+/**
+ * Limit counts with every key as evaluation reads it now (boundLimitKey): the same object when no
+ * key changes. For counts from a snapshot written before long scope values were hashed.
+ */
+export function boundLimitCounts(counts: Record<string, number>): Record<string, number> {
+  let out: Record<string, number> | null = null;
+  for (const k of Object.keys(counts)) {
+    if (boundLimitKey(k) === k) continue;
+    out = {};
+    break;
+  }
+  if (out === null) return counts;
+  for (const [k, n] of Object.entries(counts)) {
+    const b = boundLimitKey(k);
+    out[b] = (out[b] ?? 0) + n;
+  }
+  return out;
+}
 
 /**
  * The facts and effects of the rules for one event. `subject` is the customer as it is before the

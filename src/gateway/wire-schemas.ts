@@ -14,7 +14,7 @@ import { reasonCodes } from '../domain/match/reasons.js';
 import type { MatchStatus, PlayerStatus, ReviewDecision } from '../domain/match/verdict.js';
 import type { PeriodKind } from '../domain/periods.js';
 import type { IssuanceStatus } from '../domain/rewards.js';
-import type { TraceCheck } from '../domain/rules/evaluate.js';
+import { skipReasons as ruleSkipReasons, type TraceCheck } from '../domain/rules/evaluate.js';
 import { expiryAfterPattern } from '../domain/rewards.js';
 import type { TierBasis } from '../domain/tiers.js';
 import { attributeTypes } from '../catalog/attributes.js';
@@ -221,7 +221,15 @@ export const effectSchema = z
   .discriminatedUnion('type', [
     effect('rule.fired', { rule_id: id, version: z.number().int() }),
     effect('points.awarded', { rule_id: id, currency: z.string(), amount: z.number().int(), ledger_entry_id: id, campaign_id: id.optional() }),
-    effect('rule.skipped', { rule_id: id, reason: z.string(), detail: z.string() }),
+    effect('rule.skipped', {
+      rule_id: id,
+      reason: z
+        .enum(ruleSkipReasons)
+        .describe(
+          'Why the rule did not fire (trigger_mismatch appears in simulate only). limit_scope_missing: a limit scope path has no string, number or boolean value in this event (absent, null, object, array), so the event cannot be counted.',
+        ),
+      detail: z.string(),
+    }),
     effect('action.skipped', { rule_id: id, action: z.string(), reason: z.string() }),
     effect('tier.changed', { program_id: id, level: z.string(), previous_level: z.string(), direction: z.enum(['up', 'down']) }),
     effect('reward.issue_requested', { rule_id: id, reward_id: id, issuance_id: id }),
@@ -311,7 +319,7 @@ export const ruleSimulationSchema = z.object({
         actions: z.array(planAction),
         limit_keys: z.array(z.object({ limit_id: z.string(), scope_key: z.string() })),
       }),
-      z.object({ fired: z.literal(false), reason: z.string(), detail: z.string(), param: z.string().nullable() }),
+      z.object({ fired: z.literal(false), reason: z.enum(ruleSkipReasons), detail: z.string(), param: z.string().nullable() }),
     ]),
     steps: z.array(
       z.object({
@@ -324,10 +332,18 @@ export const ruleSimulationSchema = z.object({
         found: z.boolean(),
         pass: z.boolean(),
         limit_id: z.string().optional(),
-        scope_key: z.string().optional(),
+        scope_key: z
+          .string()
+          .optional()
+          .describe(
+            "The key this event counts against: parts joined by '|', 'customer', 's:<string>', 'n:<number>', 'b:<boolean>' (1 and \"1\" are two values); in a per-customer scope a string over 64 characters is 'h:<hash>:<its first 16 characters>'. Absent when a scope path has no usable value.",
+          ),
         shared: z.literal(true).optional(),
       }),
-    ),
+    )
+      .describe(
+        'Every check in evaluation order. limit: expected the max, actual the count (shared: the taken count in the store); a scope path without a string, number or boolean value is named in path, found false, no scope_key (limit_scope_missing).',
+      ),
   }),
 });
 

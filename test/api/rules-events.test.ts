@@ -1,5 +1,6 @@
 // Rules on events, end to end: a published rule awards points into the ledger in the same journal
-// entry as the event; sync answers list what happened and why a rule did not fire.
+// entry as the event; sync answers list what happened and why a rule did not fire; limit scopes
+// without a value skip (limit_scope_missing) and long scope values are kept as short keys.
 import t from 'tap';
 import { idem, signUp, startForTest } from '../helpers/service.js';
 
@@ -218,4 +219,73 @@ t.test('rules read customer.tiers.<program key>; simulate traces against the nam
   t.match(live.body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 5 }]);
   t.match((await simulate('sim-1')).body.trace.outcome, { fired: false, reason: 'limit_reached' });
   t.same((await api.get(`/v1/customers/${c.body.id}/balances`)).body.data[0].available, 155, 'simulations changed nothing');
+});
+
+t.test('limit scopes: a missing value skips with limit_scope_missing and counts nothing; a long value is kept as a short key', async (t) => {
+  const { anon } = await startForTest(t);
+  const api = (await signUp(anon)).server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const publish = async (name: string, event: string, limits: unknown[]) => {
+    const definition = { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event }, limits, actions: [{ type: 'points.award', currency: 'coins', amount: 5 }] };
+    const rule = await api.post('/v1/rules', { name, definition }, idem());
+    t.equal(rule.status, 201, JSON.stringify(rule.body));
+    t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+    return rule.body.id as string;
+  };
+  const perOrder = await publish('per order', 'order.paid', [{ id: 'once_per_order', scope: ['customer', 'event.properties.order_id'], max: 1 }]);
+  const firstCoupon = await publish('first coupon', 'coupon.used', [{ id: 'first_coupon', scope: ['event.properties.code'], max: 1 }]);
+  let n = 0;
+  const send = (name: string, who: string, properties: Record<string, unknown>) =>
+    api.post('/v1/events', { id: `ls-${++n}`, name, customer_id: who, occurred_at: now(), properties, mode: 'sync' });
+
+  // Per customer: an event without a usable order id is skipped, every time, and takes nothing.
+  const cases: [Record<string, unknown>, string][] = [
+    [{}, 'absent'],
+    [{ order_id: null }, 'null'],
+    [{ order_id: { x: 1 } }, 'an object'],
+    [{ order_id: [1, 2] }, 'an array'],
+    [{}, 'absent'],
+  ];
+  for (const [properties, what] of cases) {
+    const r = await send('order.paid', 'p1', properties);
+    t.same(
+      r.body.effects,
+      [
+        {
+          type: 'rule.skipped',
+          rule_id: perOrder,
+          reason: 'limit_scope_missing',
+          detail: `Limit 'once_per_order' cannot count this event: its scope path 'event.properties.order_id' is ${what} (a scope value is a string, number or boolean).`,
+        },
+      ],
+      JSON.stringify(properties),
+    );
+  }
+  t.match((await send('order.paid', 'p1', { order_id: 'A' })).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 5 }]);
+  t.match((await send('order.paid', 'p1', { order_id: 'B' })).body.effects, [{ type: 'rule.fired' }], 'a second order is not lumped with anything');
+  t.match((await send('order.paid', 'p1', { order_id: 'A' })).body.effects, [{ type: 'rule.skipped', reason: 'limit_reached' }]);
+  // Types are kept apart (documented): 1 and "1" are two orders.
+  t.match((await send('order.paid', 'p1', { order_id: 1 })).body.effects, [{ type: 'rule.fired' }]);
+  t.match((await send('order.paid', 'p1', { order_id: '1' })).body.effects, [{ type: 'rule.fired' }]);
+  const sim = await api.post(`/v1/rules/${perOrder}/simulate`, { event: { name: 'order.paid', properties: { order_id: null } }, customer_id: 'p1' });
+  t.match(sim.body.trace.outcome, { fired: false, reason: 'limit_scope_missing', param: 'once_per_order' });
+  const step = sim.body.trace.steps.find((s: { check: string }) => s.check === 'limit');
+  t.match(step, { limit_id: 'once_per_order', path: 'event.properties.order_id', actual: null, found: false, pass: false });
+  t.notOk('scope_key' in step);
+
+  // Shared: an event of one customer without a code does not use the limit up for everyone.
+  t.match((await send('coupon.used', 'q1', {})).body.effects, [{ type: 'rule.skipped', rule_id: firstCoupon, reason: 'limit_scope_missing', detail: /'event\.properties\.code' is absent/ }]);
+  t.match((await send('coupon.used', 'q2', { code: null })).body.effects, [{ type: 'rule.skipped', reason: 'limit_scope_missing', detail: /is null/ }]);
+  t.match((await send('coupon.used', 'q3', { code: 'X' })).body.effects, [{ type: 'rule.fired', rule_id: firstCoupon }]);
+  t.match((await send('coupon.used', 'q4', { code: 'X' })).body.effects, [{ type: 'rule.skipped', reason: 'limit_reached' }]);
+
+  // A 20,000-character order id: counted under a short key (hash and the first 16 characters).
+  const long = `ORD-${'9'.repeat(20_000)}`;
+  t.match((await send('order.paid', 'p1', { order_id: long })).body.effects, [{ type: 'rule.fired' }]);
+  const again = await send('order.paid', 'p1', { order_id: long });
+  t.match(again.body.effects, [{ type: 'rule.skipped', reason: 'limit_reached', detail: /for scope 'customer\|h:[0-9a-z]{22}:ORD-999999999999'/ }]);
+  t.ok(again.body.effects[0].detail.length < 200, 'the detail does not carry the value');
+  t.match((await send('order.paid', 'p1', { order_id: `${long}0` })).body.effects, [{ type: 'rule.fired' }], 'another long order id is another key');
+  const traced = await api.post(`/v1/rules/${perOrder}/simulate`, { event: { name: 'order.paid', properties: { order_id: long } }, customer_id: 'p1' });
+  t.match(traced.body.trace.steps.find((s: { check: string }) => s.check === 'limit'), { scope_key: /^customer\|h:[0-9a-z]{22}:ORD-9{12}$/, actual: 1, pass: false });
 });

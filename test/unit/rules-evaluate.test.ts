@@ -1,9 +1,10 @@
 // Rule evaluation: every op (type mismatches are false, never a throw), all/any/not nesting, each
 // skip reason and the order in which they are checked, limits and scope keys, amount_from, and
-// the simulate trace (every check with expected and actual values, in evaluation order).
+// the simulate trace (every check with expected and actual values, in evaluation order); a scope
+// value missing (limit_scope_missing) and long values hashed in per-customer keys.
 import t from 'tap';
 import { compileRule, type RuleMeta, type RulePlan, validateAndCompile } from '../../src/domain/rules/compile.js';
-import { type EvalInput, evaluatePlan, type RuleOutcome, scopeKey, traceRule } from '../../src/domain/rules/evaluate.js';
+import { boundLimitKey, type EvalInput, evaluatePlan, hashedScopePart, type RuleOutcome, scopeKey, traceRule } from '../../src/domain/rules/evaluate.js';
 import { validateRule } from '../../src/domain/rules/schema.js';
 import { simulateRule } from '../../src/domain/rules/simulate.js';
 
@@ -247,8 +248,8 @@ t.test('limits: scope keys from paths, one key per limit, max per key', async (t
   const table: [Record<string, unknown>, string, string][] = [
     [{ level: 3, day: '2024-01-01' }, 'customer|n:3', 's:2024-01-01|customer'],
     [{ level: 'boss', day: true }, 'customer|s:boss', 'b:true|customer'],
-    [{ level: 'a|b\\c' }, 'customer|s:a\\|b\\\\c', '-|customer'],
-    [{ level: { nested: 1 }, day: null }, 'customer|-', '-|customer'],
+    [{ level: 'a|b\\c', day: 0 }, 'customer|s:a\\|b\\\\c', 'n:0|customer'],
+    [{ level: '', day: false }, 'customer|s:', 'b:false|customer'],
   ];
   for (const [properties, k1, k2] of table) {
     const r = evaluatePlan(p, input({ properties }));
@@ -259,7 +260,7 @@ t.test('limits: scope keys from paths, one key per limit, max per key', async (t
   // The level-3 key is used up; level 4 still fires. The second limit is checked even when the first passes.
   const used = { 'per_level@customer|n:3': 1 };
   t.match(evaluatePlan(p, input({ properties: { level: 3 }, limitCounts: used })), { fired: false, reason: 'limit_reached', param: 'per_level' });
-  t.match(evaluatePlan(p, input({ properties: { level: 4 }, limitCounts: used })), { fired: true });
+  t.match(evaluatePlan(p, input({ properties: { level: 4, day: 'd' }, limitCounts: used })), { fired: true });
   t.match(evaluatePlan(p, input({ properties: { level: 4, day: 'd' }, limitCounts: { 'per_day@s:d|customer': 3 } })), {
     fired: false,
     reason: 'limit_reached',
@@ -444,4 +445,94 @@ t.test('shared limits: a scope without a customer path passes only on a granted 
   if (!c.ok) return t.fail('a stored definition must compile');
   t.same(evaluatePlan(c.plan, input({ attributes: { country: 'FR' } })), { fired: true, actions: c.plan.actions, limitKeys: [{ limitId: 'country', scopeKey: 's:FR' }] });
   t.match(evaluatePlan(c.plan, input({ attributes: { country: 'FR' }, limitCounts: { 'country@s:FR': 1 } })), { fired: false, reason: 'limit_reached' });
+});
+
+t.test('limit_scope_missing: a scope path without a string, number or boolean skips the rule and is never counted', async (t) => {
+  const perOrder = plan({ limits: [{ id: 'once_per_order', scope: ['customer', 'event.properties.order_id'], max: 1 }] });
+  const shared = plan({ limits: [{ id: 'first_coupon', scope: ['event.properties.code'], max: 1 }] });
+  const table: [string, Record<string, unknown>, string][] = [
+    ['absent', {}, 'absent'],
+    ['null', { order_id: null, code: null }, 'null'],
+    ['an object', { order_id: { x: 1 }, code: { x: 1 } }, 'an object'],
+    ['an array', { order_id: [1, 2], code: [1, 2] }, 'an array'],
+  ];
+  for (const [name, properties, what] of table) {
+    // Given a count already spent under the old shared "no value" key, when such an event comes,
+    // then the rule skips with its own reason, naming the path, and adds no limit key.
+    const r = evaluatePlan(perOrder, input({ properties, limitCounts: { 'once_per_order@customer|-': 1 } }));
+    t.same(
+      r,
+      {
+        fired: false,
+        reason: 'limit_scope_missing',
+        param: 'once_per_order',
+        detail: `Limit 'once_per_order' cannot count this event: its scope path 'event.properties.order_id' is ${what} (a scope value is a string, number or boolean).`,
+      },
+      `per customer: ${name}`,
+    );
+    t.equal(scopeKey(perOrder.limits[0]!.scope, input({ properties })), null);
+    // A shared scope: skipped before the store's answer is read (no answer needed, no slot taken).
+    t.match(evaluatePlan(shared, input({ properties })), { fired: false, reason: 'limit_scope_missing', param: 'first_coupon', detail: /'event\.properties\.code' is / }, `shared: ${name}`);
+  }
+  // A customer path of a per-customer scope (a stored definition) counts the same way: no external id, no key.
+  const byExternal = plan({ limits: [{ id: 'per_ext', scope: ['customer', 'customer.external_id'], max: 1 }] });
+  t.match(evaluatePlan(byExternal, input({ externalId: null })), { reason: 'limit_scope_missing', detail: /'customer\.external_id' is absent/ });
+  t.match(evaluatePlan(byExternal, input({ externalId: 'u1' })), { fired: true, limitKeys: [{ scopeKey: 'customer|s:u1' }] });
+
+  // Checked limit by limit, in order: an earlier limit reached is reported first; a missing value
+  // comes before the count of its own limit.
+  const two = plan({
+    limits: [
+      { id: 'daily', scope: ['customer'], max: 1 },
+      { id: 'per_order', scope: ['customer', 'event.properties.order_id'], max: 1 },
+    ],
+  });
+  t.match(evaluatePlan(two, input({ limitCounts: { 'daily@customer': 1 } })), { reason: 'limit_reached', param: 'daily' });
+  t.match(evaluatePlan(two, input({ limitCounts: { 'per_order@customer|-': 5 } })), { reason: 'limit_scope_missing', param: 'per_order' });
+  t.match(evaluatePlan(two, input({ ready: [], counters: { n: 1 } })), { reason: 'limit_scope_missing' }, 'after counters (none read here)');
+
+  // The trace names the path, found false, no scope key; the verdict is evaluatePlan's.
+  const i = input({ properties: { order_id: null } });
+  const trace = traceRule(perOrder, i);
+  t.same(trace.outcome, evaluatePlan(perOrder, i));
+  const step = trace.steps.find((s) => s.check === 'limit')!;
+  t.match(step, { at: 'limits[0]', path: 'event.properties.order_id', expected: 1, actual: null, found: false, pass: false, limitId: 'once_per_order' });
+  t.equal(step.scopeKey, undefined);
+  t.match(traceRule(shared, input()).steps.find((s) => s.check === 'limit'), { shared: true, path: 'event.properties.code', found: false, pass: false });
+});
+
+t.test('scope values keep their JSON type: 1 and "1" are two scope values (documented)', async (t) => {
+  const p = plan({ limits: [{ id: 'once_per_order', scope: ['customer', 'event.properties.order_id'], max: 1 }] });
+  t.equal(scopeKey(p.limits[0]!.scope, input({ properties: { order_id: 1 } })), 'customer|n:1');
+  t.equal(scopeKey(p.limits[0]!.scope, input({ properties: { order_id: '1' } })), 'customer|s:1');
+  t.match(evaluatePlan(p, input({ properties: { order_id: '1' }, limitCounts: { 'once_per_order@customer|n:1': 1 } })), { fired: true });
+});
+
+t.test('long scope values: hashed in per-customer keys (bounded size), kept in shared ones; old keys are read under the new one', async (t) => {
+  const p = plan({ limits: [{ id: 'once_per_order', scope: ['customer', 'event.properties.order_id'], max: 1 }] });
+  const shared = plan({ limits: [{ id: 'per_order', scope: ['event.properties.order_id'], max: 1 }] });
+  const keyOf = (v: unknown, q = p) => scopeKey(q.limits[0]!.scope, input({ properties: { order_id: v } }));
+  const at64 = 'x'.repeat(64);
+  t.equal(keyOf(at64), `customer|s:${at64}`, 'up to 64 characters: the value itself');
+  const huge = 'ORD-2024|'.padEnd(20_000, 'z');
+  const k = keyOf(huge)!;
+  t.match(k, /^customer\|h:[0-9a-z]{22}:ORD-2024\\\|zzzzzzz$/, "'h:' + hash + ':' + the first 16 characters, escaped");
+  t.ok(k.length <= 'customer|'.length + 57, `bounded (${k.length} characters)`);
+  t.equal(keyOf(huge), k, 'deterministic');
+  t.not(keyOf(`${huge}a`), k, 'another value, another key');
+  t.not(keyOf('y'.repeat(65)), keyOf('y'.repeat(66)), 'same prefix, another key');
+  t.equal(hashedScopePart('😀'.repeat(40)).split(':')[2], '😀'.repeat(8));
+  t.equal(hashedScopePart(`a${'😀'.repeat(40)}`).split(':')[2], `a${'😀'.repeat(7)}`, 'the prefix never splits a surrogate pair');
+  t.equal(keyOf(huge, shared), `s:${huge.replace('|', '\\|')}`, 'a shared scope keeps the value (its store bounds its keys)');
+
+  // Given counts written by older code (raw long value), when the key is read now, then it is the
+  // hashed key: the same limit still counts as spent.
+  const old = `rule_1|once_per_order|customer|s:${huge.replace('|', '\\|')}`;
+  t.equal(boundLimitKey(old), `rule_1|once_per_order|${k}`);
+  t.equal(boundLimitKey(boundLimitKey(old)), boundLimitKey(old), 'idempotent');
+  for (const kept of ['rule_1|once|customer', `rule_1|once_per_order|customer|s:${at64}`, `rule_1|l|customer|s:${'\\|'.repeat(40)}`, `rule_1|l|customer|n:${'9'.repeat(80)}`]) {
+    t.equal(boundLimitKey(kept), kept, `kept: ${kept.slice(0, 40)}`);
+  }
+  const twoLong = `rule_1|l|customer|s:${'a'.repeat(70)}|s:${'b'.repeat(70)}`;
+  t.equal(boundLimitKey(twoLong), `rule_1|l|customer|${hashedScopePart('a'.repeat(70))}|${hashedScopePart('b'.repeat(70))}`);
 });

@@ -1,7 +1,8 @@
 // Shared limit slots around one event step (catalog/shared-limit-slots.ts) on the in-memory store:
 // events no shared-limit plan is triggered by pay nothing (null, synchronously); a reservation
 // carries its answers in a copy of the rules context; after the reply, created slots of rules that
-// did not fire are freed, a duplicate frees what it created, internal_error keeps everything.
+// did not fire are freed, a duplicate frees what it created, internal_error keeps everything; an
+// event without a value for a shared scope reserves nothing.
 import t from 'tap';
 import type { CallResult } from '../../src/actors/partition.js';
 import { reserveSharedLimits, settleSharedLimits } from '../../src/catalog/shared-limit-slots.js';
@@ -67,4 +68,25 @@ t.test('reserve before the step, settle after the reply', async (t) => {
   settleSharedLimits(store, r4!.held, Promise.resolve({ ok: false, code: 'event_id_conflict' }));
   await flush();
   t.same(await store.counts('env', [item('rule_a', 's:o4'), item('rule_b', 's:o4')]), [0, 0], 'another error: freed');
+});
+
+t.test('a shared scope value the event lacks reserves nothing for that plan (the rule skips with limit_scope_missing)', async (t) => {
+  const store = new MemorySharedLimits();
+  const a = plan('rule_a');
+  const rules: RulesContext = { plans: [a], currencies: [], tierPrograms: [], sharedPlans: [a] };
+  for (const order_id of [undefined, null, { x: 1 }, [1]]) {
+    const properties = order_id === undefined ? {} : { order_id };
+    t.equal(reserveSharedLimits(store, 'env', 'e1', rules, { name: 'order.completed', properties, trust: 'merchant_asserted' }, 0), null, JSON.stringify(properties));
+  }
+  // A plan with two shared limits, one of them missing: no slot for either.
+  const two = plan('rule_two', {
+    limits: [
+      { id: 'per_order', scope: ['event.properties.order_id'], max: 1 },
+      { id: 'per_code', scope: ['event.properties.code'], max: 1 },
+    ],
+  });
+  const both: RulesContext = { plans: [a, two], currencies: [], tierPrograms: [], sharedPlans: [a, two] };
+  const r = await reserveSharedLimits(store, 'env', 'e2', both, ev('o1'), 0);
+  t.same(r?.held?.items.map((i) => i.ruleId), ['rule_a'], 'only the plan whose scopes have values reserves');
+  t.same(await store.counts('env', [item('rule_two', 's:o1')]), [0]);
 });

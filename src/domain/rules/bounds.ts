@@ -20,4 +20,9 @@ export const ruleBounds = {
   valueCharsMax: 1024,
   idCharsMax: 128,
   eventNameCharsMax: 128,
+  /**
+   * A string scope value of a per-customer limit longer than this is kept in the limit key as a
+   * hash (evaluate.ts, scopeKey). Part of the stored key format: never change it.
+   */
+  scopeValueCharsMax: 64,
 } as const;

@@ -5,7 +5,12 @@
 // traceRule runs EVERY check (no short circuit) for simulate; its verdict equals evaluatePlan's.
 // A limit whose scope reads no customer path is shared by every customer of the environment: it is
 // counted outside the actor (a slot reserved before the step) and passes only on a granted answer.
-import { type PlanLeaf, type PlanNode, type PlanPath, type ResolvedAction, type RulePlan, NodeKind } from './compile.js';
+// A scope path without a usable value (absent, null, an object, an array) skips the rule with
+// limit_scope_missing: such an event is never counted. Scope keys are stored (customer state,
+// shared limits store): their spelling is a persisted format (scopeKey, boundLimitKey).
+import { hash53Pair } from '../../util/canonical-json.js';
+import { ruleBounds } from './bounds.js';
+import { type PlanLeaf, type PlanLimit, type PlanNode, type PlanPath, type ResolvedAction, type RulePlan, NodeKind } from './compile.js';
 import { applyOp, Op } from './ops.js';
 import { PathSource } from './paths.js';
 import { trustRank } from './trust.js';
@@ -50,12 +55,15 @@ export interface EvalInput {
 /**
  * In check order: the first failing check names the reason. campaign_inactive is decided before
  * the plan is evaluated (the rule's campaign is not running), by the engine and by simulate.
+ * Limit checks run limit by limit: a missing scope value (limit_scope_missing) before that limit's
+ * count.
  */
 export const skipReasons = [
   'trigger_mismatch',
   'campaign_inactive',
   'trust_below_minimum',
   'counter_not_ready',
+  'limit_scope_missing',
   'limit_reached',
   'segment_not_matched',
   'conditions_not_met',
@@ -166,12 +174,40 @@ function escapeScope(s: string): string {
   return s.indexOf('|') < 0 && s.indexOf('\\') < 0 ? s : s.replace(/\\/g, '\\\\').replace(/\|/g, '\\|');
 }
 
+function unescapeScope(s: string): string {
+  return s.indexOf('\\') < 0 ? s : s.replace(/\\([\s\S])/g, '$1');
+}
+
+/** Seeds of the scope value hash: part of the stored key format, never change them. */
+const scopeHashSeedA = 0x5c09e;
+const scopeHashSeedB = 0x11a1f;
+const scopePrefixChars = 16;
+
 /**
- * The scope key of a limit for this event: one part per scope path joined with '|'. `customer`
- * is the literal 'customer' (counts are kept per customer); a string is 's:<escaped>', a number
- * 'n:<n>', a boolean 'b:<b>'; an absent or non-scalar value is '-' (all such events share it).
+ * The part of a string scope value longer than ruleBounds.scopeValueCharsMax in a per-customer
+ * limit key: 'h:' + a 106-bit hash of the value (two hash53, 11 base-36 digits each) + ':' + its
+ * first 16 characters, escaped (for traces and skip details). At most 57 characters.
  */
-export function scopeKey(scope: readonly PlanPath[], input: EvalInput): string {
+export function hashedScopePart(v: string): string {
+  const [a, b] = hash53Pair(v, scopeHashSeedA, scopeHashSeedB);
+  let n = scopePrefixChars;
+  const last = v.charCodeAt(n - 1);
+  // Never end the prefix inside a surrogate pair (a lone half would not survive UTF-8 encoding).
+  if (last >= 0xd800 && last <= 0xdbff) n--;
+  return `h:${a.toString(36).padStart(11, '0')}${b.toString(36).padStart(11, '0')}:${escapeScope(v.slice(0, n))}`;
+}
+
+/**
+ * The scope key of a limit for this event: one part per scope path joined with '|'; null when a
+ * path has no usable value (absent, null, an object or an array: limit_scope_missing, never
+ * counted). `customer` is the literal 'customer' (counts are kept per customer); a string is
+ * 's:<escaped>', a number 'n:<n>', a boolean 'b:<b>'. Types are kept apart, as conditions keep
+ * them (`1` and `"1"` are two scope values). In a per-customer scope a string longer than
+ * ruleBounds.scopeValueCharsMax is its hashedScopePart, so the customer's stored keys stay
+ * small; a shared scope keeps the value (the shared limits store bounds its own keys).
+ */
+export function scopeKey(scope: readonly PlanPath[], input: EvalInput): string | null {
+  const bounded = !isSharedScope(scope);
   let key = '';
   for (let i = 0; i < scope.length; i++) {
     const p = scope[i]!;
@@ -179,14 +215,75 @@ export function scopeKey(scope: readonly PlanPath[], input: EvalInput): string {
     if (p.src === PathSource.customer) part = 'customer';
     else {
       const v = resolvePath(p, input);
-      if (typeof v === 'string') part = 's:' + escapeScope(v);
+      if (typeof v === 'string') part = bounded && v.length > ruleBounds.scopeValueCharsMax ? hashedScopePart(v) : 's:' + escapeScope(v);
       else if (typeof v === 'number') part = 'n:' + v;
       else if (typeof v === 'boolean') part = v ? 'b:true' : 'b:false';
-      else part = '-';
+      else return null;
     }
     key = i === 0 ? part : key + '|' + part;
   }
   return key;
+}
+
+/** The first scope path of the limit without a usable value, and what it holds (only on skip paths). */
+function missingScope(l: PlanLimit, input: EvalInput): { path: string; detail: string } {
+  for (const p of l.scope) {
+    if (p.src === PathSource.customer) continue;
+    const v = resolvePath(p, input);
+    if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') continue;
+    const what = v === undefined ? 'absent' : v === null ? 'null' : Array.isArray(v) ? 'an array' : 'an object';
+    return {
+      path: p.path,
+      detail: `Limit '${l.id}' cannot count this event: its scope path '${p.path}' is ${what} (a scope value is a string, number or boolean).`,
+    };
+  }
+  return { path: '', detail: `Limit '${l.id}' cannot count this event.` };
+}
+
+/**
+ * A per-customer limit key (limitKey) as scopeKey writes it now: a string scope value longer than
+ * ruleBounds.scopeValueCharsMax that older code kept whole ('s:<escaped>') becomes its
+ * hashedScopePart; any other key is returned as is (the same string). Counts loaded from
+ * snapshots and replayed from journal facts go through it, so a key written before values were
+ * hashed keeps counting under the key evaluation reads, and stops holding the long value.
+ */
+export function boundLimitKey(key: string): string {
+  const max = ruleBounds.scopeValueCharsMax;
+  if (key.length <= max + 2) return key;
+  // Find the parts (split on unescaped '|'); nothing is allocated unless one is long.
+  let long = false;
+  let start = 0;
+  for (let i = 0; i <= key.length; i++) {
+    const c = i < key.length ? key.charCodeAt(i) : 0x7c;
+    if (c === 0x5c) i++;
+    else if (c === 0x7c) {
+      if (i - start > max + 2) long = true;
+      start = i + 1;
+    }
+  }
+  if (!long) return key;
+  const parts: string[] = [];
+  start = 0;
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    if (c === 0x5c) i++;
+    else if (c === 0x7c) {
+      parts.push(key.slice(start, i));
+      start = i + 1;
+    }
+  }
+  parts.push(key.slice(start));
+  let changed = false;
+  // parts[0] is the rule id and parts[1] the limit id (neither holds '|' or '\\').
+  for (let j = 2; j < parts.length; j++) {
+    const p = parts[j]!;
+    if (p.length <= max + 2 || !p.startsWith('s:')) continue;
+    const raw = unescapeScope(p.slice(2));
+    if (raw.length <= max) continue;
+    parts[j] = hashedScopePart(raw);
+    changed = true;
+  }
+  return changed ? parts.join('|') : key;
 }
 
 function testLeaf(leaf: PlanLeaf, input: EvalInput): boolean {
@@ -248,6 +345,7 @@ export function evaluatePlan(plan: RulePlan, input: EvalInput): RuleOutcome {
     for (let i = 0; i < plan.limits.length; i++) {
       const l = plan.limits[i]!;
       const key = scopeKey(l.scope, input);
+      if (key === null) return skip('limit_scope_missing', missingScope(l, input).detail, l.id);
       if (isSharedScope(l.scope)) {
         // Counted across customers by the store; never in the customer's own counts (limitKeys).
         const a = sharedAnswer(input, plan.ruleId, l.id, key);
@@ -373,6 +471,14 @@ export function traceRule(plan: RulePlan, input: EvalInput): RuleTrace {
   plan.limits.forEach((l, i) => {
     const key = scopeKey(l.scope, input);
     let s: TraceStep;
+    if (key === null) {
+      // Nothing to count against: the path that has no usable value, found false.
+      s = step('limit', `limits[${i}]`, missingScope(l, input).path, 'lt', l.max, undefined, false);
+      if (isSharedScope(l.scope)) s.shared = true;
+      s.limitId = l.id;
+      steps.push(s);
+      return;
+    }
     if (isSharedScope(l.scope)) {
       const a = sharedAnswer(input, plan.ruleId, l.id, key);
       s = step('limit', `limits[${i}]`, null, 'lt', l.max, a?.taken, a?.granted === true);

@@ -21,6 +21,7 @@ export {
   validateAndCompile,
 } from './compile.js';
 export {
+  boundLimitKey,
   type EvalCustomer,
   type EvalEvent,
   type EvalInput,

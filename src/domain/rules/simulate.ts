@@ -28,7 +28,14 @@ export interface SimulationInput {
  */
 export function sharedScopeKeys(plan: RulePlan, event: EvalInput['event']): { limitId: string; scopeKey: string }[] {
   const input: EvalInput = { event, customer: noCustomer, limitCounts: () => 0 };
-  return plan.limits.filter((l) => isSharedScope(l.scope)).map((l) => ({ limitId: l.id, scopeKey: scopeKey(l.scope, input) }));
+  const out: { limitId: string; scopeKey: string }[] = [];
+  for (const l of plan.limits) {
+    if (!isSharedScope(l.scope)) continue;
+    const key = scopeKey(l.scope, input);
+    // A missing scope value skips the rule (limit_scope_missing): there is no count to read.
+    if (key !== null) out.push({ limitId: l.id, scopeKey: key });
+  }
+  return out;
 }
 
 const noCustomer: EvalInput['customer'] = { attributes: {}, counters: {}, countersReady: new Set(), segments: [], tiers: {}, externalId: null };
