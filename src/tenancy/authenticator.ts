@@ -127,6 +127,8 @@ function scopeSet(values: readonly string[]): ReadonlySet<Scope> {
  */
 export const credentialExpiredMessage = 'The credential has expired.';
 
+const signInRequiredMessage = 'Only a signed-in user may do this: use the session token of POST /v1/auth/sessions, not a personal access token.';
+
 function refuse(code: ErrorCode, message?: string): never {
   throw new ApiError(code, message === undefined ? {} : { message });
 }
@@ -230,8 +232,10 @@ export class Authenticator {
     const kind: CredentialKind = entry.t === 'management' ? entry.kind : entry.principal.kind;
     if (!spec.allow.includes(kind)) {
       // A publishable key on a route a secret key may use is told to use one (spec part 5); on a
-      // route no API key may use (operators' routes) it is refused like a secret key would be.
-      refuse(kind === 'publishable' && spec.allow.includes('secret') ? 'event_requires_secret_key' : 'forbidden');
+      // route no API key may use (operators' routes) it is refused like a secret key would be. A
+      // personal access token on a route for signed-in users only is told to sign in.
+      if (kind === 'publishable' && spec.allow.includes('secret')) refuse('event_requires_secret_key');
+      refuse('forbidden', kind === 'pat' && spec.allow.includes('session') ? signInRequiredMessage : undefined);
     }
     if (entry.t !== 'management') {
       const p = entry.principal;

@@ -1,11 +1,12 @@
 // Black-box API tests of change sets and match profiles (spec 2.11, 4.8; decisions.md "Change
 // sets"): validation naming the failing command's index, atomic application (all or nothing),
 // expected_version, update semantics (named sections replace, others kept), archive, the live
-// environment's autonomy (limits holds destructive sets for a signed-in owner or admin), and the
-// profile reads by id or key.
+// environment's autonomy (limits holds destructive sets for a signed-in owner or admin: a session,
+// not a personal access token), and the profile reads by id or key.
 import t from 'tap';
 import { openSql } from '../../src/persistence/sql/db.js';
-import { databaseUrl, idem, signUp, startForTest } from '../helpers/service.js';
+import { testIssuer } from '../fixtures/oidc/issuer.js';
+import { databaseUrl, idem, signUp, startForTest, uniqueName } from '../helpers/service.js';
 
 const arena = {
   type: 'match_profile.create',
@@ -18,7 +19,9 @@ const arena = {
 };
 
 t.test('change sets and match profiles over the API', async (t) => {
-  const { anon, config } = await startForTest(t);
+  // An identity provider, so the owner can sign in: a held change set is confirmed by a session only.
+  const idp = await testIssuer(t);
+  const { anon, config } = await startForTest(t, { env: { OIDC_ISSUER: idp.issuer, OIDC_AUDIENCE: idp.audience, OIDC_JWKS_FILE: idp.jwksFile } });
   const tenant = await signUp(anon);
   const api = tenant.server;
 
@@ -192,10 +195,13 @@ t.test('change sets and match profiles over the API', async (t) => {
     t.equal(updAp.body.error.code, 'invalid_state');
   });
 
-  await t.test('live environment: autonomy limits holds destructive sets for an owner or admin', async (t) => {
-    const pat = anon.with({ authorization: `Bearer ${tenant.pat}`, 'x-service-environment': tenant.liveEnv });
+  await t.test('live environment: autonomy limits holds destructive sets for a signed-in owner or admin (a session)', async (t) => {
+    // Its own account: its owner signs in below, and a session is then what it manages the environment with.
+    const email = `${uniqueName('u')}@example.com`;
+    const owner = await signUp(anon, email);
+    const pat = anon.with({ authorization: `Bearer ${owner.pat}`, 'x-service-environment': owner.liveEnv });
     const settings = await pat.get('/v1/environment_settings');
-    t.same(settings.body, { environment_id: tenant.liveEnv, runtime_class: 'live', autonomy: 'limits', version: 1 });
+    t.same(settings.body, { environment_id: owner.liveEnv, runtime_class: 'live', autonomy: 'limits', version: 1 });
     t.equal(settings.headers.get('etag'), '"1"');
     const k = await pat.post('/v1/api_keys', { kind: 'secret', name: 'live server' }, idem());
     const live = anon.with({ authorization: `Bearer ${k.body.token}` });
@@ -218,34 +224,43 @@ t.test('change sets and match profiles over the API', async (t) => {
     const bySecret = await live.post(`/v1/change_sets/${archive.body.id}/confirm`, {}, idem());
     t.equal(bySecret.status, 403);
     t.equal(bySecret.body.error.code, 'forbidden');
-    const noKey = await pat.post(`/v1/change_sets/${archive.body.id}/confirm`, {});
+    // Spec part 1 and decisions.md: a signed-in owner or admin confirms. The owner's PAT (which
+    // could also apply sets, as any automated client holding it) may not.
+    const byPat = await pat.post(`/v1/change_sets/${archive.body.id}/confirm`, {}, idem());
+    t.same([byPat.status, byPat.body.error.code], [403, 'forbidden'], 'a personal access token cannot confirm');
+    t.equal(byPat.body.error.message, 'Only a signed-in user may do this: use the session token of POST /v1/auth/sessions, not a personal access token.');
+    t.equal((await live.get(`/v1/change_sets/${archive.body.id}`)).body.status, 'awaiting_confirmation', 'a refused confirm confirms nothing');
+    const signedIn = await anon.post('/v1/auth/sessions', { id_token: await idp.sign({ sub: uniqueName('sub'), email }) });
+    t.equal(signedIn.status, 201, JSON.stringify(signedIn.body));
+    const session = anon.with({ authorization: `Bearer ${signedIn.body.token.token}`, 'x-service-environment': owner.liveEnv });
+    const noKey = await session.post(`/v1/change_sets/${archive.body.id}/confirm`, {});
     t.same([noKey.status, noKey.body.error.code], [400, 'idempotency_key_required'], 'confirm is a creating POST');
     t.equal((await live.get(`/v1/change_sets/${archive.body.id}`)).body.status, 'awaiting_confirmation', 'a confirm without a key confirms nothing');
     const confirmKey = idem();
-    const confirmed = await pat.post(`/v1/change_sets/${archive.body.id}/confirm`, {}, confirmKey);
-    t.equal(confirmed.status, 201);
+    const confirmed = await session.post(`/v1/change_sets/${archive.body.id}/confirm`, {}, confirmKey);
+    t.equal(confirmed.status, 201, JSON.stringify(confirmed.body));
     t.match(confirmed.body, { change_set_id: archive.body.id, status: 'applied', results: [{ type: 'match_profile.archive', status: 'archived' }] });
-    const retried = await pat.post(`/v1/change_sets/${archive.body.id}/confirm`, {}, confirmKey);
+    const retried = await session.post(`/v1/change_sets/${archive.body.id}/confirm`, {}, confirmKey);
     t.equal(retried.status, 201, 'a retried confirm replays its answer');
     t.same(retried.body, confirmed.body);
     t.equal(retried.headers.get('idempotent-replayed'), 'true');
     t.match((await live.get(`/v1/change_sets/${archive.body.id}`)).body, { status: 'applied', confirmed_by: /^usr_/ });
-    t.equal((await pat.post(`/v1/change_sets/${archive.body.id}/confirm`, {}, idem())).body.error.code, 'invalid_state');
+    t.equal((await session.post(`/v1/change_sets/${archive.body.id}/confirm`, {}, idem())).body.error.code, 'invalid_state');
     const pending = await live.post('/v1/change_sets', { commands: [{ ...arena, key: 'other' }] }, idem());
-    t.equal((await pat.post(`/v1/change_sets/${pending.body.id}/confirm`, {}, idem())).body.error.code, 'invalid_state', 'only a set awaiting confirmation');
-    t.equal((await pat.post('/v1/change_sets/cs_nope/confirm', {}, idem())).body.error.code, 'resource_not_found');
+    t.equal((await session.post(`/v1/change_sets/${pending.body.id}/confirm`, {}, idem())).body.error.code, 'invalid_state', 'only a set awaiting confirmation');
+    t.equal((await session.post('/v1/change_sets/cs_nope/confirm', {}, idem())).body.error.code, 'resource_not_found');
 
     t.equal((await live.request('PATCH', '/v1/environment_settings', { autonomy: 'auto' })).body.error.code, 'forbidden');
-    t.equal((await pat.patch('/v1/environment_settings', { autonomy: 'sometimes' })).body.error.code, 'validation_failed');
-    const stale = await pat.patch('/v1/environment_settings', { autonomy: 'auto' }, { 'if-match': '"999"' });
+    t.equal((await session.patch('/v1/environment_settings', { autonomy: 'sometimes' })).body.error.code, 'validation_failed');
+    const stale = await session.patch('/v1/environment_settings', { autonomy: 'auto' }, { 'if-match': '"999"' });
     t.same([stale.status, stale.body.error.code, stale.body.error.details], [409, 'stale_write', { current_version: 1 }]);
-    t.equal((await pat.get('/v1/environment_settings')).body.autonomy, 'limits', 'a stale write changes nothing');
-    const auto = await pat.patch('/v1/environment_settings', { autonomy: 'auto' }, { 'if-match': settings.headers.get('etag')! });
-    t.same(auto.body, { environment_id: tenant.liveEnv, runtime_class: 'live', autonomy: 'auto', version: 2 });
+    t.equal((await session.get('/v1/environment_settings')).body.autonomy, 'limits', 'a stale write changes nothing');
+    const auto = await session.patch('/v1/environment_settings', { autonomy: 'auto' }, { 'if-match': settings.headers.get('etag')! });
+    t.same(auto.body, { environment_id: owner.liveEnv, runtime_class: 'live', autonomy: 'auto', version: 2 });
     t.equal(auto.headers.get('etag'), '"2"');
-    const lost = await pat.patch('/v1/environment_settings', { autonomy: 'limits' }, { 'if-match': '"1"' });
+    const lost = await session.patch('/v1/environment_settings', { autonomy: 'limits' }, { 'if-match': '"1"' });
     t.same([lost.status, lost.body.error.code, lost.body.error.details], [409, 'stale_write', { current_version: 2 }], 'the version read before the last write is stale');
-    t.match((await pat.get('/v1/environment_settings')).body, { autonomy: 'auto', version: 2 });
+    t.match((await session.get('/v1/environment_settings')).body, { autonomy: 'auto', version: 2 });
     const archive2 = await live.post('/v1/change_sets', { commands: [{ ...arena, key: 'third' }, { type: 'match_profile.archive', key: 'third' }] }, idem());
     const direct = await live.post('/v1/change_set_applications', { change_set_id: archive2.body.id }, idem());
     t.equal(direct.status, 201, 'under auto, destructive sets apply on request');

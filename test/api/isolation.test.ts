@@ -276,7 +276,7 @@ const routes: RouteCase[] = [
     name: 'POST change set confirm',
     method: 'POST',
     openapi: '/v1/change_sets/{id}/confirm',
-    allow: ['pat', 'session'],
+    allow: ['session'],
     scope: 'config:write',
     path: (i) => `/v1/change_sets/${i.changeSet}/confirm`,
     body: () => ({}),

@@ -10,6 +10,7 @@
 // schema. A handler whose answer drifts from its declared schema fails here.
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import t from 'tap';
+import { testIssuer } from '../fixtures/oidc/issuer.js';
 import { type Client, idem, signUp, startForTest, uniqueName } from '../helpers/service.js';
 
 type Json = any;
@@ -20,15 +21,17 @@ interface Operation {
 }
 
 /** Documented success responses the walk cannot reach, and why. */
-const unreachable: Record<string, string> = {
-  'POST /v1/auth/sessions 201': 'needs an OpenID Connect identity provider',
-};
+const unreachable: Record<string, string> = {};
 
 const now = (agoMs = 1000) => new Date(Date.now() - agoMs).toISOString();
 
 t.test('every answer of a realistic session matches the schema /v1/openapi.json declares for it', async (t) => {
-  // Every backfill runs as a job (202), so both of its answers are reached.
-  const { anon } = await startForTest(t, { env: { COUNTER_BACKFILL_INLINE_MAX: '0' } });
+  // Every backfill runs as a job (202), so both of its answers are reached. An identity provider is
+  // configured: a held change set is confirmed by a signed-in admin (a session).
+  const idp = await testIssuer(t);
+  const { anon } = await startForTest(t, {
+    env: { COUNTER_BACKFILL_INLINE_MAX: '0', OIDC_ISSUER: idp.issuer, OIDC_AUDIENCE: idp.audience, OIDC_JWKS_FILE: idp.jwksFile },
+  });
   const tenant = await signUp(anon);
   const doc = (await anon.get('/v1/openapi.json')).body as Json;
 
@@ -448,7 +451,12 @@ t.test('every answer of a realistic session matches the schema /v1/openapi.json 
     const archive = await expect(201, live, 'POST', '/v1/change_sets', { commands: [{ type: 'match_profile.archive', key: 'arena' }] }, idem());
     const held = await expect(202, live, 'POST', '/v1/change_set_applications', { change_set_id: archive.id }, idem());
     t.equal(held.status, 'awaiting_confirmation', `autonomy ${set.autonomy}`);
-    await expect(201, live, 'POST', `/v1/change_sets/${archive.id}/confirm`, undefined, idem());
+    // A held set is confirmed by a signed-in owner or admin: a session, not a PAT.
+    const confirmerEmail = `${uniqueName('c')}@example.com`;
+    await expect(201, owner, 'POST', members, { email: confirmerEmail, role: 'admin' }, idem());
+    const confirmer = await expect(201, anon, 'POST', '/v1/auth/sessions', { id_token: await idp.sign({ sub: uniqueName('sub'), email: confirmerEmail }) });
+    const confirming = anon.with({ authorization: `Bearer ${confirmer.token.token}`, 'x-service-environment': tenant.liveEnv });
+    await expect(201, confirming, 'POST', `/v1/change_sets/${archive.id}/confirm`, undefined, idem());
 
     // ---- match results
     const at = Date.now();

@@ -32,7 +32,7 @@ const changeSetBody = z.strictObject({
 });
 const applicationBody = z.strictObject({ change_set_id: z.string().min(1).max(64) });
 const settingsBody = z.strictObject({
-  autonomy: z.enum(['auto', 'limits']).describe('Live environments: auto applies every change set on request; limits holds destructive ones for an owner or admin.'),
+  autonomy: z.enum(['auto', 'limits']).describe('Live environments: auto applies every change set on request; limits holds destructive ones until a signed-in owner or admin confirms them.'),
 });
 const settingsSchema = z.strictObject({
   environment_id: z.string(),
@@ -140,7 +140,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       responses: {
         201: { description: 'Applied: status applied, one result per command.', schema: changeSetApplicationSchema },
         202: {
-          description: 'Held: status awaiting_confirmation, results []; POST /v1/change_sets/{id}/confirm applies it.',
+          description: 'Held: status awaiting_confirmation, results []; POST /v1/change_sets/{id}/confirm (a signed-in owner or admin) applies it.',
           schema: changeSetApplicationSchema,
         },
       },
@@ -154,9 +154,9 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       method: 'POST',
       path: '/v1/change_sets/:id/confirm',
       summary:
-        'Confirm and apply a change set awaiting confirmation (a signed-in owner or admin; secret keys are refused). Like /change_set_applications it needs an Idempotency-Key, and a retry with the same key replays the answer',
+        'Confirm and apply a change set awaiting confirmation: a signed-in owner or admin, with the session token of POST /v1/auth/sessions (a personal access token or a secret key is 403 forbidden, so a client that applies sets cannot confirm them itself). Like /change_set_applications it needs an Idempotency-Key, and a retry with the same key replays the answer',
       tag: 'Change sets',
-      auth: { kind: 'credential', scopes: ['config:write'], allow: ['pat', 'session'] },
+      auth: { kind: 'credential', scopes: ['config:write'], allow: ['session'] },
       // Confirming applies the set, as /change_set_applications does: a retried confirm gets the result, not invalid_state.
       idempotent: true,
       responses: { 201: { description: 'Applied: status applied, one result per command.', schema: changeSetApplicationSchema } },
