@@ -4,9 +4,9 @@
 // limit is reserved in the SharedLimits store under the event's client id, and the answers ride in
 // the step's rules context (plain data). A plan whose shared scope the event has no value for
 // reserves nothing (it skips with limit_scope_missing). After the reply: the slots this call
-// created for rules that did not fire are freed; an error other than internal_error frees them
-// all; internal_error (a journal append of unknown outcome) keeps them, so a limit is under-used
-// at worst, never exceeded. A duplicate records nothing: it frees what it created, never the first event's slot.
+// created for rules that did not fire (budget_exhausted included) are freed; an error other
+// than internal_error frees them all; internal_error (a journal append of unknown outcome) keeps
+// them, so a limit is under-used at worst, never exceeded. A duplicate records nothing: it frees what it created, never the first event's slot.
 // Events that trigger no such plan return null synchronously: no await, no allocation.
 import type { CallResult } from '../actors/partition.js';
 import { campaignInactiveReason } from '../domain/campaigns.js';

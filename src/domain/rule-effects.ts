@@ -3,11 +3,23 @@
 // entry as the event: `rule.fired` (limit counts) and ledger entries for points.award. Returns the
 // effects a sync answer reports. Pure: plans and currency configs were loaded before the step.
 // An action that cannot apply (full inventory, spent campaign budget, ledger refusal) is reported as skipped, never half-applied.
+// A firing whose every action was an award the campaign budget could not cover applied nothing:
+// it is `rule.skipped` budget_exhausted, with no `rule.fired` fact, so it counts against no limit
+// (and a shared limit's slot is freed after the reply, as for any rule that did not fire).
 import { type BudgetGrant, budgetKey, type CampaignFact, type CampaignGate, campaignInactiveReason, consumeGrant } from './campaigns.js';
 import type { ChallengeEffect, ChallengeRuntime } from './challenge-effects.js';
 import { evolveInventory, grant as grantItem, type InventoryFact, type InventoryState, inventoryFromPairs, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
-import { boundLimitKey, evaluatePlan, type EvalInput, limitKey, type RulePlan, type SharedLimitAnswer, type SkipReason } from './rules/index.js';
+import {
+  boundLimitKey,
+  budgetExhaustedDetail,
+  evaluatePlan,
+  type EvalInput,
+  limitKey,
+  type RulePlan,
+  type SharedLimitAnswer,
+  type SkipReason,
+} from './rules/index.js';
 import { type SegmentDef, segmentNames } from './segments.js';
 import { evaluateTier, type TierFact, type TierMetrics, type TierProgram, type TiersState } from './tiers.js';
 import { type RewardFact, requested } from './rewards.js';
@@ -236,6 +248,10 @@ export function applyRules(
       effects.push({ type: 'rule.skipped', ruleId: plan.ruleId, reason: outcome.reason, detail: outcome.detail });
       continue;
     }
+    // Taken back below when every action turns out to be an award the budget cannot cover.
+    const factsAt = facts.length;
+    const effectsAt = effects.length;
+    let short: { currency: string; amount: number }[] | null = null;
     facts.push({
       kind: 'rule.fired',
       ruleId: plan.ruleId,
@@ -285,6 +301,7 @@ export function applyRules(
         grant ??= { ...(rules.budget ?? noGrant) };
         if (!consumeGrant(grant, cappedKey, action.amount)) {
           effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: 'budget_exhausted' });
+          (short ??= []).push({ currency: action.currency, amount: action.amount });
           continue;
         }
       }
@@ -327,6 +344,12 @@ export function applyRules(
         if (campaign !== undefined) awarded.campaignId = campaign.id;
         effects.push(awarded);
       }
+    }
+    if (campaign !== undefined && short !== null && short.length === outcome.actions.length) {
+      // Nothing applied (a budget skip records no fact): drop rule.fired and its limit keys.
+      facts.length = factsAt;
+      effects.length = effectsAt;
+      effects.push({ type: 'rule.skipped', ruleId: plan.ruleId, reason: 'budget_exhausted', detail: budgetExhaustedDetail(campaign.id, short) });
     }
   }
   if (credited.size > 0 || evaluate !== null) {

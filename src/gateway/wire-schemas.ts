@@ -226,7 +226,7 @@ export const effectSchema = z
       reason: z
         .enum(ruleSkipReasons)
         .describe(
-          'Why the rule did not fire (trigger_mismatch appears in simulate only). limit_scope_missing: a limit scope path has no string, number or boolean value in this event (absent, null, object, array), so the event cannot be counted.',
+          'Why the rule did not fire (trigger_mismatch appears in simulate only). limit_scope_missing: a limit scope path has no string, number or boolean value in this event (absent, null, object, array), so the event cannot be counted; budget_exhausted: every action was an award the campaign budget could not cover, and the firing was not counted against the limits.',
         ),
       detail: z.string(),
     }),

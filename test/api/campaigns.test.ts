@@ -1,5 +1,6 @@
 // Campaigns end to end: routes and their errors, the status machine, rules joining through
-// campaign_id, gating by status, schedule and audience, and the budget cap (never exceeded).
+// campaign_id, gating by status, schedule and audience, and the budget cap (never exceeded); a firing
+// the budget cannot cover counts against no limit.
 import t from 'tap';
 import { idem, signUp, startForTest } from '../helpers/service.js';
 
@@ -181,7 +182,8 @@ t.test('the budget cap is never exceeded, with many concurrent events', async (t
     for (const item of r.body.data) {
       for (const e of item.effects ?? []) {
         if (e.type === 'points.awarded') awarded += e.amount;
-        if (e.type === 'action.skipped' && e.reason === 'budget_exhausted') exhausted++;
+        // An event whose only award does not fit: rule.skipped budget_exhausted (the firing is not counted).
+        if ((e.type === 'rule.skipped' || e.type === 'action.skipped') && e.reason === 'budget_exhausted') exhausted++;
       }
     }
   }
@@ -268,4 +270,67 @@ t.test('campaign routes: remaining error codes (scopes, filters, If-Match on tra
   t.equal((await api.post('/v1/campaigns/cmp_nope/pause', {})).body.error.code, 'resource_not_found');
   t.equal((await api.post('/v1/campaigns/cmp_nope/end', {})).body.error.code, 'resource_not_found');
   t.equal((await api.patch(`/v1/campaigns/${c.body.id}`, { starts_at: 'tomorrow' })).body.error.code, 'validation_failed');
+});
+
+t.test('a firing the budget cannot cover counts against no limit: per customer, and a shared slot is given back', async (t) => {
+  const { anon } = await startForTest(t);
+  const { server: api } = await signUp(anon);
+  await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  const c = await api.post('/v1/campaigns', { name: 'Small', budgets: [{ currency: 'coins', amount: 150 }] }, idem());
+  await api.post(`/v1/campaigns/${c.body.id}/activate`, {});
+  const rule = await api.post(
+    '/v1/rules',
+    {
+      name: 'twice',
+      definition: {
+        schema: 'service.rule/v2',
+        trigger: { kind: 'customer_event', event: 'promo.hit' },
+        limits: [{ id: 'twice', scope: ['customer'], max: 2 }],
+        actions: [{ type: 'points.award', currency: 'coins', amount: 100 }],
+      },
+      campaign_id: c.body.id,
+    },
+    idem(),
+  );
+  await api.post(`/v1/rules/${rule.body.id}/publish`, {});
+  let n = 0;
+  const hit = (who: string, properties: Record<string, unknown> = {}, name = 'promo.hit') =>
+    api.post('/v1/events', { id: `ph-${++n}`, name, customer_id: who, occurred_at: now(), properties, mode: 'sync' });
+
+  t.match((await hit('p2')).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 100 }]);
+  // 50 left: the award of 100 does not fit, nothing is applied, and the answer says so.
+  const skipped = await hit('p2');
+  t.same(skipped.body.effects.map((e: { type: string; reason?: string }) => [e.type, e.reason ?? null]), [['rule.skipped', 'budget_exhausted']]);
+  t.match(skipped.body.effects[0], { rule_id: rule.body.id, detail: /cannot cover the rule's awards \(100 coins\).*not counted against the rule's limits/ });
+  // Topped up: the customer's second firing was not used up by the skipped one.
+  const got = await api.get(`/v1/campaigns/${c.body.id}`);
+  t.equal((await api.patch(`/v1/campaigns/${c.body.id}`, { budgets: [{ currency: 'coins', amount: 1000 }] }, { 'if-match': got.headers.get('etag')! })).status, 200);
+  t.match((await hit('p2')).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 100 }], 'the second firing is awarded');
+  t.match((await hit('p2')).body.effects, [{ type: 'rule.skipped', reason: 'limit_reached', detail: /fired 2 of 2/ }]);
+
+  // A shared limit (scope of event paths only): a firing skipped for budget gives its slot back.
+  const zero = await api.post('/v1/campaigns', { name: 'Zero', budgets: [{ currency: 'coins', amount: 0 }] }, idem());
+  await api.post(`/v1/campaigns/${zero.body.id}/activate`, {});
+  const shared = await api.post(
+    '/v1/rules',
+    {
+      name: 'one per code',
+      definition: {
+        schema: 'service.rule/v2',
+        trigger: { kind: 'customer_event', event: 'cz.hit' },
+        limits: [{ id: 'one_per_code', scope: ['event.properties.code'], max: 1 }],
+        actions: [{ type: 'points.award', currency: 'coins', amount: 10 }],
+      },
+      campaign_id: zero.body.id,
+    },
+    idem(),
+  );
+  await api.post(`/v1/rules/${shared.body.id}/publish`, {});
+  t.match((await hit('z1', { code: 'A' }, 'cz.hit')).body.effects, [{ type: 'rule.skipped', reason: 'budget_exhausted' }]);
+  const zeroNow = await api.get(`/v1/campaigns/${zero.body.id}`);
+  t.equal((await api.patch(`/v1/campaigns/${zero.body.id}`, { budgets: [{ currency: 'coins', amount: 100 }] }, { 'if-match': zeroNow.headers.get('etag')! })).status, 200);
+  // The slot is freed after the reply (asynchronously): give it a moment.
+  await new Promise((r) => setTimeout(r, 300));
+  t.match((await hit('z2', { code: 'A' }, 'cz.hit')).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 10 }], 'code A is still free for the next customer');
+  t.match((await hit('z3', { code: 'A' }, 'cz.hit')).body.effects, [{ type: 'rule.skipped', reason: 'limit_reached' }]);
 });

@@ -1,6 +1,7 @@
 // Campaigns in the customer's step, given/when/then: the status machine, the gate (status and
 // schedule), the audience as a hoisted segment check, and the budget grant: an award beyond the
-// command's grant is skipped with budget_exhausted, what is awarded is journaled as campaign.spent.
+// command's grant is skipped with budget_exhausted, what is awarded is journaled as campaign.spent;
+// a firing none of whose actions applied for budget is rule.skipped and counts against no limit.
 import t from 'tap';
 import { withAudience } from '../../src/catalog/rules-context.js';
 import { allowed, budgetWants, type CampaignGate, campaignInactiveReason, grantUsed, wantAll } from '../../src/domain/campaigns.js';
@@ -83,20 +84,25 @@ t.test('given a grant of 12, when two rules award 5 and 10, then the first fits 
   const plans = [plan('rule_1', 'cmp_1', [{ type: 'points.award', currency: 'coins', amount: 5 }]), plan('rule_2', 'cmp_1', [{ type: 'points.award', currency: 'coins', amount: 10 }])];
   const grant = { 'cmp_1|coins': 12 };
   const r = applyRules(context(plans, { cmp_1: gate() }, grant), event, subject(), ctx);
-  t.match(r.effects, [
-    { type: 'rule.fired', ruleId: 'rule_1' },
-    { type: 'points.awarded', amount: 5 },
-    { type: 'rule.fired', ruleId: 'rule_2' },
-    { type: 'action.skipped', action: 'points.award', reason: 'budget_exhausted' },
+  t.same(r.effects.map((e) => [e.type, 'ruleId' in e ? e.ruleId : null]), [
+    ['rule.fired', 'rule_1'],
+    ['points.awarded', 'rule_1'],
+    ['rule.skipped', 'rule_2'],
   ]);
+  t.match(r.effects[2], {
+    reason: 'budget_exhausted',
+    detail: "The budget of campaign 'cmp_1' cannot cover the rule's awards (10 coins): nothing was applied, and the firing is not counted against the rule's limits.",
+  });
+  t.same(r.facts.filter((f) => f.kind === 'rule.fired').map((f) => (f as { ruleId: string }).ruleId), ['rule_1'], 'rule_2 fired nothing: no rule.fired fact');
   t.same(grant, { 'cmp_1|coins': 12 }, 'the grant handed in is not mutated (the step is pure)');
   t.same(grantUsed(r.effects), { 'cmp_1|coins': 5 }, 'what goes back: 12 - 5');
 });
 
 t.test('given no grant, a capped award is budget_exhausted; an uncapped currency or a rule without campaign is not limited', async (t) => {
   const capped = applyRules(context([plan('rule_1', 'cmp_1', [{ type: 'points.award', currency: 'coins', amount: 1 }])], { cmp_1: gate() }), event, subject(), ctx);
-  t.match(capped.effects, [{ type: 'rule.fired' }, { type: 'action.skipped', reason: 'budget_exhausted' }]);
-  t.equal(capped.facts.filter((f) => f.kind === 'ledger.entry_recorded').length, 0);
+  t.match(capped.effects, [{ type: 'rule.skipped', reason: 'budget_exhausted' }]);
+  t.equal(capped.effects.length, 1);
+  t.same(capped.facts, [], 'nothing recorded: no ledger entry, no rule.fired');
   const uncapped = applyRules(context([plan('rule_1', 'cmp_1', [{ type: 'points.award', currency: 'coins', amount: 1 }])], { cmp_1: gate({ capped: [] }) }), event, subject(), ctx);
   t.match(uncapped.effects, [{ type: 'rule.fired' }, { type: 'points.awarded' }]);
   const loose = applyRules(context([plan('rule_1', null, [{ type: 'points.award', currency: 'coins', amount: 1 }])], {}), event, subject(), ctx);
@@ -116,4 +122,58 @@ t.test('budget wants: live campaign rules the event triggers, per capped currenc
   t.same(budgetWants(plans.slice(0, 1), campaigns, event, ctx.nowMs), { 'cmp_1|coins': 5 + 25 }, 'static + event amount (rounded up)');
   t.same(budgetWants(plans, campaigns, event, ctx.nowMs), { 'cmp_1|coins': wantAll }, 'a customer-path amount wants what the node holds');
   t.same(budgetWants(plans.slice(2), campaigns, event, ctx.nowMs), {}, 'paused campaigns, other triggers and loose rules want nothing');
+});
+
+t.test('given a per-customer limit, when every award of a firing is skipped for budget, then the firing is not counted; a top-up awards it later', async (t) => {
+  const limited = (id: string) => {
+    const v = validateRule({
+      schema: 'service.rule/v2',
+      trigger: { kind: 'customer_event', event: 'order.completed' },
+      limits: [{ id: 'twice', scope: ['customer'], max: 2 }],
+      actions: [
+        { type: 'points.award', currency: 'coins', amount: 100 },
+        { type: 'points.award', currency: 'coins', amount: 20 },
+      ],
+    });
+    if (!v.ok) throw new Error(JSON.stringify(v.problems));
+    return { ...compileRule(v.definition, { ruleId: id, versionNumber: 1, priority: 0 }), campaignId: 'cmp_1' };
+  };
+  const campaigns = { cmp_1: gate() };
+  // Given one firing already counted, when the budget covers neither award, then rule.skipped
+  // budget_exhausted: no rule.fired fact, so the limit key is not counted again.
+  const spent = { ...subject(), ruleLimits: { 'rule_1|twice|customer': 1 } };
+  const dry = applyRules(context([limited('rule_1')], campaigns, { 'cmp_1|coins': 19 }), event, spent, ctx);
+  t.same(dry.effects, [
+    {
+      type: 'rule.skipped',
+      ruleId: 'rule_1',
+      reason: 'budget_exhausted',
+      detail: "The budget of campaign 'cmp_1' cannot cover the rule's awards (100 coins, 20 coins): nothing was applied, and the firing is not counted against the rule's limits.",
+    },
+  ]);
+  t.same(dry.facts, []);
+  t.same(grantUsed(dry.effects), {}, 'the whole grant goes back');
+  // When the budget is topped up, then the same customer still has its second firing.
+  const topped = applyRules(context([limited('rule_1')], campaigns, { 'cmp_1|coins': 500 }), event, spent, ctx);
+  t.match(topped.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 100 }, { type: 'points.awarded', amount: 20 }]);
+  t.match(topped.facts[0], { kind: 'rule.fired', limitKeys: ['rule_1|twice|customer'] });
+  // Given part of the awards fits, then the firing applied something: it counts (the rest is action.skipped).
+  const part = applyRules(context([limited('rule_1')], campaigns, { 'cmp_1|coins': 20 }), event, spent, ctx);
+  t.match(part.effects, [{ type: 'rule.fired' }, { type: 'action.skipped', reason: 'budget_exhausted' }, { type: 'points.awarded', amount: 20 }]);
+  t.match(part.facts[0], { kind: 'rule.fired', limitKeys: ['rule_1|twice|customer'] });
+});
+
+t.test('given an award skipped for budget next to an action that applies, then the firing counts', async (t) => {
+  const mixed = plan('rule_1', 'cmp_1', [
+    { type: 'points.award', currency: 'coins', amount: 5 },
+    { type: 'item.grant', item: 'sticker', quantity: 1 },
+  ]);
+  const r = applyRules(context([mixed], { cmp_1: gate() }, { 'cmp_1|coins': 0 }), event, subject(), ctx);
+  t.match(r.effects, [{ type: 'rule.fired' }, { type: 'action.skipped', reason: 'budget_exhausted' }, { type: 'item.granted', item: 'sticker' }]);
+  t.match(r.facts, [{ kind: 'rule.fired' }, {}]);
+  // An award refused for another reason (here an unknown currency: the ledger refuses it) still counts, as before.
+  const other = plan('rule_2', null, [{ type: 'points.award', currency: 'gems', amount: 5 }]);
+  const refused = applyRules(context([other], {}), event, subject(), ctx);
+  t.match(refused.effects, [{ type: 'rule.fired' }, { type: 'action.skipped', action: 'points.award' }]);
+  t.not((refused.effects[1] as { reason: string }).reason, 'budget_exhausted');
 });

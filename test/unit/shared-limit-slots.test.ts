@@ -1,12 +1,14 @@
 // Shared limit slots around one event step (catalog/shared-limit-slots.ts) on the in-memory store:
 // events no shared-limit plan is triggered by pay nothing (null, synchronously); a reservation
 // carries its answers in a copy of the rules context; after the reply, created slots of rules that
-// did not fire are freed, a duplicate frees what it created, internal_error keeps everything; an
-// event without a value for a shared scope reserves nothing.
+// did not fire are freed (a firing whose awards the campaign budget could not cover among them),
+// a duplicate frees what it created, internal_error keeps everything; an event without a value for
+// a shared scope reserves nothing.
 import t from 'tap';
 import type { CallResult } from '../../src/actors/partition.js';
 import { reserveSharedLimits, settleSharedLimits } from '../../src/catalog/shared-limit-slots.js';
-import type { RulesContext } from '../../src/domain/rule-effects.js';
+import { emptyLedger } from '../../src/domain/ledger.js';
+import { applyRules, type RulesContext } from '../../src/domain/rule-effects.js';
 import { compileRule, type RulePlan } from '../../src/domain/rules/compile.js';
 import { validateRule } from '../../src/domain/rules/schema.js';
 import { MemorySharedLimits } from '../../src/persistence/memory/shared-limits.js';
@@ -89,4 +91,37 @@ t.test('a shared scope value the event lacks reserves nothing for that plan (the
   const r = await reserveSharedLimits(store, 'env', 'e2', both, ev('o1'), 0);
   t.same(r?.held?.items.map((i) => i.ruleId), ['rule_a'], 'only the plan whose scopes have values reserves');
   t.same(await store.counts('env', [item('rule_two', 's:o1')]), [0]);
+});
+
+t.test('given a shared limit and a campaign budget that covers nothing, when the event is stepped and settled, then its slot is given back', async (t) => {
+  const store = new MemorySharedLimits();
+  const a = { ...plan('rule_a'), campaignId: 'cmp_1' };
+  const gate = { id: 'cmp_1', status: 'active' as const, startsAtMs: null, endsAtMs: null, audienceSegment: null, capped: ['points'] };
+  const rules: RulesContext = {
+    plans: [a],
+    currencies: [{ key: 'points', negativeBalance: 'forbid', expiryDays: null }],
+    tierPrograms: [],
+    sharedPlans: [a],
+    campaigns: { cmp_1: gate },
+    budget: { 'cmp_1|points': 0 },
+  };
+  const subject = { externalId: 'u1', attributes: {}, ledger: emptyLedger(), ruleLimits: {}, tiers: {}, inventory: {} };
+  const stepCtx = { nowMs: 1, newId: (p: string) => `${p}_1` };
+
+  const r = await reserveSharedLimits(store, 'env', 'e1', rules, ev('o1'), 0);
+  t.same(await store.counts('env', [item('rule_a', 's:o1')]), [1], 'a slot is held during the step');
+  const step = applyRules(r!.rules, ev('o1'), subject, stepCtx);
+  t.match(step.effects, [{ type: 'rule.skipped', ruleId: 'rule_a', reason: 'budget_exhausted' }]);
+  settleSharedLimits(store, r!.held, Promise.resolve({ ok: true, reply: { kind: 'event', duplicate: false, effects: step.effects } as never }));
+  await flush();
+  t.same(await store.counts('env', [item('rule_a', 's:o1')]), [0], 'nothing was awarded: the slot is free for the next customer');
+
+  // With budget, the next event fires and keeps its slot.
+  const funded: RulesContext = { ...rules, budget: { 'cmp_1|points': 10 } };
+  const r2 = await reserveSharedLimits(store, 'env', 'e2', funded, ev('o1'), 0);
+  const step2 = applyRules(r2!.rules, ev('o1'), subject, stepCtx);
+  t.match(step2.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 10 }]);
+  settleSharedLimits(store, r2!.held, Promise.resolve({ ok: true, reply: { kind: 'event', duplicate: false, effects: step2.effects } as never }));
+  await flush();
+  t.same(await store.counts('env', [item('rule_a', 's:o1')]), [1]);
 });

@@ -54,9 +54,10 @@ export interface EvalInput {
 
 /**
  * In check order: the first failing check names the reason. campaign_inactive is decided before
- * the plan is evaluated (the rule's campaign is not running), by the engine and by simulate.
- * Limit checks run limit by limit: a missing scope value (limit_scope_missing) before that limit's
- * count.
+ * the plan is evaluated (the rule's campaign is not running), by the engine and by simulate;
+ * budget_exhausted after it, when the actions apply: every action of the firing was an award its
+ * campaign's budget could not cover (rule-effects.ts; simulate with the budget left). Limit checks
+ * run limit by limit: a missing scope value (limit_scope_missing) before that limit's count.
  */
 export const skipReasons = [
   'trigger_mismatch',
@@ -68,8 +69,18 @@ export const skipReasons = [
   'segment_not_matched',
   'conditions_not_met',
   'amount_invalid',
+  'budget_exhausted',
 ] as const;
 export type SkipReason = (typeof skipReasons)[number];
+
+/**
+ * The detail of budget_exhausted (engine and simulate): the awards the campaign's budget could not
+ * cover. Only on skip paths.
+ */
+export function budgetExhaustedDetail(campaignId: string, awards: ReadonlyArray<{ currency: string; amount: number }>): string {
+  const what = awards.map((a) => `${a.amount} ${a.currency}`).join(', ');
+  return `The budget of campaign '${campaignId}' cannot cover the rule's awards (${what}): nothing was applied, and the firing is not counted against the rule's limits.`;
+}
 
 export interface LimitKey {
   limitId: string;

@@ -22,6 +22,7 @@ export {
 } from './compile.js';
 export {
   boundLimitKey,
+  budgetExhaustedDetail,
   type EvalCustomer,
   type EvalEvent,
   type EvalInput,
