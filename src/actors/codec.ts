@@ -115,6 +115,8 @@ type SnapshotV1 = [
   recentAnswers?: CustomerState['recentAnswers'] | null,
   /** Added with ledger transfers at merges; absent in older snapshots (then null). */
   handedOver?: CustomerState['handedOver'],
+  /** Added with two-step deletes: when a delete began (null or absent: none did). */
+  deletingSinceMs?: number | null,
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -146,6 +148,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.segmentIds === sharedEmpty.segmentIds ? null : s.segmentIds,
     s.recentAnswers === sharedEmpty.recentAnswers ? null : s.recentAnswers,
     s.handedOver,
+    s.deletingSinceMs ?? null,
   ];
   return packr.pack(v1);
 }
@@ -183,6 +186,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     segmentIds: v[21] == null || v[21].length === 0 ? sharedEmpty.segmentIds : v[21],
     recentAnswers: v[22] == null || v[22].length === 0 ? sharedEmpty.recentAnswers : v[22],
     handedOver: v[23] ?? null,
+    ...(v[24] == null ? {} : { deletingSinceMs: v[24] }),
   };
 }
 

@@ -90,23 +90,41 @@ export class Engine {
     return p;
   }
 
-  /** Runs a call wherever its customer lives; follows redirects. Never rejects for domain errors. */
+  /**
+   * Runs a call wherever its customer lives; follows redirects. Never rejects for domain errors.
+   * A call by a key that is still bound to a deleted customer (a delete that stopped before
+   * releasing it, or a merge into a customer deleted meanwhile) releases that binding and runs
+   * again, once: the key is free after a delete, so an event for it creates a new customer
+   * instead of answering 404 for good.
+   */
   execute(call: Call): Promise<CallResult> {
     // Fast path: a local partition, no redirect (one promise, no async frames).
     const local = this.placement.local(this.partitionOfTarget(call.env, call.target));
-    if (local === undefined) return this.executeRouted(call);
+    if (local === undefined) return this.executeRouted(call, true);
     if (local.backlog > limits.partitionBacklogRecordsMax) return Promise.resolve(overloadedResult);
-    return this.submit(local, call).then((r) => (r.ok === 'redirect' || r === closedResult ? this.executeRouted(call) : r));
+    return this.submit(local, call).then((r) =>
+      r.ok === true ? r : r.ok === 'redirect' || r === closedResult ? this.executeRouted(call, true) : r.tombstoneId !== undefined ? this.unbindTombstone(call, r) : r,
+    );
   }
 
-  private async executeRouted(call: Call): Promise<CallResult> {
+  private async executeRouted(call: Call, releaseTombstone: boolean): Promise<CallResult> {
     let current = call;
     for (let hop = 0; hop <= redirectsMax; hop++) {
       const result = await this.route(current);
+      if (result.ok === false && result.tombstoneId !== undefined && releaseTombstone) return this.unbindTombstone(call, result);
       if (result.ok !== 'redirect') return result;
       current = { ...current, target: { by: 'id', id: result.customerId } };
     }
     return { ok: false, code: 'internal_error', message: 'Customer redirects do not settle.' };
+  }
+
+  /** See execute: `refused` came from the deleted customer `refused.tombstoneId`. */
+  private async unbindTombstone(call: Call, refused: CallResult & { ok: false }): Promise<CallResult> {
+    const { tombstoneId, ...answer } = refused;
+    if (call.target.by !== 'key' || tombstoneId === undefined) return answer;
+    const released = await this.executeRouted({ ...call, command: { kind: 'key.release', customerId: tombstoneId } }, false);
+    if (released.ok !== true) return answer;
+    return this.executeRouted(call, false);
   }
 
   private async route(call: Call): Promise<CallResult> {

@@ -56,13 +56,28 @@ export type ReplyView =
   | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean }
   | { kind: 'erased'; mergedFrom: string[]; aliases: string[] }
   | { kind: 'events_to_erase'; records: number[] }
+  | { kind: 'deletion_begun'; mergedFrom: string[] }
+  | { kind: 'deleted'; mergedFrom: string[]; aliases: string[] }
   | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'merged_from'; mergedFrom: string[]; aliases: AliasState[]; attributes: Record<string, unknown> }
   | { kind: 'done' };
 
 export type CallResult =
   | { ok: true; reply: ReplyView }
-  | { ok: false; code: ErrorCode; message?: string; param?: string; retryAfterSeconds?: number; currentVersion?: number }
+  | {
+      ok: false;
+      code: ErrorCode;
+      message?: string;
+      param?: string;
+      retryAfterSeconds?: number;
+      currentVersion?: number;
+      /**
+       * The deleted customer that refused the call (resource_not_found from its tombstone). A call
+       * by a key still bound to it (a binding its delete did not get to release) has the engine
+       * release that binding and run the call again: the key is free (Engine.execute).
+       */
+      tombstoneId?: string;
+    }
   /** The target lives elsewhere (merged customer, alias of a customer on another partition). */
   | { ok: 'redirect'; customerId: string };
 
@@ -522,9 +537,11 @@ export class Partition {
       resolve({ ok: false, code: 'rate_limited', message: 'Too many commands for this customer.', retryAfterSeconds: 1 });
       return;
     }
+    // A merged customer answers as its survivor, unless it was erased with it: then it is a
+    // tombstone of its own (a key still bound to it is released, not sent to the survivor).
     if (
       state.mergedInto !== null &&
-      cmd.kind !== 'customer.view' &&
+      state.deletedAtMs === null &&
       cmd.kind !== 'customer.erase_merged' &&
       cmd.kind !== 'customer.handover' &&
       cmd.kind !== 'customer.merged_from'
@@ -532,18 +549,20 @@ export class Partition {
       return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
     }
     if (cmd.kind === 'customer.view') {
-      if (state.mergedInto !== null) return this.reply({ ok: 'redirect', customerId: state.mergedInto }, null, resolve);
-      if (state.deletedAtMs !== null) return this.reply(notFound, null, resolve);
+      if (state.deletedAtMs !== null) return this.reply(tombstone(notFound, state.id), null, resolve);
       return this.reply({ ok: true, reply: { kind: 'customer', customer: toView(state, call.nowMs) } }, actor, resolve);
     }
     if (cmd.kind === 'customer.resolve') {
-      if (state.deletedAtMs !== null) return this.reply(notFound, null, resolve);
+      if (state.deletedAtMs !== null) return this.reply(tombstone(notFound, state.id), null, resolve);
       // After everything applied before it is durable: the id may be stored by the caller.
       return this.reply({ ok: true, reply: { kind: 'resolved', customerId: state.id, externalId: state.externalId } }, actor, resolve);
     }
     if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
     const d = decide(state, cmd, this.ctx(call));
-    if (!d.ok) return this.reply(refusal(d), actor, resolve);
+    if (!d.ok) {
+      const r = refusal(d);
+      return this.reply(d.code === 'resource_not_found' && state.deletedAtMs !== null ? tombstone(r, state.id) : r, actor, resolve);
+    }
     if (d.facts.length > 0) {
       for (const f of d.facts) {
         evolve(state, f);
@@ -594,6 +613,13 @@ export class Partition {
       return this.reply({ ok: true, reply: { kind: 'done' } }, null, resolve);
     }
     if (owner.id === cmd.customerId) return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: null } }, null, resolve);
+    if (owner.deletedAtMs !== null) {
+      // Still bound to an erased customer (its delete did not get to release it): the key is free.
+      this.bindKey(call.env, key, cmd.customerId);
+      this.keyChanged(call.env, key, cmd.customerId);
+      this.batch.records.push([call.env, '', [{ kind: 'key.bound', key, customerId: cmd.customerId }]]);
+      return this.reply({ ok: true, reply: { kind: 'claimed', mergedFrom: null } }, null, resolve);
+    }
     // The key is another customer's external id: that customer is merged into the claimer.
     if (owner.externalId === key && owner.mergedInto === null) {
       const facts = mergeFacts(owner, cmd.customerId, this.ctx(call));
@@ -634,9 +660,9 @@ export class Partition {
       case 'events_to_erase':
       case 'handover':
       case 'merged_from':
-        return reply;
+      case 'deletion_begun':
       case 'deleted':
-        return { kind: 'done' };
+        return reply;
     }
   }
 
@@ -913,10 +939,15 @@ const snapshotLoadBatch = 2000;
 /** A binding released in memory whose stored row is not deleted yet (see Partition.keys). */
 const unbound = '';
 
-const notFound: CallResult = { ok: false, code: 'resource_not_found', message: 'No customer with this id.', param: 'id' };
+const notFound: CallResult & { ok: false } = { ok: false, code: 'resource_not_found', message: 'No customer with this id.', param: 'id' };
+/** A refusal from a deleted customer, naming it (see CallResult.tombstoneId). */
+function tombstone(r: CallResult & { ok: false }, customerId: string): CallResult {
+  return { ...r, tombstoneId: customerId };
+}
+
 /** A decision's refusal as a call's answer (currentVersion only where the decision set one: stale_write). */
-function refusal(d: Extract<ReturnType<typeof decide>, { ok: false }>): CallResult {
-  const r: CallResult = { ok: false, code: d.code, message: d.message, param: d.param };
+function refusal(d: Extract<ReturnType<typeof decide>, { ok: false }>): CallResult & { ok: false } {
+  const r: CallResult & { ok: false } = { ok: false, code: d.code, message: d.message, param: d.param };
   if (d.currentVersion !== undefined) r.currentVersion = d.currentVersion;
   return r;
 }

@@ -15,6 +15,8 @@ export interface CustomerView {
   createdAtMs: number;
   updatedAtMs: number;
   deletedAtMs: number | null;
+  /** A DELETE of it began and did not finish (CustomerState.deletingSinceMs). */
+  deleting: boolean;
   aliases: Array<{ alias: string; kind: string; createdAtMs: number }>;
   mergedFrom: string[];
   /** Number of distinct events recorded (deduplicated). */
@@ -46,6 +48,7 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
     createdAtMs: s.createdAtMs,
     updatedAtMs: s.updatedAtMs,
     deletedAtMs: s.deletedAtMs,
+    deleting: s.deletingSinceMs !== undefined,
     aliases: s.aliases.map((a) => ({ ...a })),
     mergedFrom: [...s.mergedFrom],
     eventCount: s.events.size,

@@ -89,6 +89,12 @@ export interface CustomerState {
   updatedAtMs: number;
   deletedAtMs: number | null;
   aliases: AliasState[];
+  /**
+   * When a DELETE of this customer began (its If-Match checked, customer.delete_begin): the
+   * customers merged into it may be erased already, so a repeat finishes the delete whatever the
+   * version is by then. Absent (not null: most customers never have one) when none began.
+   */
+  deletingSinceMs?: number;
   /** Set when this customer was merged into another: commands are redirected there. */
   mergedInto: string | null;
   mergedFrom: string[];
@@ -129,13 +135,19 @@ export type Command =
   | { kind: 'customer.get' }
   | { kind: 'customer.update'; attributes: Record<string, unknown>; expectedVersion: number | null }
   /**
+   * The first step of a DELETE, before anything is erased: checks its If-Match (expectedVersion;
+   * stale_write when the customer moved on) and marks the delete begun, in one step of the actor.
+   * A delete already begun is not checked again: its repeat finishes it. Answers the customers
+   * merged into this one (to erase first).
+   */
+  | { kind: 'customer.delete_begin'; expectedVersion?: number }
+  /**
    * Erases the customer once the environment's register remembers the first `eventsErased` of its
    * recorded events (SeenEvents records, in order) as erased (EventIds.erase); while it has
    * recorded more, answers those (events_to_erase) and changes nothing: the caller erases them in
    * the register and asks again. So no event of an erased customer is ever missing there.
    */
-  /** expectedVersion: If-Match of the DELETE; stale_write when the customer moved on. */
-  | { kind: 'customer.delete'; eventsErased: number; expectedVersion?: number }
+  | { kind: 'customer.delete'; eventsErased: number }
   /**
    * Erases a customer merged into `survivorId` when the survivor is deleted (its personal data
    * goes with the survivor's). The only command a merged customer runs itself, not redirected.
@@ -219,6 +231,8 @@ export type Fact =
   /** Carries the resulting row (version, external id) so projections need no state. */
   | { kind: 'customer.updated'; attributes: Record<string, unknown>; version: number; externalId: string; createdAtMs: number; atMs: number }
   | { kind: 'customer.deleted'; version: number; atMs: number }
+  /** A DELETE passed its If-Match check and began (customer.delete_begin); the version stays. */
+  | { kind: 'customer.deletion_begun'; atMs: number }
   | {
       kind: 'event.recorded';
       id: string;
@@ -281,7 +295,13 @@ export type Reply =
   | { kind: 'customer'; customer: CustomerState }
   | EventReply
   | { kind: 'alias'; alias: AliasState; customerId: string; mergedFrom: string | null }
-  | { kind: 'deleted' }
+  /** customer.delete_begin: the customers merged into this one, to erase before it. */
+  | { kind: 'deletion_begun'; mergedFrom: string[] }
+  /**
+   * customer.delete: what it held when erased, for the caller to finish with: the customers merged
+   * into it (one merged after the delete began is erased too) and its aliases (to release).
+   */
+  | { kind: 'deleted'; mergedFrom: string[]; aliases: string[] }
   /** customer.delete: the recorded events past its eventsErased (SeenEvents records) to erase first. */
   | { kind: 'events_to_erase'; records: number[] }
   /**
@@ -358,6 +378,13 @@ function stale(version: number): Decision {
 
 export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Decision {
   if (state !== null && state.deletedAtMs !== null) {
+    // A merged customer erased with its survivor still answers the survivor's delete and export:
+    // a delete stopped after erasing it (429, a crash) is repeated, and the survivor lives on.
+    if ((cmd.kind === 'customer.erase_merged' || cmd.kind === 'customer.merged_from') && state.mergedInto === cmd.survivorId) {
+      return cmd.kind === 'customer.erase_merged'
+        ? { ok: true, facts: noFacts, reply: { kind: 'erased', mergedFrom: [...state.mergedFrom], aliases: [] } }
+        : { ok: true, facts: noFacts, reply: { kind: 'merged_from', mergedFrom: [...state.mergedFrom], aliases: [], attributes: {} } };
+    }
     // A deleted customer keeps its id as a tombstone; its routing keys were released.
     return fail('resource_not_found', 'The customer was deleted.', 'id');
   }
@@ -414,25 +441,28 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       };
       return { ok: true, facts: [fact], reply: { kind: 'customer', customer: state } };
     }
+    case 'customer.delete_begin': {
+      const reply: Reply = { kind: 'deletion_begun', mergedFrom: [...state.mergedFrom] };
+      if (state.deletingSinceMs !== undefined) return { ok: true, facts: noFacts, reply };
+      if (cmd.expectedVersion !== undefined && cmd.expectedVersion !== state.version) return stale(state.version);
+      return { ok: true, facts: [{ kind: 'customer.deletion_begun', atMs: ctx.nowMs }], reply };
+    }
     case 'customer.delete':
-      if (cmd.expectedVersion !== undefined && cmd.expectedVersion !== state.version) {
-        return stale(state.version);
-      }
       if (state.events.size > cmd.eventsErased) return eventsToErase(state, cmd.eventsErased);
       return {
         ok: true,
         facts: [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
-        reply: { kind: 'deleted' },
+        reply: { kind: 'deleted', mergedFrom: [...state.mergedFrom], aliases: state.aliases.map((a) => a.alias) },
       };
     case 'customer.erase_merged':
       if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');
       // As customer.delete: its recorded events (those of a merge whose alias step never ran are
-      // not in the survivor's) go to the register first.
+      // not in the survivor's) go to the register first. Erased once: a repeat of the survivor's
+      // delete finds it deleted (above).
       if (state.events.size > cmd.eventsErased) return eventsToErase(state, cmd.eventsErased);
       return {
         ok: true,
-        // Erased once (a repeat of the survivor's delete erases nothing twice).
-        facts: state.deletedAtMs !== null ? noFacts : [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
+        facts: [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
         reply: { kind: 'erased', mergedFrom: [...state.mergedFrom], aliases: state.aliases.map((a) => a.alias) },
       };
     case 'customer.handover':
@@ -818,6 +848,9 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       state.attributes = isEmptyRecord(fact.attributes) ? sharedEmpty.attributes : fact.attributes;
       state.version = fact.version;
       state.updatedAtMs = fact.atMs;
+      return state;
+    case 'customer.deletion_begun':
+      state.deletingSinceMs = fact.atMs;
       return state;
     case 'customer.deleted':
       state.externalId = null;

@@ -257,3 +257,41 @@ t.test("a merge adds the merged customer's counters, items and rule limit counts
   t.same(other.d.ok && other.d.facts.map((f) => f.kind), ['alias.added'], 'nor under another alias');
   t.equal(other.state!.counters.ctr_l?.n, 3);
 });
+
+t.test('a delete begins under its If-Match, in one step; once begun, its repeat is not checked again', async (t) => {
+  const s = given([{ ...created, attributes: { email: 'x@y.z' } } as Fact]);
+  t.match(when(s, { kind: 'customer.delete_begin', expectedVersion: 2 }).d, { ok: false, code: 'stale_write', currentVersion: 1 }, 'another version: refused, nothing recorded');
+  const begun = when(s, { kind: 'customer.delete_begin', expectedVersion: 1 });
+  t.match(begun.d, { ok: true, facts: [{ kind: 'customer.deletion_begun', atMs: 1000 }], reply: { kind: 'deletion_begun', mergedFrom: [] } });
+  t.equal(begun.state?.version, 1, 'the version stays');
+  t.equal(begun.state?.deletedAtMs, null, 'nothing erased yet');
+  const patched = when(begun.state, { kind: 'customer.update', attributes: { level: 2 }, expectedVersion: null });
+  t.equal(patched.state?.version, 2);
+  t.match(when(patched.state, { kind: 'customer.delete_begin', expectedVersion: 1 }).d, { ok: true, facts: [], reply: { kind: 'deletion_begun' } }, 'a repeat with the first If-Match finishes it');
+  const { decodeSnapshot, encodeSnapshot } = await import('../../src/actors/codec.js');
+  t.equal(decodeSnapshot(encodeSnapshot(patched.state!)).deletingSinceMs, 1000, 'the mark is kept in a snapshot');
+  t.notOk('deletingSinceMs' in decodeSnapshot(encodeSnapshot(given([created])!)), 'and absent where no delete began');
+});
+
+t.test("the delete's answer names what the customer held: its aliases (to release) and the customers merged into it", async (t) => {
+  const s = given([
+    created,
+    { kind: 'alias.added', alias: 'u1-device', aliasKind: 'anonymous', mergedFrom: null, atMs: 2 },
+    { kind: 'alias.added', alias: 'u9', aliasKind: 'anonymous', mergedFrom: 'cust_M', atMs: 3 },
+  ]);
+  t.match(when(s, { kind: 'customer.delete', eventsErased: 0 }).d, {
+    ok: true,
+    facts: [{ kind: 'customer.deleted' }],
+    reply: { kind: 'deleted', mergedFrom: ['cust_M'], aliases: ['u1-device', 'u9'] },
+  });
+});
+
+t.test('an erased merged customer still answers its survivor (a repeated delete, the export), and nobody else', async (t) => {
+  const merged = evolve(when(given([{ ...created, attributes: { email: 'x@y.z' } } as Fact]), ev('e1', 7)).state, { kind: 'customer.merged', into: 'cust_S', atMs: 2 });
+  const erased = when(merged, { kind: 'customer.erase_merged', survivorId: 'cust_S', eventsErased: 1 }).state;
+  t.ok(erased?.deletedAtMs);
+  t.match(when(erased, { kind: 'customer.erase_merged', survivorId: 'cust_S', eventsErased: 0 }).d, { ok: true, facts: [], reply: { kind: 'erased', aliases: [] } }, 'erased once');
+  t.match(when(erased, { kind: 'customer.merged_from', survivorId: 'cust_S' }).d, { ok: true, facts: [], reply: { kind: 'merged_from', attributes: {}, aliases: [] } });
+  t.match(when(erased, { kind: 'customer.merged_from', survivorId: 'cust_X' }).d, { ok: false, code: 'resource_not_found' }, 'another survivor');
+  t.match(when(erased, ev('e2', 1)).d, { ok: false, code: 'resource_not_found' }, 'anything else');
+});

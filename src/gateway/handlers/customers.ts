@@ -335,10 +335,13 @@ async function unfinishedMerge(
 }
 
 /**
- * Alias additions (merges) of one environment run one after the other, cluster-wide. Two merges
- * racing in opposite directions (A takes B's external id while B takes A's) would otherwise both
- * pass their claims and leave A merged into B and B into A, both unreachable; serialized, the
- * second resolves its survivor after the first merged it, and its claim is a no-op. Two layers:
+ * Alias additions (merges) and deletes of one environment run one after the other, cluster-wide.
+ * Two merges racing in opposite directions (A takes B's external id while B takes A's) would
+ * otherwise both pass their claims and leave A merged into B and B into A, both unreachable;
+ * serialized, the second resolves its survivor after the first merged it, and its claim is a
+ * no-op. A delete running beside a merge into its customer would miss the merged customer (never
+ * erased, its external id bound to a tombstone); serialized, the merge comes before the delete
+ * and is erased with it, or after it and finds the customer gone. Two layers:
  * this node's queue (so its own merges wait in memory, not by polling Redis), then the
  * environment's merge lock (deps.mergeLock), held across resolve + claim + alias.add, extended
  * every ttl/3 while the merge runs (withLock; a partition moving mid-merge no longer outlasts it)
@@ -347,7 +350,9 @@ async function unfinishedMerge(
  * ttl: Redis unreachable, the node stalled) stops before that step with a 429, and its repeat
  * finishes it. Still not excluded, the lock being unfenced: a node frozen for longer than the ttl
  * exactly between a check and the step it then runs, or cut off from Redis for a ttl while that
- * step is in flight, overlaps the next merge (limits.mergeLockTtlMs).
+ * step is in flight, overlaps the next merge (limits.mergeLockTtlMs). A merge overlapping a delete
+ * that way still leaves nothing behind: the delete erases a customer merged into its customer
+ * after it began, and a merge whose survivor is gone at alias.add erases what its claim merged.
  */
 const mergeQueues = new Map<string, Promise<unknown>>();
 
@@ -363,17 +368,35 @@ function mergesOf<T>(environmentId: string, run: () => Promise<T>): Promise<T> {
 }
 
 /**
- * Runs a merge under the environment's cluster-wide lock; 429 rate_limited with Retry-After when it
- * stays taken, and when the merge lost it midway (LockLostError from its hold.assertHeld(): the
- * error table has no 503 for this, and a 429 is not stored under an Idempotency-Key, so the repeat
- * runs and finishes the merge).
+ * Claims `alias` for `customerId` at the key's partition (key.claim). A key still bound to a
+ * customer deleted on another partition (a delete stopped before releasing it) answers
+ * alias_conflict there, its partition not knowing the customer is gone: a read by the key
+ * releases such a binding (Engine.execute), and the claim runs again.
+ */
+async function claimKey(deps: CustomerDeps, env: string, alias: string, customerId: string): Promise<ReplyView> {
+  const claim = () => call(deps, env, { by: 'key', key: alias }, { kind: 'key.claim', customerId });
+  try {
+    return await claim();
+  } catch (err) {
+    if (!(err instanceof ApiError && err.code === 'alias_conflict')) throw err;
+    const owner = await deps.engine.execute({ env, target: { by: 'key', key: alias }, command: { kind: 'customer.resolve' }, nowMs: await deps.now(env) });
+    if (owner.ok === false && owner.code === 'resource_not_found') return claim();
+    throw err;
+  }
+}
+
+/**
+ * Runs a merge (or a delete) under the environment's cluster-wide lock; 429 rate_limited with
+ * Retry-After when it stays taken, and when the merge lost it midway (LockLostError from its
+ * hold.assertHeld(): the error table has no 503 for this, and a 429 is not stored under an
+ * Idempotency-Key, so the repeat runs and finishes the merge).
  */
 async function underMergeLock<T>(deps: CustomerDeps, environmentId: string, run: (hold: LockHold) => Promise<T>): Promise<T> {
   try {
     return await withLock(deps.mergeLock.locks, `merge:${environmentId}`, deps.mergeLock, run);
   } catch (err) {
     if (err instanceof LockBusyError) {
-      throw new ApiError('rate_limited', { message: 'Another merge of this environment is running; retry.', retryAfterSeconds: 1 });
+      throw new ApiError('rate_limited', { message: 'Another merge or delete of this environment is running; retry.', retryAfterSeconds: 1 });
     }
     if (err instanceof LockLostError) throw new ApiError('rate_limited', { message: 'The merge lost its lock; retry.', retryAfterSeconds: 1 });
     throw err;
@@ -390,30 +413,45 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
    */
   const addAlias = async (ctx: RequestContext<z.infer<typeof aliasBody>>, hold: LockHold) => {
     const env = environmentIdOf(ctx.principal);
+    const alias = ctx.body.alias;
     // Resolve the survivor first (the id may itself have been merged away).
     const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
-    const held = survivor.aliases.some((a) => a.alias === ctx.body.alias);
+    const held = survivor.aliases.some((a) => a.alias === alias);
+    // A customer whose delete began and stopped (a 429, a crash) takes no new alias, so nothing is
+    // merged into it that its repeated delete would not know of; the repeat finishes the delete.
+    if (!held && survivor.deleting) {
+      throw new ApiError('invalid_state', { message: 'The customer is being deleted; repeat the delete to finish it.', param: 'id' });
+    }
     hold.assertHeld();
-    const claim = await call(deps, env, { by: 'key', key: ctx.body.alias }, { kind: 'key.claim', customerId: survivor.id });
+    const claim = await claimKey(deps, env, alias, survivor.id);
     if (claim.kind !== 'claimed') throw new ApiError('internal_error');
     const { kind: _, ...claimed } = claim;
     // A claim that merges nobody while the survivor lacks the alias may be the repeat of a merge
     // whose alias addition never ran (a crash after its claim): that merged customer hands over again.
-    const { mergedFrom, ...handover } =
-      claimed.mergedFrom === null && !survivor.aliases.some((a) => a.alias === ctx.body.alias)
-        ? await unfinishedMerge(deps, env, survivor.id, ctx.body.alias, hold)
-        : claimed;
+    const { mergedFrom, ...handover } = claimed.mergedFrom === null && !held ? await unfinishedMerge(deps, env, survivor.id, alias, hold) : claimed;
     // A ledger taken over re-places the survivor in its tier programs.
     const tiers = handover.ledger !== undefined ? { tierPrograms: (await deps.tiers.all(env)).map(tierProgramOf) } : {};
     hold.assertHeld();
-    const added = await call(deps, env, { by: 'id', id: survivor.id }, {
-      kind: 'alias.add',
-      alias: ctx.body.alias,
-      aliasKind: ctx.body.kind,
-      mergedFrom,
-      ...handover,
-      ...tiers,
-    });
+    let added: ReplyView;
+    try {
+      added = await call(deps, env, { by: 'id', id: survivor.id }, {
+        kind: 'alias.add',
+        alias,
+        aliasKind: ctx.body.kind,
+        mergedFrom,
+        ...handover,
+        ...tiers,
+      });
+    } catch (err) {
+      // The survivor was deleted after it was resolved (only when this merge overlapped its delete:
+      // a lost merge lock): what the claim merged into it is erased with it, and the key released.
+      if (err instanceof ApiError && err.code === 'resource_not_found') {
+        const erased = mergedFrom === null ? [] : await eraseMerged(deps, env, survivor.id, [mergedFrom]);
+        await releaseAliases(deps, env, survivor.id, [alias]);
+        await deps.forgetIdempotentAnswers?.(env, erased);
+      }
+      throw err;
+    }
     if (added.kind !== 'alias') throw new ApiError('internal_error');
     const merged = claim.mergedFrom ?? added.mergedFrom;
     return {
@@ -421,6 +459,37 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       status: held && merged === null ? 200 : 201,
       body: { alias: aliasWire(added.alias, survivor.id), merged_from: merged },
     };
+  };
+
+  /**
+   * Deletes a customer (DELETE /customers/{id}) under the environment's merge lock, so no merge
+   * into it runs meanwhile. Steps: customer.delete_begin checks If-Match and marks the delete
+   * begun, in one step of the actor, before anything is erased (a 409 erased nothing); the
+   * customers merged into it are erased (first, so that a delete stopped midway, repeated, finds
+   * the survivor and finishes them; a delete begun is not checked against If-Match again); then
+   * the customer itself, whose answer names what it held then: its aliases are released, and a
+   * customer merged into it after the delete began is erased too.
+   */
+  const deleteCustomer = async (ctx: RequestContext, expected: number | undefined) => {
+    const env = environmentIdOf(ctx.principal);
+    const before = await view(deps, env, idTarget(ctx.params.id ?? ''));
+    const target: Target = { by: 'id', id: before.id };
+    const begun = await call(deps, env, target, { kind: 'customer.delete_begin', expectedVersion: expected });
+    if (begun.kind !== 'deletion_begun') throw new ApiError('internal_error');
+    // Customers merged into this one hold personal data too (their external id, attributes,
+    // event properties): erased with it, and those merged into them in turn.
+    const merged = await eraseMerged(deps, env, before.id, begun.mergedFrom);
+    const deleted = await eraseRecordedEvents(deps, env, target, (eventsErased) => ({ kind: 'customer.delete', eventsErased }));
+    if (deleted.kind !== 'deleted') throw new ApiError('internal_error');
+    const late = deleted.mergedFrom.filter((id) => !begun.mergedFrom.includes(id));
+    if (late.length > 0) merged.push(...(await eraseMerged(deps, env, before.id, late)));
+    await releaseAliases(deps, env, before.id, deleted.aliases);
+    // Stored answers of creating POSTs (customer, aliases, tokens, ledger entries) can hold the
+    // erased data; a repeat of such a request now runs again instead of replaying them.
+    await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
+    // The 204 comes once this node's projector caught up: the erasure of customers on its
+    // partitions is in the read tables (another node's partitions follow within a cycle).
+    await deps.drainProjector();
   };
 
   return [
@@ -533,34 +602,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
-        const target = idTarget(ctx.params.id ?? '');
-        const before = await view(deps, env, target);
-        // If-Match is checked before anything is erased (the customers merged into this one go
-        // first), and again by the delete itself.
         const expected = expectedVersion(ctx.headers);
-        if (expected !== undefined && expected !== before.version) {
-          throw new ApiError('stale_write', {
-            message: `The customer is at version ${before.version}.`,
-            details: { current_version: before.version },
-          });
-        }
-        // Customers merged into this one hold personal data too (their external id, attributes,
-        // event properties): erased with it, and those merged into them in turn. First, so that a
-        // delete interrupted by a crash, repeated, finds the survivor and finishes them.
-        const merged = await eraseMerged(deps, env, before.id, before.mergedFrom);
-        await eraseRecordedEvents(deps, env, target, (eventsErased) => ({ kind: 'customer.delete', eventsErased, expectedVersion: expected }));
-        await releaseAliases(
-          deps,
-          env,
-          before.id,
-          before.aliases.map((a) => a.alias),
-        );
-        // Stored answers of creating POSTs (customer, aliases, tokens, ledger entries) can hold the
-        // erased data; a repeat of such a request now runs again instead of replaying them.
-        await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
-        // The 204 comes once this node's projector caught up: the erasure of customers on its
-        // partitions is in the read tables (another node's partitions follow within a cycle).
-        await deps.drainProjector();
+        await mergesOf(env, () => underMergeLock(deps, env, () => deleteCustomer(ctx, expected)));
         return { status: 204 };
       },
     }),
