@@ -405,7 +405,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         pool,
         campaignExists: (env, id) => campaigns.exists(env, id),
         subject: (env, ref, ruleId, event) => simulationSubject({ engine, now, counters, segments, tiers }, env, ref, ruleId, event),
-        campaigns: { gates: (env) => campaigns.gates(env), nowMs: now },
+        campaigns: { gates: (env) => campaigns.gates(env), nowMs: now, budgetLeft: (env, keys) => budgets.remaining(env, keys) },
         sharedLimits,
         references: {
           currencies: (env) => currencies.all(env),

@@ -5,6 +5,7 @@
 // the reply the unused part of the grant comes back to the node's allowance. Chunks go back to
 // PostgreSQL when a campaign changes and at shutdown. A crash loses the node's chunks and the
 // grants in flight (reserved stays above spent: the budget is under-used, never exceeded).
+// `remaining` reads what an event could be granted (simulate) and leases nothing.
 import { type BudgetGrant, wantAll } from '../domain/campaigns.js';
 import type { Sql } from '../persistence/sql/db.js';
 
@@ -170,6 +171,24 @@ export class BudgetAllowances {
         update campaign_budgets set reserved = greatest(0, reserved - ${h.local})
         where environment_id = ${h.environmentId} and campaign_id = ${h.campaignId} and currency = ${h.currency}`;
     }
+  }
+
+  /**
+   * What an event on this node could be granted now per budget key, leasing nothing (simulate):
+   * the node's chunks plus what PostgreSQL has not reserved. Other nodes' chunks are not counted
+   * (this node's events cannot use them), nor grants in flight; a key without a budget row is 0.
+   */
+  async remaining(environmentId: string, keys: readonly string[]): Promise<BudgetGrant> {
+    const out: BudgetGrant = {};
+    if (keys.length === 0) return out;
+    const campaignIds = keys.map((k) => k.slice(0, k.indexOf('|')));
+    const rows = await this.sql`
+      select campaign_id, currency, greatest(amount - reserved, 0)::float8 as free from campaign_budgets
+      where environment_id = ${environmentId} and campaign_id = any(${[...new Set(campaignIds)]}::text[])`;
+    const free = new Map<string, number>();
+    for (const r of rows) free.set(`${r.campaign_id as string}|${r.currency as string}`, r.free as number);
+    for (const k of keys) out[k] = this.holds(environmentId, k) + (free.get(k) ?? 0);
+    return out;
   }
 
   /** What the node holds for a budget key (tests, metrics). */

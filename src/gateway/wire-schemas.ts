@@ -323,7 +323,7 @@ export const ruleSimulationSchema = z.object({
     ]),
     steps: z.array(
       z.object({
-        check: allOf<TraceCheck>()(['trigger', 'campaign', 'trust', 'counter', 'limit', 'segment', 'condition', 'group', 'amount']),
+        check: allOf<TraceCheck>()(['trigger', 'campaign', 'trust', 'counter', 'limit', 'segment', 'condition', 'group', 'amount', 'budget']),
         at: z.string(),
         path: z.string().nullable(),
         op: z.string().nullable(),
@@ -342,7 +342,7 @@ export const ruleSimulationSchema = z.object({
       }),
     )
       .describe(
-        'Every check in evaluation order. limit: expected the max, actual the count (shared: the taken count in the store); a scope path without a string, number or boolean value is named in path, found false, no scope_key (limit_scope_missing).',
+        'Every check in evaluation order. limit: expected the max, actual the count (shared: the taken count in the store); a scope path without a string, number or boolean value is named in path, found false, no scope_key (limit_scope_missing). budget (after the other checks pass, one per award in a currency its campaign caps): expected the amount, actual what an event could still be granted after the awards before it; read, not leased, so another event or another rule of the same event may take it first.',
       ),
   }),
 });

@@ -1,6 +1,6 @@
 // Campaigns end to end: routes and their errors, the status machine, rules joining through
-// campaign_id, gating by status, schedule and audience, and the budget cap (never exceeded); a firing
-// the budget cannot cover counts against no limit.
+// campaign_id, gating by status, schedule and audience, and the budget cap (never exceeded); simulate
+// meets the budget as an event does, and a firing the budget cannot cover counts against no limit.
 import t from 'tap';
 import { idem, signUp, startForTest } from '../helpers/service.js';
 
@@ -333,4 +333,53 @@ t.test('a firing the budget cannot cover counts against no limit: per customer, 
   await new Promise((r) => setTimeout(r, 300));
   t.match((await hit('z2', { code: 'A' }, 'cz.hit')).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 10 }], 'code A is still free for the next customer');
   t.match((await hit('z3', { code: 'A' }, 'cz.hit')).body.effects, [{ type: 'rule.skipped', reason: 'limit_reached' }]);
+});
+
+t.test('simulate meets the budget as the event does: a budget step per capped award, what does not fit leaves the plan', async (t) => {
+  const { anon } = await startForTest(t);
+  const { server: api } = await signUp(anon);
+  await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  await api.post('/v1/currencies', { key: 'gems', name: 'Gems' }, idem());
+  const c = await api.post('/v1/campaigns', { name: 'Small', budgets: [{ currency: 'coins', amount: 150 }] }, idem());
+  await api.post(`/v1/campaigns/${c.body.id}/activate`, {});
+  const publish = async (name: string, actions: unknown[]) => {
+    const definition = { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'promo.hit' }, actions };
+    const rule = await api.post('/v1/rules', { name, definition, campaign_id: c.body.id }, idem());
+    t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+    return rule.body.id as string;
+  };
+  const award = await publish('award 100', [{ type: 'points.award', currency: 'coins', amount: 100 }]);
+  let n = 0;
+  const hit = (who: string) => api.post('/v1/events', { id: `sb-${++n}`, name: 'promo.hit', customer_id: who, occurred_at: now(), mode: 'sync' });
+  const simulate = async (ruleId: string, who: string) =>
+    (await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'promo.hit', properties: {} }, customer_id: who })).body;
+
+  // 150 left: the award of 100 fits, in simulate and in the event.
+  const fits = await simulate(award, 'p1');
+  t.same(fits.plan, [{ type: 'points.award', currency: 'coins', amount: 100 }]);
+  t.match(fits.trace.steps.at(-1), { check: 'budget', at: 'actions[0]', op: 'gte', expected: 100, actual: 150, found: true, pass: true });
+  t.match((await hit('p1')).body.effects, [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 100 }]);
+
+  // 50 left: simulate plans nothing and says why, as the event then reports it.
+  const short = await simulate(award, 'p1');
+  t.same(short.plan, []);
+  t.match(short.trace.outcome, { fired: false, reason: 'budget_exhausted', param: 'actions[0]', detail: /cannot cover the rule's awards \(100 coins\)/ });
+  t.match(short.trace.steps.at(-1), { check: 'budget', expected: 100, actual: 50, pass: false });
+  t.match((await hit('p1')).body.effects, [{ type: 'rule.skipped', reason: 'budget_exhausted' }], 'the event agrees');
+  // Simulating awarded nothing: spent is what the first event awarded.
+  t.equal((await api.get(`/v1/campaigns/${c.body.id}`)).body.budgets[0].spent, 100);
+
+  // A rule with an uncapped award next to a capped one: the capped one that does not fit leaves
+  // the plan, the other stays (the event fires and skips that award).
+  const mixed = await publish('mixed', [
+    { type: 'points.award', currency: 'gems', amount: 5 },
+    { type: 'points.award', currency: 'coins', amount: 60 },
+  ]);
+  const partial = await simulate(mixed, 'p2');
+  t.match(partial.trace.outcome, { fired: true });
+  t.same(partial.plan, [{ type: 'points.award', currency: 'gems', amount: 5 }]);
+  t.same(
+    partial.trace.steps.filter((s: { check: string }) => s.check === 'budget').map((s: { at: string; pass: boolean }) => [s.at, s.pass]),
+    [['actions[1]', false]],
+  );
 });

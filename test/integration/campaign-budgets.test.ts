@@ -46,3 +46,23 @@ t.test('an exhausted budget grants 0 without asking again at once', async (t) =>
   t.same(again, { [key]: 0 });
   t.same(await node.grant('env_1', { 'cmp_none|coins': 5 }), { 'cmp_none|coins': 0 }, 'no budget row: nothing to lease');
 });
+
+t.test('remaining: what an event on this node could be granted, read without leasing', async (t) => {
+  for (const kind of ['postgres', 'pglite'] as const) {
+    const { sql } = await sqlForTest(t, kind);
+    await sql`insert into campaign_budgets (environment_id, campaign_id, currency, amount) values ('env_1', 'cmp_1', 'coins', 100), ('env_1', 'cmp_1', 'gems', 5)`;
+    const node = new BudgetAllowances(sql, { chunkDivisor: 4 });
+    const other = new BudgetAllowances(sql, { chunkDivisor: 4 });
+    const reserved = async () => (await sql`select reserved::float8 as r from campaign_budgets where currency = 'coins'`)[0]!.r as number;
+    t.same(await node.remaining('env_1', [key, 'cmp_1|gems', 'cmp_none|coins']), { [key]: 100, 'cmp_1|gems': 5, 'cmp_none|coins': 0 }, `${kind}: nothing leased yet`);
+    t.equal(await reserved(), 0, `${kind}: reading leases nothing`);
+    // Given this node holds the rest of a chunk and another node holds one, then this node counts
+    // its own chunk and what is unreserved, never the other node's.
+    t.same(await node.grant('env_1', { [key]: 10 }), { [key]: 10 });
+    t.same(await other.grant('env_1', { [key]: 10 }), { [key]: 10 });
+    const held = node.holds('env_1', key);
+    t.same(await node.remaining('env_1', [key]), { [key]: held + (100 - (await reserved())) }, `${kind}: held ${held} + unreserved`);
+    t.equal((await node.remaining('env_1', [key]))[key], 100 - 10 - 10 - other.holds('env_1', key), `${kind}: granted and the other node's chunk are not available here`);
+    t.same(await node.remaining('env_1', []), {});
+  }
+});

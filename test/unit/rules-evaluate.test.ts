@@ -1,12 +1,13 @@
 // Rule evaluation: every op (type mismatches are false, never a throw), all/any/not nesting, each
 // skip reason and the order in which they are checked, limits and scope keys, amount_from, and
 // the simulate trace (every check with expected and actual values, in evaluation order); a scope
-// value missing (limit_scope_missing) and long values hashed in per-customer keys.
+// value missing (limit_scope_missing), long values hashed in per-customer keys, and simulate's
+// budget step.
 import t from 'tap';
 import { compileRule, type RuleMeta, type RulePlan, validateAndCompile } from '../../src/domain/rules/compile.js';
 import { boundLimitKey, type EvalInput, evaluatePlan, hashedScopePart, type RuleOutcome, scopeKey, traceRule } from '../../src/domain/rules/evaluate.js';
 import { validateRule } from '../../src/domain/rules/schema.js';
-import { simulateRule } from '../../src/domain/rules/simulate.js';
+import { budgetKeysOf, simulateRule } from '../../src/domain/rules/simulate.js';
 
 const meta: RuleMeta = { ruleId: 'rule_1', versionNumber: 1, priority: 0 };
 
@@ -535,4 +536,68 @@ t.test('long scope values: hashed in per-customer keys (bounded size), kept in s
   }
   const twoLong = `rule_1|l|customer|s:${'a'.repeat(70)}|s:${'b'.repeat(70)}`;
   t.equal(boundLimitKey(twoLong), `rule_1|l|customer|${hashedScopePart('a'.repeat(70))}|${hashedScopePart('b'.repeat(70))}`);
+});
+
+t.test('simulateRule with a campaign budget: a budget step per capped award; what does not fit leaves the plan', async (t) => {
+  const snapshot = {
+    event: { name: 'order.completed', properties: {}, trust: 'merchant_asserted' },
+    customer: { attributes: {}, counters: {}, readyCounters: [], segments: [], tiers: {}, externalId: 'u1' },
+    limitCounts: [] as { limitId: string; scopeKey: string; count: number }[],
+  };
+  const gate = { id: 'cmp_1', status: 'active' as const, startsAtMs: null, endsAtMs: null, audienceSegment: null, capped: ['coins'] };
+  const rule = plan({
+    actions: [
+      { type: 'points.award', currency: 'coins', amount: 30 },
+      { type: 'points.award', currency: 'gems', amount: 5 },
+      { type: 'points.award', currency: 'coins', amount: 30 },
+    ],
+  });
+  t.same(budgetKeysOf(rule, gate), ['cmp_1|coins']);
+  t.same(budgetKeysOf(rule, { ...gate, capped: [] }), []);
+  t.same(budgetKeysOf(rule, undefined), []);
+  const run = (left: number, p = rule) => simulateRule(p, snapshot, { id: 'cmp_1', gate, nowMs: 1000, budgetLeft: { 'cmp_1|coins': left } });
+
+  // Given 50 left, when two awards of 30 are simulated, then the first fits and the second does not.
+  const partial = run(50);
+  t.same(partial.plan, [
+    { type: 'points.award', currency: 'coins', amount: 30 },
+    { type: 'points.award', currency: 'gems', amount: 5 },
+  ]);
+  t.match(partial.trace.outcome, { fired: true });
+  t.same(
+    partial.trace.steps.filter((s) => s.check === 'budget'),
+    [
+      { check: 'budget', at: 'actions[0]', path: null, op: 'gte', expected: 30, actual: 50, found: true, pass: true },
+      { check: 'budget', at: 'actions[2]', path: null, op: 'gte', expected: 30, actual: 20, found: true, pass: false },
+    ],
+  );
+  t.same(run(60).plan.length, 3, 'enough for both');
+
+  // Given every action is a capped award that does not fit, then the outcome is budget_exhausted, as the engine reports it.
+  const only = plan({ actions: [{ type: 'points.award', currency: 'coins', amount: 100 }] });
+  const none = run(50, only);
+  t.same(none.plan, []);
+  t.same(none.trace.outcome, {
+    fired: false,
+    reason: 'budget_exhausted',
+    detail: "The budget of campaign 'cmp_1' cannot cover the rule's awards (100 coins): nothing was applied, and the firing is not counted against the rule's limits.",
+    param: 'actions[0]',
+  });
+  t.match(none.trace.steps.at(-1), { check: 'budget', expected: 100, actual: 50, pass: false });
+  t.match(run(100, only), { plan: [{ amount: 100 }], trace: { outcome: { fired: true } } });
+
+  // Nothing to check: a rule that does not fire, a campaign not running, or no budget read.
+  const notFired = simulateRule(only, { ...snapshot, event: { ...snapshot.event, name: 'x.y' } }, { id: 'cmp_1', gate, nowMs: 1000, budgetLeft: { 'cmp_1|coins': 0 } });
+  t.match(notFired.trace.outcome, { reason: 'trigger_mismatch' });
+  t.equal(notFired.trace.steps.filter((s) => s.check === 'budget').length, 0);
+  const paused = simulateRule(only, snapshot, { id: 'cmp_1', gate: { ...gate, status: 'paused' }, nowMs: 1000, budgetLeft: { 'cmp_1|coins': 0 } });
+  t.match(paused.trace.outcome, { reason: 'campaign_inactive' });
+  const unread = simulateRule(only, snapshot, { id: 'cmp_1', gate, nowMs: 1000 });
+  t.match(unread, { plan: [{ amount: 100 }], trace: { outcome: { fired: true } } });
+  t.equal(unread.trace.steps.filter((s) => s.check === 'budget').length, 0);
+  // amount_from: the resolved amount meets the budget.
+  const from = plan({ actions: [{ type: 'points.award', currency: 'coins', amount_from: 'event.properties.total' }] });
+  t.same(budgetKeysOf(from, gate), ['cmp_1|coins']);
+  const big = simulateRule(from, { ...snapshot, event: { ...snapshot.event, properties: { total: 70 } } }, { id: 'cmp_1', gate, nowMs: 1000, budgetLeft: { 'cmp_1|coins': 69 } });
+  t.match(big.trace.outcome, { reason: 'budget_exhausted' });
 });

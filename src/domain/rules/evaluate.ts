@@ -409,7 +409,7 @@ export function evaluatePlan(plan: RulePlan, input: EvalInput): RuleOutcome {
   return { fired: true, actions, limitKeys };
 }
 
-export type TraceCheck = 'trigger' | 'campaign' | 'trust' | 'counter' | 'limit' | 'segment' | 'condition' | 'group' | 'amount';
+export type TraceCheck = 'trigger' | 'campaign' | 'trust' | 'counter' | 'limit' | 'segment' | 'condition' | 'group' | 'amount' | 'budget';
 
 /** One check of a trace. JSON-safe: an absent actual value is null with found: false. */
 export interface TraceStep {

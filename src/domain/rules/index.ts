@@ -65,5 +65,5 @@ export {
   ruleV2Schema,
   validateRule,
 } from './schema.js';
-export { type SimulationInput, type SimulationResult, sharedScopeKeys, simulateRule, toEvalInput } from './simulate.js';
+export { budgetKeysOf, type SimulationInput, type SimulationResult, sharedScopeKeys, simulateRule, toEvalInput } from './simulate.js';
 export { type TrustLevel, trustLevels, trustRank } from './trust.js';

@@ -2,10 +2,21 @@
 // the customer, changing nothing. The input is plain data (sets as arrays, limit counts as rows)
 // so it can cross a worker-thread boundary; simulateRule builds the lookups and calls traceRule.
 // A shared limit (scope without a customer path) shows the store's taken count, reserving
-// nothing, and passes while taken < max.
-import { type CampaignGate, campaignInactiveReason } from '../campaigns.js';
+// nothing, and passes while taken < max. A campaign's capped awards meet the budget left (read,
+// not leased): one that does not fit is left out of the plan, as the engine skips it.
+import { type BudgetGrant, budgetKey, type CampaignGate, campaignInactiveReason } from '../campaigns.js';
 import { type ResolvedAction, type RulePlan, withAudienceSegment } from './compile.js';
-import { type EvalInput, isSharedScope, limitKey, type RuleTrace, type SharedLimitAnswer, scopeKey, type TraceStep, traceRule } from './evaluate.js';
+import {
+  budgetExhaustedDetail,
+  type EvalInput,
+  isSharedScope,
+  limitKey,
+  type RuleTrace,
+  type SharedLimitAnswer,
+  scopeKey,
+  type TraceStep,
+  traceRule,
+} from './evaluate.js';
 
 export interface SimulationInput {
   event: { name: string; properties: Record<string, unknown>; trust: string };
@@ -92,6 +103,62 @@ export interface SimulatedCampaign {
   id: string;
   gate: CampaignGate | undefined;
   nowMs: number;
+  /**
+   * What an event could still be granted per budget key of the plan's capped awards (budgetKeysOf),
+   * read without leasing; absent: budgets are not simulated.
+   */
+  budgetLeft?: Readonly<BudgetGrant>;
+}
+
+/** The budget keys (campaign, currency) of the plan's awards in currencies its campaign caps. */
+export function budgetKeysOf(plan: RulePlan, gate: CampaignGate | undefined): string[] {
+  if (gate === undefined || gate.capped.length === 0) return [];
+  const keys = new Set<string>();
+  for (const a of plan.actions) {
+    if ((a.type === 'points.award' || a.type === 'points.award_from') && gate.capped.includes(a.currency)) keys.add(budgetKey(gate.id, a.currency));
+  }
+  return [...keys];
+}
+
+/**
+ * The budget step of a firing in a campaign that caps a currency: one `budget` step per capped
+ * award, in action order (expected: the amount; actual: what is left after the awards before it),
+ * as the engine consumes the event's grant. An award that does not fit leaves the plan; when none
+ * of the actions is left, the outcome is budget_exhausted (the engine reports rule.skipped and does
+ * not count the firing). The budget left is read, not leased: another event may take it first, and
+ * another rule of the same event draws on the same grant.
+ */
+function withBudget(result: SimulationResult, gate: CampaignGate, budgetLeft: Readonly<BudgetGrant>): SimulationResult {
+  const outcome = result.trace.outcome;
+  if (!outcome.fired || gate.capped.length === 0) return result;
+  const left: BudgetGrant = { ...budgetLeft };
+  const plan: ResolvedAction[] = [];
+  const short: { currency: string; amount: number }[] = [];
+  const steps = [...result.trace.steps];
+  let firstShort: string | null = null;
+  outcome.actions.forEach((a, i) => {
+    if (a.type !== 'points.award' || !gate.capped.includes(a.currency)) {
+      plan.push(a);
+      return;
+    }
+    const k = budgetKey(gate.id, a.currency);
+    const have = left[k] ?? 0;
+    const fits = have >= a.amount;
+    steps.push({ check: 'budget', at: `actions[${i}]`, path: null, op: 'gte', expected: a.amount, actual: have, found: true, pass: fits });
+    if (fits) {
+      left[k] = have - a.amount;
+      plan.push(a);
+    } else {
+      short.push({ currency: a.currency, amount: a.amount });
+      firstShort ??= `actions[${i}]`;
+    }
+  });
+  if (plan.length > 0 || short.length === 0) return { simulated: true, plan, trace: { outcome, steps } };
+  return {
+    simulated: true,
+    plan,
+    trace: { outcome: { fired: false, reason: 'budget_exhausted', detail: budgetExhaustedDetail(gate.id, short), param: firstShort }, steps },
+  };
 }
 
 export function simulateRule(plan: RulePlan, input: SimulationInput | EvalInput, campaign?: SimulatedCampaign): SimulationResult {
@@ -124,5 +191,6 @@ export function simulateRule(plan: RulePlan, input: SimulationInput | EvalInput,
     inactive !== null && traced.steps[0]!.pass
       ? { outcome: { fired: false, reason: 'campaign_inactive', detail: inactive, param: 'campaign_id' }, steps }
       : { outcome: traced.outcome, steps };
-  return { simulated: true, plan: trace.outcome.fired ? [...trace.outcome.actions] : [], trace };
+  const result: SimulationResult = { simulated: true, plan: trace.outcome.fired ? [...trace.outcome.actions] : [], trace };
+  return campaign.gate === undefined || campaign.budgetLeft === undefined ? result : withBudget(result, campaign.gate, campaign.budgetLeft);
 }

@@ -9,11 +9,11 @@ import { z } from 'zod';
 import { definitionReferenceProblems, type ReferenceSources } from '../../catalog/rule-references.js';
 import type { ReferenceCheck, Rule, RuleCatalog, RuleVersion } from '../../catalog/rules.js';
 import { ruleStatuses } from '../../catalog/rules.js';
-import type { CampaignGate } from '../../domain/campaigns.js';
+import type { BudgetGrant, CampaignGate } from '../../domain/campaigns.js';
 import type { ResolvedAction, RuleCompilation, RuleMeta, RulePlan } from '../../domain/rules/compile.js';
 import type { RuleTrace } from '../../domain/rules/evaluate.js';
 import { type RuleProblem, validateRule } from '../../domain/rules/schema.js';
-import { sharedScopeKeys, simulateRule } from '../../domain/rules/simulate.js';
+import { budgetKeysOf, type SimulatedCampaign, sharedScopeKeys, simulateRule } from '../../domain/rules/simulate.js';
 import type { SharedLimits } from '../../persistence/ports.js';
 import { trustLevels } from '../../domain/rules/trust.js';
 import { ApiError } from '../../errors/api-error.js';
@@ -41,6 +41,8 @@ export interface RulesDeps {
   campaigns?: {
     gates(environmentId: string): Promise<Readonly<Record<string, CampaignGate>>>;
     nowMs(environmentId: string): number | Promise<number>;
+    /** What an event could still be granted per budget key, leasing nothing; absent: budgets are not simulated. */
+    budgetLeft?(environmentId: string, keys: readonly string[]): Promise<BudgetGrant>;
   };
   /** Shared limits' taken counts (simulate reads them, reserving nothing); absent: counted as 0. */
   sharedLimits?: Pick<SharedLimits, 'counts'>;
@@ -363,10 +365,15 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
         const c = await compiled;
         if (!c.ok) throw ruleInvalid(c.problems);
         const campaignId = rule.campaignId;
-        const campaign =
+        const campaign: SimulatedCampaign | undefined =
           campaignId === null || deps.campaigns === undefined
             ? undefined
             : { id: campaignId, gate: (await deps.campaigns.gates(env))[campaignId], nowMs: await deps.campaigns.nowMs(env) };
+        // The budget left for the awards in currencies the campaign caps (read, nothing leased).
+        const budgetKeys = campaign === undefined ? [] : budgetKeysOf(c.plan, campaign.gate);
+        if (campaign !== undefined && budgetKeys.length > 0 && deps.campaigns?.budgetLeft !== undefined) {
+          campaign.budgetLeft = await deps.campaigns.budgetLeft(env, budgetKeys);
+        }
         const event = { name: ctx.body.event.name, properties: ctx.body.event.properties, trust: ctx.body.event.trust };
         // Limits shared by every customer: their taken counts now (nothing is reserved).
         const keys = deps.sharedLimits === undefined ? [] : sharedScopeKeys(c.plan, event);
