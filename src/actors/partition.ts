@@ -537,6 +537,9 @@ export class Partition {
       resolve({ ok: false, code: 'rate_limited', message: 'Too many commands for this customer.', retryAfterSeconds: 1 });
       return;
     }
+    // A key command is about the key's binding, whoever it names (a merged customer's alias stays
+    // bound to it): answered here, never redirected, so its answer does not depend on placement.
+    if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
     // A merged customer answers as its survivor, unless it was erased with it: then it is a
     // tombstone of its own (a key still bound to it is released, not sent to the survivor).
     if (
@@ -557,7 +560,6 @@ export class Partition {
       // After everything applied before it is durable: the id may be stored by the caller.
       return this.reply({ ok: true, reply: { kind: 'resolved', customerId: state.id, externalId: state.externalId } }, actor, resolve);
     }
-    if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
     const d = decide(state, cmd, this.ctx(call));
     if (!d.ok) {
       const r = refusal(d);

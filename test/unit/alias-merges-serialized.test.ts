@@ -43,7 +43,7 @@ function harness(opts: { locks?: Locks; waitMs?: number; ttlMs?: number; step?: 
       await (opts.step?.(call.command.kind) ?? sleep(5));
       switch (call.command.kind) {
         case 'customer.view':
-          return { ok: true, reply: { kind: 'customer', customer: { id: call.target.by === 'id' ? call.target.id : '', environmentId: call.env, aliases: [] } } } as unknown as CallResult;
+          return { ok: true, reply: { kind: 'customer', customer: { id: call.target.by === 'id' ? call.target.id : '', environmentId: call.env, aliases: [], mergedFrom: [] } } } as unknown as CallResult;
         case 'key.claim':
           return { ok: true, reply: { kind: 'claimed', mergedFrom: null } };
         default:

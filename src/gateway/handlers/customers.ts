@@ -182,7 +182,16 @@ async function view(deps: CustomerDeps, env: string, target: Target, param = 'id
   return reply.customer;
 }
 
-function stateWire(c: CustomerView, counterNames: ReadonlyArray<{ id: string; name: string }>, segments: string[]) {
+/**
+ * `aliases`: the customer's own and those of the customers merged into it (they route to it, as
+ * the export lists them).
+ */
+function stateWire(
+  c: CustomerView,
+  aliases: ReadonlyArray<{ alias: string; kind: string; createdAtMs: number }>,
+  counterNames: ReadonlyArray<{ id: string; name: string }>,
+  segments: string[],
+) {
   const counters: Record<string, number> = {};
   for (const d of counterNames) counters[d.name] = c.counters?.[d.id] ?? 0;
   return {
@@ -195,7 +204,7 @@ function stateWire(c: CustomerView, counterNames: ReadonlyArray<{ id: string; na
     issuances: c.issuances.map((i) => ({ id: i.id, reward_id: i.rewardId, status: i.status, expires_at: iso(i.expiresAtMs) })),
     // Beyond the spec's fields: items granted by rules (item.grant), sorted by item key.
     inventory: c.inventory,
-    aliases: c.aliases.map((a) => aliasWire(a, c.id)),
+    aliases: aliases.map((a) => aliasWire(a, c.id)),
   };
 }
 
@@ -233,7 +242,7 @@ function eraseMerged(deps: CustomerDeps, env: string, survivorId: string, merged
 /** What a merged customer still holds about the person: its aliases (they route to the survivor) and attributes. */
 interface MergedCustomer {
   id: string;
-  aliases: ReadonlyArray<{ alias: string; createdAtMs: number }>;
+  aliases: ReadonlyArray<{ alias: string; kind: string; createdAtMs: number }>;
   attributes: Record<string, unknown>;
 }
 
@@ -247,6 +256,15 @@ async function mergedInto(deps: CustomerDeps, env: string, survivorId: string, m
     return r.mergedFrom;
   });
   return ids.flatMap((id) => found.get(id) ?? []);
+}
+
+/**
+ * The aliases that reach `c` through merges: those the customers merged into it (and into those)
+ * added themselves and still hold, bound to them. The customer's own are in c.aliases.
+ */
+async function mergedAliases(deps: CustomerDeps, env: string, c: CustomerView): Promise<MergedCustomer['aliases']> {
+  if (c.mergedFrom.length === 0) return [];
+  return (await mergedInto(deps, env, c.id, c.mergedFrom)).flatMap((m) => m.aliases);
 }
 
 /**
@@ -416,11 +434,25 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     const alias = ctx.body.alias;
     // Resolve the survivor first (the id may itself have been merged away).
     const survivor = await view(deps, env, idTarget(ctx.params.id ?? ''));
+    const heldAs = (a: { alias: string; kind: string; createdAtMs: number }) => ({
+      status: 200,
+      body: { alias: aliasWire(a, survivor.id), merged_from: null },
+    });
+    // Its own external id routes here already: answered as an alias it holds (since it was
+    // created), and not recorded as one.
+    if (alias === survivor.externalId) return heldAs({ alias, kind: ctx.body.kind, createdAtMs: survivor.createdAtMs });
     const held = survivor.aliases.some((a) => a.alias === alias);
-    // A customer whose delete began and stopped (a 429, a crash) takes no new alias, so nothing is
-    // merged into it that its repeated delete would not know of; the repeat finishes the delete.
-    if (!held && survivor.deleting) {
-      throw new ApiError('invalid_state', { message: 'The customer is being deleted; repeat the delete to finish it.', param: 'id' });
+    if (!held) {
+      // An alias a customer merged into this one had added stays bound to that customer and routes
+      // here: this customer's too, answered as held (the same whichever partitions hold them).
+      const throughMerges = await mergedAliases(deps, env, survivor);
+      const reaching = throughMerges.find((a) => a.alias === alias);
+      if (reaching !== undefined) return heldAs(reaching);
+      // A customer whose delete began and stopped (a 429, a crash) takes no new alias, so nothing
+      // is merged into it that its repeated delete would not know of; the repeat finishes the delete.
+      if (survivor.deleting) {
+        throw new ApiError('invalid_state', { message: 'The customer is being deleted; repeat the delete to finish it.', param: 'id' });
+      }
     }
     hold.assertHeld();
     const claim = await claimKey(deps, env, alias, survivor.id);
@@ -620,7 +652,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const id = ctx.params.id ?? '';
         await checkSelf(deps, env, ctx.principal, id);
         const [v, names, defs] = await Promise.all([view(deps, env, idTarget(id)), deps.counterNames?.(env) ?? [], deps.segments?.(env) ?? []]);
-        return { status: 200, body: stateWire(v, names, segmentNames(defs, v.segmentIds, v.attributes)) };
+        const aliases = [...v.aliases, ...(await mergedAliases(deps, env, v))];
+        return { status: 200, body: stateWire(v, aliases, names, segmentNames(defs, v.segmentIds, v.attributes)) };
       },
     }),
     route({
