@@ -20,6 +20,17 @@ export const limits = {
   eventNameCharsMax: 128,
   externalIdCharsMax: 255,
   attributeKeysMax: 100,
+  /**
+   * A customer's attributes, serialized as JSON: as much as one event. The whole map lives in its
+   * actor, in every snapshot and journaled update, the state view and the export.
+   */
+  attributesBytesMax: 32 * 1024,
+  /**
+   * Aliases a customer holds, its own and those reaching it through merges (the state view lists
+   * them all). A merge may take it past the bound (the merged customer's come along); adding one
+   * more is refused then.
+   */
+  aliasesPerCustomerMax: 100,
   emailCharsMax: 254,
   nameCharsMax: 120,
   timezoneCharsMax: 64,

@@ -391,6 +391,7 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
   if (state === null) {
     // Only creation paths reach a customer that does not exist.
     if (cmd.kind === 'customer.create') {
+      if (attributesBytes(cmd.attributes) > limits.attributesBytesMax) return attributesTooLarge();
       const created = createdFact(cmd.externalId, cmd.attributes, ctx);
       const next = evolve(null, created);
       return { ok: true, facts: [created], reply: { kind: 'customer', customer: next } };
@@ -431,6 +432,10 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       if (Object.keys(attributes).length > limits.attributeKeysMax) {
         return fail('validation_failed', `A customer holds at most ${limits.attributeKeysMax} attributes.`, 'attributes');
       }
+      // A patch may not take the attributes past the bound; one that shrinks them may (a customer
+      // stored before the bound existed can still be trimmed a key at a time).
+      const bytes = attributesBytes(attributes);
+      if (bytes > limits.attributesBytesMax && bytes > attributesBytes(state.attributes)) return attributesTooLarge();
       const fact: Fact = {
         kind: 'customer.updated',
         attributes,
@@ -734,6 +739,22 @@ function changesNothing(base: Record<string, unknown>, patch: Record<string, unk
     } else if (!Object.hasOwn(base, k) || (base[k] !== v && canonicalJson(base[k]) !== canonicalJson(v))) return false;
   }
   return true;
+}
+
+/** The attributes serialized as JSON, in UTF-8 bytes (limits.attributesBytesMax). */
+export function attributesBytes(attributes: Record<string, unknown>): number {
+  const text = JSON.stringify(attributes);
+  let bytes = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    // One UTF-16 unit is 1 byte below U+0080, 2 below U+0800, else 3; a surrogate pair is 4.
+    if (c >= 0x80) bytes += c < 0x800 || (c >= 0xd800 && c <= 0xdfff) ? 1 : 2;
+  }
+  return bytes;
+}
+
+function attributesTooLarge(): Decision {
+  return fail('validation_failed', `A customer's attributes are at most ${limits.attributesBytesMax} bytes as JSON.`, 'attributes');
 }
 
 /** PATCH semantics: a key set to null is removed; other keys replace. */

@@ -1,8 +1,9 @@
 // Black-box API tests of what a customer holds across merges and its bounds: the export holds the
 // challenge progress of the customers merged into it; the state view lists the aliases reaching
 // the customer through merges (as the export does); an alias that already reaches the customer
-// is answered as held. Real Redis and PostgreSQL.
+// is answered as held; attributes are bounded in bytes. Real Redis and PostgreSQL.
 import t from 'tap';
+import { limits } from '../../src/limits.js';
 import { idem, signUp, startForTest } from '../helpers/service.js';
 
 const now = () => new Date(Date.now() - 1000).toISOString();
@@ -47,5 +48,17 @@ t.test('customer identity over the API', async (t) => {
     const own = await api.post(`/v1/customers/${s}/aliases`, { alias: 'al-s' }, idem());
     t.match(own, { status: 200, body: { alias: { alias: 'al-s', customer_id: s }, merged_from: null } }, 'its own external id');
     t.same(await listed(`/v1/customers/${s}/state`), ['al-m', 'al-m-anon'], 'neither recorded again');
+  });
+
+  await t.test(`attributes are at most ${limits.attributesBytesMax} bytes as JSON`, async (t) => {
+    const big = 'x'.repeat(limits.attributesBytesMax);
+    const refused = await api.post('/v1/customers', { external_id: 'big-1', attributes: { big } }, idem());
+    t.match(refused, { status: 400, body: { error: { code: 'validation_failed', param: 'attributes' } } });
+    const c = await api.post('/v1/customers', { external_id: 'big-2', attributes: { a: 'y'.repeat(20_000) } }, idem());
+    t.equal(c.status, 201);
+    const past = await api.patch(`/v1/customers/${c.body.id}`, { attributes: { b: 'z'.repeat(20_000) } });
+    t.match(past, { status: 400, body: { error: { code: 'validation_failed', param: 'attributes' } } }, 'a patch taking them past the bound');
+    t.match(await api.get(`/v1/customers/${c.body.id}`), { status: 200, body: { version: 1 } }, 'nothing changed');
+    t.match(await api.patch(`/v1/customers/${c.body.id}`, { attributes: { a: null, b: 'z'.repeat(20_000) } }), { status: 200, body: { version: 2 } });
   });
 });

@@ -2,8 +2,9 @@
 // twins: an alias that already reaches the customer (its own external id, or an alias of a
 // customer merged into it) is answered as held, 200 with merged_from null, and not recorded again,
 // wherever the partitions put the keys; the state view lists the aliases reaching the customer
-// through merges, as the export does.
+// through merges, as the export does; a customer holds a bounded number of aliases.
 import t from 'tap';
+import { limits } from '../../src/limits.js';
 import { customerRoutesOver, partitionOfKey } from '../helpers/customer-routes.js';
 
 t.test("an alias equal to the customer's own external id is answered as held, and not recorded", async (t) => {
@@ -55,4 +56,20 @@ t.test('the state view lists aliases reaching the customer through chained merge
     ((await h.request('GET', path, z)).body.aliases as Array<{ alias: string }>).map((a) => a.alias).sort();
   t.same(await listed('/v1/customers/:id/state'), ['ch-x', 'ch-y', 'ch-y-anon']);
   t.same(await listed('/v1/customers/:id/state'), await listed('/v1/customers/:id/export'), 'the same aliases as the export');
+});
+
+t.test(`a customer holds at most ${limits.aliasesPerCustomerMax} aliases, those reaching it through merges included`, async (t) => {
+  const h = await customerRoutesOver(t);
+  const half = limits.aliasesPerCustomerMax / 2;
+  const m = await h.create('cap-m');
+  for (let i = 0; i < half; i++) t.equal((await h.addAlias(m, `cap-m-${i}`)).status, 201);
+  const s = await h.create('cap-s');
+  for (let i = 0; i < half - 1; i++) t.equal((await h.addAlias(s, `cap-s-${i}`)).status, 201);
+  t.match(await h.addAlias(s, 'cap-m'), { status: 201, body: { merged_from: m } }, 'the merge is the last alias that fits');
+  const refused = await h.addAlias(s, 'cap-s-more');
+  t.match(refused, { status: 400, code: 'validation_failed', param: 'alias' });
+  t.match(await h.addAlias(s, 'cap-s-0'), { status: 200 }, 'an alias it holds is still answered');
+  t.match(await h.addAlias(s, 'cap-m-0'), { status: 200 }, 'and one reaching it through the merge');
+  const other = await h.create('cap-o');
+  t.match(await h.addAlias(other, 'cap-s-more'), { status: 201 }, 'the refused alias was not bound');
 });

@@ -295,3 +295,20 @@ t.test('an erased merged customer still answers its survivor (a repeated delete,
   t.match(when(erased, { kind: 'customer.merged_from', survivorId: 'cust_X' }).d, { ok: false, code: 'resource_not_found' }, 'another survivor');
   t.match(when(erased, ev('e2', 1)).d, { ok: false, code: 'resource_not_found' }, 'anything else');
 });
+
+t.test(`a customer's attributes are at most ${32 * 1024} bytes as JSON; a patch that shrinks them is accepted`, async (t) => {
+  const { limits } = await import('../../src/limits.js');
+  const { attributesBytes } = await import('../../src/domain/customer.js');
+  t.equal(attributesBytes({ a: 'é€😀' }), Buffer.byteLength(JSON.stringify({ a: 'é€😀' })), 'UTF-8 bytes of the JSON text');
+  const text = (bytes: number) => 'x'.repeat(bytes - '{"big":""}'.length);
+  const create = (attributes: Record<string, unknown>): Command => ({ kind: 'customer.create', externalId: 'u1', attributes });
+  t.match(when(null, create({ big: text(limits.attributesBytesMax) })).d, { ok: true }, 'exactly the bound');
+  t.match(when(null, create({ big: `${text(limits.attributesBytesMax)}x` })).d, { ok: false, code: 'validation_failed', param: 'attributes' }, 'a byte more');
+  const s = given([{ ...created, attributes: { big: text(limits.attributesBytesMax - 100) } } as Fact]);
+  const patch = (attributes: Record<string, unknown>): Command => ({ kind: 'customer.update', attributes, expectedVersion: null });
+  t.match(when(s, patch({ more: 'y'.repeat(100) })).d, { ok: false, code: 'validation_failed', param: 'attributes' }, 'a patch taking them past the bound');
+  // A customer stored before the bound existed can still be trimmed.
+  const old = given([{ ...created, attributes: { a: text(limits.attributesBytesMax), b: 'y'.repeat(5000) } } as Fact]);
+  t.match(when(old, patch({ b: null })).d, { ok: true, facts: [{ kind: 'customer.updated' }] }, 'a patch that shrinks them');
+  t.match(when(old, patch({ c: 1 })).d, { ok: false, code: 'validation_failed' }, 'but not one that grows them');
+});

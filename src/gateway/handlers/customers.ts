@@ -35,18 +35,25 @@ import {
 const attributesSchema = z
   .record(z.string().min(1).max(128), z.unknown())
   .refine((a) => Object.keys(a).length <= limits.attributeKeysMax, `At most ${limits.attributeKeysMax} attributes.`)
-  .meta({ maxProperties: limits.attributeKeysMax });
+  .meta({ maxProperties: limits.attributeKeysMax })
+  .describe(`At most ${limits.attributeKeysMax} keys; the customer's attributes, serialized as JSON, at most ${limits.attributesBytesMax} bytes.`);
 
 const createBody = z.strictObject({
   external_id: z.string().min(1).max(limits.externalIdCharsMax),
   attributes: attributesSchema.default({}),
 });
 const patchBody = z.strictObject({
-  attributes: attributesSchema.describe('Keys to set; a null value removes the key.'),
+  attributes: attributesSchema.describe(
+    `Keys to set; a null value removes the key. The result holds at most ${limits.attributeKeysMax} keys and, serialized as JSON, at most ${limits.attributesBytesMax} bytes (a patch that shrinks it is accepted).`,
+  ),
   expected_version: z.number().int().min(1).optional(),
 });
 const aliasBody = z.strictObject({
-  alias: z.string().min(1).max(limits.externalIdCharsMax),
+  alias: z
+    .string()
+    .min(1)
+    .max(limits.externalIdCharsMax)
+    .describe(`A customer holds at most ${limits.aliasesPerCustomerMax} aliases, those reaching it through merges included.`),
   kind: z.literal('anonymous').default('anonymous'),
 });
 const listQuery = pageQuerySchema.extend({ external_id: z.string().min(1).max(limits.externalIdCharsMax).optional() });
@@ -452,6 +459,9 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       // is merged into it that its repeated delete would not know of; the repeat finishes the delete.
       if (survivor.deleting) {
         throw new ApiError('invalid_state', { message: 'The customer is being deleted; repeat the delete to finish it.', param: 'id' });
+      }
+      if (survivor.aliases.length + throughMerges.length >= limits.aliasesPerCustomerMax) {
+        throw new ApiError('validation_failed', { message: `A customer holds at most ${limits.aliasesPerCustomerMax} aliases.`, param: 'alias' });
       }
     }
     hold.assertHeld();
