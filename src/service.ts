@@ -72,7 +72,7 @@ import { PgSharedLimits } from './persistence/sql/shared-limits.js';
 import { PgSnapshotStore } from './persistence/sql/snapshot-store.js';
 import { Projector } from './projector/projector.js';
 import { Authenticator } from './tenancy/authenticator.js';
-import { TenancyService, tenancyOptionsFromConfig } from './tenancy/service.js';
+import { roleNow, TenancyService, tenancyOptionsFromConfig } from './tenancy/service.js';
 import { simulationSubject } from './gateway/simulation-subject.js';
 import { Scheduler } from './jobs/scheduler.js';
 import { limits } from './limits.js';
@@ -433,7 +433,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         mergeLock: { locks: storage.locks, ttlMs: limits.mergeLockTtlMs, waitMs: limits.mergeLockWaitMs },
         tiers,
       }),
-      ...matchRoutes({ profiles: matchProfiles, results: matchResults, nowMs: now }),
+      ...matchRoutes({ profiles: matchProfiles, results: matchResults, nowMs: now, roleNow: (org, user) => roleNow(sql, org, user) }),
     ],
     authenticate: authenticator.authenticate,
     idempotency,

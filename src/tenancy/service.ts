@@ -14,7 +14,7 @@ import type { Bus } from '../persistence/ports.js';
 import type { Sql, Tx } from '../persistence/sql/db.js';
 import { CustomerTokens, type MintCustomerToken } from './customer-tokens.js';
 import { type OidcOptions, OidcVerifier, oidcOptionsFromConfig } from './oidc.js';
-import { defaultSecretKeyScopes, isScope, publishableKeyScopes, roleRank } from './roles.js';
+import { defaultSecretKeyScopes, effectiveScopes, isScope, publishableKeyScopes, roleRank } from './roles.js';
 import { hashToken, newToken, revocationChannel, tokenHint } from './tokens.js';
 import { allScopes, type Principal, type Role, type Scope } from './types.js';
 
@@ -208,12 +208,42 @@ function requireEnvironment(p: Principal): { environmentId: string; organization
   return { environmentId: p.environment.id, organizationId: p.environment.organizationId, role: p.role };
 }
 
+/**
+ * The role the user holds now in the organization (an effective membership, read from the table,
+ * never from the credential cache), or null. For routes whose effect outlasts the request (API
+ * keys, confirmations, settings). Inside a transaction the membership row stays locked until it
+ * ends, so a concurrent removal or demotion either waits for it or is seen by it.
+ */
+export async function roleNow(q: Sql | Tx, organizationId: string, userId: string): Promise<Role | null> {
+  const row = (
+    await q`
+    select role from memberships
+    where organization_id = ${organizationId} and user_id = ${userId}
+    for share`
+  )[0];
+  return row === undefined ? null : (row.role as Role);
+}
+
+const notKeyAdmin = () => new ApiError('forbidden', { message: 'Only an admin or owner manages API keys.' });
+
+/** The early check, on the role cached with the credential; keyAdminScopesNow decides. */
 function requireKeyAdmin(p: Principal): { environmentId: string; organizationId: string; role: Role } {
   const ctx = requireEnvironment(p);
-  if (roleRank[ctx.role] < roleRank.admin) {
-    throw new ApiError('forbidden', { message: 'Only an admin or owner manages API keys.' });
-  }
+  if (roleRank[ctx.role] < roleRank.admin) throw notKeyAdmin();
   return ctx;
+}
+
+/**
+ * Inside the key change's transaction: the caller's role now (a removed or demoted admin is refused
+ * at once, not after the credential cache's 60 s) and the scopes it may hand out under that role.
+ */
+async function keyAdminScopesNow(tx: Tx, p: Principal, organizationId: string): Promise<ReadonlySet<Scope>> {
+  const role = await roleNow(tx, organizationId, p.userId!);
+  if (role === null) {
+    throw new ApiError('resource_not_found', { message: 'No environment with this id in an organization you belong to.' });
+  }
+  if (roleRank[role] < roleRank.admin) throw notKeyAdmin();
+  return effectiveScopes([...p.scopes], role);
 }
 
 function validOrigin(origin: string): boolean {
@@ -430,23 +460,26 @@ export class TenancyService {
         }
       });
     }
-    // Nobody hands out more than they hold: an admin (who lacks customer_sessions:write) cannot
-    // mint a key that can; an owner can. Secret keys never reach here (requireKeyAdmin).
-    const missing = scopes.filter((s) => !principal.scopes.has(s));
-    if (missing.length > 0) {
-      throw new ApiError('insufficient_scope', {
-        param: 'scopes',
-        message: `Your role cannot grant: ${missing.join(', ')}.`,
-      });
-    }
-    const token = newToken(input.kind === 'secret' ? 'osk' : 'opk');
-    const rows = await this.sql`
-      insert into credentials (id, kind, token_hash, token_hint, name, organization_id, environment_id, scopes,
-                               allowed_events, allowed_origins)
-      values (${newId('key')}, ${input.kind}, ${hashToken(token)}, ${tokenHint(token)}, ${input.name}, ${ctx.organizationId},
-              ${ctx.environmentId}, ${scopes}, ${[...new Set(events)]}, ${[...new Set(origins)]})
-      returning *`;
-    return { ...apiKeyRecord(rows[0]!), token };
+    return this.sql.begin(async (tx) => {
+      // Nobody hands out more than they hold now: a role without customer_sessions:write cannot
+      // mint a key that can. Secret keys never reach here (requireKeyAdmin).
+      const held = await keyAdminScopesNow(tx, principal, ctx.organizationId);
+      const missing = scopes.filter((s) => !held.has(s));
+      if (missing.length > 0) {
+        throw new ApiError('insufficient_scope', {
+          param: 'scopes',
+          message: `Your role cannot grant: ${missing.join(', ')}.`,
+        });
+      }
+      const token = newToken(input.kind === 'secret' ? 'osk' : 'opk');
+      const rows = await tx`
+        insert into credentials (id, kind, token_hash, token_hint, name, organization_id, environment_id, scopes,
+                                 allowed_events, allowed_origins)
+        values (${newId('key')}, ${input.kind}, ${hashToken(token)}, ${tokenHint(token)}, ${input.name}, ${ctx.organizationId},
+                ${ctx.environmentId}, ${scopes}, ${[...new Set(events)]}, ${[...new Set(origins)]})
+        returning *`;
+      return { ...apiKeyRecord(rows[0]!), token };
+    }) as Promise<CreatedApiKey>;
   }
 
   async listApiKeys(principal: Principal, page: PageRequest): Promise<Page<ApiKeyRecord>> {
@@ -465,18 +498,24 @@ export class TenancyService {
   /** Revoking twice answers the first revocation unchanged. Foreign or unknown ids: resource_not_found. */
   async revokeApiKey(principal: Principal, id: string): Promise<ApiKeyRecord> {
     const ctx = requireKeyAdmin(principal);
-    const rows = await this.sql`
-      update credentials set revoked_at = coalesce(revoked_at, now())
-      where id = ${id} and environment_id = ${ctx.environmentId} and kind in ('secret', 'publishable')
-      returning *`;
-    const row = rows[0];
+    const row = (await this.sql.begin(async (tx) => {
+      await keyAdminScopesNow(tx, principal, ctx.organizationId);
+      const rows = await tx`
+        update credentials set revoked_at = coalesce(revoked_at, now())
+        where id = ${id} and environment_id = ${ctx.environmentId} and kind in ('secret', 'publishable')
+        returning *`;
+      return rows[0];
+    })) as Row | undefined;
     if (row === undefined) throw new ApiError('resource_not_found', { param: 'id', message: 'No such API key.' });
-    if (this.opts.bus) {
-      const message = JSON.stringify({ id: row.id, token_hash: row.token_hash });
-      // Best effort by design: every Authenticator also polls for revocations each second.
-      await this.opts.bus.publish(revocationChannel, message).catch(() => undefined);
-    }
+    await this.publishRevocation(row);
     return apiKeyRecord(row);
+  }
+
+  /** Best effort by design: every Authenticator also polls for revocations each second. */
+  private async publishRevocation(row: Row): Promise<void> {
+    if (!this.opts.bus) return;
+    const message = JSON.stringify({ id: row.id, token_hash: row.token_hash });
+    await this.opts.bus.publish(revocationChannel, message).catch(() => undefined);
   }
 
   mintCustomerToken(req: MintCustomerToken): Promise<{ token: string; expiresAtMs: number }> {

@@ -16,13 +16,15 @@ import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, rou
 import { validate } from '../validation.js';
 import { iso } from '../wire.js';
 import { changeSetApplicationSchema, changeSetSchema, matchProfileSchema, matchResultSchema, matchReviewSchema, pageOf } from '../wire-schemas.js';
-import type { Principal } from '../../tenancy/types.js';
+import type { Principal, Role } from '../../tenancy/types.js';
 import { isRecord } from '../../util/is-record.js';
 
 export interface MatchDeps {
   profiles: MatchProfileStore;
   results: MatchResults;
   nowMs(environmentId: string): number | Promise<number>;
+  /** The role the user holds now in the organization (read from the database), null when none. */
+  roleNow(organizationId: string, userId: string): Promise<Role | null>;
 }
 
 const changeSetsMax = 100;
@@ -76,11 +78,16 @@ const configWrite: AuthSpec = { kind: 'credential', scopes: ['config:write'], al
 const configRead: AuthSpec = { kind: 'credential', scopes: ['config:read'], allow: [...management] };
 const programsRead: AuthSpec = { kind: 'credential', scopes: ['programs:read'], allow: [...management] };
 
-/** Confirmations and the autonomy setting: a signed-in owner or admin (decisions.md roles). */
-function requireOwnerOrAdmin(p: Principal): void {
-  if ((p.kind !== 'pat' && p.kind !== 'session') || (p.role !== 'owner' && p.role !== 'admin')) {
-    throw new ApiError('forbidden', { message: 'Only a signed-in owner or admin may do this.' });
-  }
+/**
+ * Confirmations and the autonomy setting: a signed-in owner or admin (decisions.md roles), by the
+ * role held now, not the one cached with the credential (a removed admin must not confirm for 60 s).
+ */
+async function requireOwnerOrAdmin(deps: MatchDeps, p: Principal): Promise<void> {
+  const forbidden = () => new ApiError('forbidden', { message: 'Only a signed-in owner or admin may do this.' });
+  if ((p.kind !== 'pat' && p.kind !== 'session') || p.userId === null || p.environment === null) throw forbidden();
+  const role = await deps.roleNow(p.environment.organizationId, p.userId);
+  if (role === null) throw new ApiError('resource_not_found', { message: 'No environment with this id in an organization you belong to.' });
+  if (role !== 'owner' && role !== 'admin') throw forbidden();
 }
 
 function actorOf(p: Principal): string {
@@ -161,7 +168,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       idempotent: true,
       responses: { 201: { description: 'Applied: status applied, one result per command.', schema: changeSetApplicationSchema } },
       handler: async (ctx: RequestContext) => {
-        requireOwnerOrAdmin(ctx.principal);
+        await requireOwnerOrAdmin(deps, ctx.principal);
         const env = environmentIdOf(ctx.principal);
         const r = await deps.profiles.apply(env, ctx.params.id ?? '', 'confirm', actorOf(ctx.principal), await deps.nowMs(env));
         return { status: 201, body: applicationWire(r.changeSet, false) };
@@ -192,7 +199,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       ifMatch: true,
       responses: { 200: { description: 'The settings.', schema: settingsSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
-        requireOwnerOrAdmin(ctx.principal);
+        await requireOwnerOrAdmin(deps, ctx.principal);
         const env = environmentIdOf(ctx.principal);
         if (ctx.principal.environment?.runtimeClass !== 'live') throw new ApiError('forbidden', { message: testAutonomyMessage });
         const expected = expectedVersion(ctx.headers);
