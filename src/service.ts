@@ -359,7 +359,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   const gateway = createGateway({
     routes: [
       ...tenancyRoutes({ tenancy }),
-      ...membershipRoutes({ sql }),
+      ...membershipRoutes({ sql, signInConfigured: tenancy.signInConfigured }),
       ...eventRoutes({
         engine,
         eventIds,

@@ -2,7 +2,8 @@
 // credential's first use its resolution is a synchronous Map hit keyed by the token's sha256 (no
 // Promise, no I/O) until the entry's TTL; a miss costs one SQL query (concurrent misses share it).
 // Revocations reach every node through the bus at once and through a one-second poll of
-// credentials.revoked_at as a backstop. Never stores or logs a token, only its hash.
+// credentials.revoked_at as a backstop. Never stores or logs a token, only its hash. A pending
+// membership (an invitation waiting for its user's first sign-in) grants no environment.
 import { ApiError } from '../errors/api-error.js';
 import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
@@ -291,7 +292,7 @@ export class Authenticator {
       from credentials c
       left join environments ke on ke.id = c.environment_id
       left join environments he on he.id = ${envId} and c.kind in ('pat', 'session')
-      left join memberships m on m.organization_id = he.organization_id and m.user_id = c.user_id
+      left join memberships m on m.organization_id = he.organization_id and m.user_id = c.user_id and not m.pending
       where c.token_hash = ${hash}`;
     const fetchedAtMs = this.now();
     const r = rows[0];
@@ -356,7 +357,7 @@ export class Authenticator {
         select e.id as h_id, e.name as h_name, e.runtime_class as h_runtime_class, e.project_id as h_project_id,
                e.organization_id as h_organization_id, e.timezone as h_timezone, m.role as h_role
         from environments e
-        join memberships m on m.organization_id = e.organization_id and m.user_id = ${entry.userId}
+        join memberships m on m.organization_id = e.organization_id and m.user_id = ${entry.userId} and not m.pending
         where e.id = ${envId}`;
       const r = rows[0];
       if (r !== undefined) principal = managementPrincipal(entry, r, 'h_');

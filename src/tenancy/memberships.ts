@@ -6,7 +6,10 @@
 // so organization ids are no existence oracle; every change runs in one transaction that first
 // locks the organization row, so two concurrent changes can never leave it without an owner.
 // Role changes reach the changed user's other requests once the Authenticator's per-credential
-// cache entry expires (at most limits.credentialCacheTtlMs, 60 s); these routes are always current.
+// cache entry expires (at most limits.credentialCacheTtlMs, 60 s); these routes are always current,
+// and so are the routes with a lasting effect elsewhere (roleNow). An invitation of a user whose
+// email address no identity provider has vouched for yet (a signup, or nobody) is pending: it
+// grants nothing until that user signs in (TenancyService.createSession makes it effective).
 import { ApiError } from '../errors/api-error.js';
 import type { Page, PageRequest } from '../gateway/pagination.js';
 import { toPage } from '../gateway/pagination.js';
@@ -41,6 +44,11 @@ const noOrganization = () => new ApiError('resource_not_found', { param: 'id', m
 const noMember = () => new ApiError('resource_not_found', { param: 'user_id', message: 'No such member.' });
 const lastOwner = () => new ApiError('last_owner');
 
+export interface MembershipOptions {
+  /** An identity provider is configured (POST /auth/sessions works): only then can an invitation wait for one. */
+  signInConfigured: boolean;
+}
+
 function requireManager(role: Role): void {
   if (roleRank[role] < roleRank.admin) {
     throw new ApiError('forbidden', { message: 'Only an admin or owner manages members.' });
@@ -52,7 +60,10 @@ function requireOwnerFor(role: Role, what: string): void {
 }
 
 export class MembershipService {
-  constructor(private readonly sql: Sql) {}
+  constructor(
+    private readonly sql: Sql,
+    private readonly opts: MembershipOptions,
+  ) {}
 
   /** Any member may list; ordered by user id (the cursor is the last user id). */
   async list(principal: Principal, organizationId: string, page: PageRequest): Promise<Page<MembershipRecord>> {
@@ -69,7 +80,11 @@ export class MembershipService {
     return toPage(rows, page, (r) => [r.user_id as string], membershipRecord);
   }
 
-  /** Adds the user with this email (created without a credential when unknown). */
+  /**
+   * Adds the user with this email (created without a credential when unknown). The membership is
+   * pending while no identity provider has vouched for the address (see the file header); without
+   * an identity provider such an invitation could never take effect and is refused.
+   */
   async add(principal: Principal, organizationId: string, input: { email: string; role: Role }): Promise<MembershipRecord> {
     const userId = callerOf(principal);
     const email = normalizeEmail(input.email);
@@ -77,11 +92,25 @@ export class MembershipService {
       const role = await this.lockAndRole(tx, organizationId, userId);
       requireManager(role);
       if (input.role === 'owner') requireOwnerFor(role, 'grant owner');
-      await tx`insert into users (id, email) values (${newId('usr')}, ${email}) on conflict (email) do nothing`;
-      const user = (await tx`select id from users where email = ${email}`)[0];
+      // Locked (shared) so a first sign-in of this address, which locks the row to verify it, is
+      // either seen here or sees this invitation.
+      let user = (await tx`select id, email_verified_at from users where email = ${email} for share`)[0];
+      if ((user === undefined || user.email_verified_at === null) && !this.opts.signInConfigured) {
+        throw new ApiError('capability_unavailable', {
+          param: 'email',
+          message:
+            'An invitation takes effect when the invitee signs in with the identity provider, and none is configured here: only users who have signed in before can be added.',
+        });
+      }
+      if (user === undefined) {
+        await tx`insert into users (id, email, origin) values (${newId('usr')}, ${email}, 'invitation') on conflict (email) do nothing`;
+        user = (await tx`select id, email_verified_at from users where email = ${email} for share`)[0];
+      }
       if (user === undefined) throw new ApiError('internal_error', { message: 'Could not find or create the user.' });
+      const pending = user.email_verified_at === null;
       const inserted = await tx`
-        insert into memberships (organization_id, user_id, role) values (${organizationId}, ${user.id as string}, ${input.role})
+        insert into memberships (organization_id, user_id, role, pending)
+        values (${organizationId}, ${user.id as string}, ${input.role}, ${pending})
         on conflict do nothing returning organization_id`;
       if (inserted.length === 0) {
         throw new ApiError('already_exists', { param: 'email', message: 'This user is already a member.' });
@@ -100,7 +129,9 @@ export class MembershipService {
       if (newRole === 'owner') requireOwnerFor(role, 'grant owner');
       if (target.role === 'owner') {
         requireOwnerFor(role, 'remove owner');
-        if ((await this.ownerCount(tx, organizationId)) <= 1) throw lastOwner();
+        if (!(await this.isPending(tx, organizationId, targetUserId)) && (await this.ownerCount(tx, organizationId)) <= 1) {
+          throw lastOwner();
+        }
       }
       await tx`update memberships set role = ${newRole} where organization_id = ${organizationId} and user_id = ${targetUserId}`;
       return this.member(tx, organizationId, targetUserId);
@@ -117,15 +148,22 @@ export class MembershipService {
       const target = await this.member(tx, organizationId, targetUserId);
       if (target.role === 'owner') {
         if (!self) requireOwnerFor(role, 'remove owner');
-        if ((await this.ownerCount(tx, organizationId)) <= 1) throw lastOwner();
+        if (!(await this.isPending(tx, organizationId, targetUserId)) && (await this.ownerCount(tx, organizationId)) <= 1) {
+          throw lastOwner();
+        }
       }
       await tx`delete from memberships where organization_id = ${organizationId} and user_id = ${targetUserId}`;
     });
   }
 
-  /** The caller's role in the organization; a non-member (or unknown organization) gets resource_not_found. */
+  /**
+   * The caller's role in the organization; a non-member (or unknown organization) gets
+   * resource_not_found, and so does an invitee whose membership is still pending.
+   */
   private async callerRole(q: Sql | Tx, organizationId: string, userId: string): Promise<Role> {
-    const row = (await q`select role from memberships where organization_id = ${organizationId} and user_id = ${userId}`)[0];
+    const row = (
+      await q`select role from memberships where organization_id = ${organizationId} and user_id = ${userId} and not pending`
+    )[0];
     if (row === undefined) throw noOrganization();
     return row.role as Role;
   }
@@ -137,9 +175,16 @@ export class MembershipService {
     return this.callerRole(tx, organizationId, userId);
   }
 
+  /** Effective owners: a pending invitation to owner keeps nobody's organization. */
   private async ownerCount(tx: Tx, organizationId: string): Promise<number> {
-    const rows = await tx`select count(*)::int as n from memberships where organization_id = ${organizationId} and role = 'owner'`;
+    const rows = await tx`
+      select count(*)::int as n from memberships where organization_id = ${organizationId} and role = 'owner' and not pending`;
     return Number(rows[0]?.n ?? 0);
+  }
+
+  private async isPending(tx: Tx, organizationId: string, userId: string): Promise<boolean> {
+    const rows = await tx`select pending from memberships where organization_id = ${organizationId} and user_id = ${userId}`;
+    return rows[0]?.pending === true;
   }
 
   private async member(tx: Tx, organizationId: string, userId: string): Promise<MembershipRecord> {

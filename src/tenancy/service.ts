@@ -2,7 +2,9 @@
 // live environments), and API keys, over the SQL catalog. Returns wire-shaped records (snake_case,
 // RFC 3339) because its only callers are the gateway handlers. Invariants: a token is returned once
 // and stored only as its sha256; every multi-row change is one transaction; keys are managed only by
-// an admin or owner acting through a management credential. Never trusts a body field for identity.
+// an admin or owner acting through a management credential, by the role held now (not the cached
+// one). Never trusts a body field for identity: a signup's email is unproven until the first
+// sign-in with an ID token for it, which revokes the PATs issued before (see createSession).
 import { IANAZone } from 'luxon';
 import type { Config } from '../config.js';
 import { ApiError } from '../errors/api-error.js';
@@ -218,7 +220,7 @@ export async function roleNow(q: Sql | Tx, organizationId: string, userId: strin
   const row = (
     await q`
     select role from memberships
-    where organization_id = ${organizationId} and user_id = ${userId}
+    where organization_id = ${organizationId} and user_id = ${userId} and not pending
     for share`
   )[0];
   return row === undefined ? null : (row.role as Role);
@@ -285,8 +287,9 @@ export class TenancyService {
     validateTimezone(input.timezone);
     const email = normalizeEmail(input.email);
     return this.sql.begin(async (tx) => {
+      // Unproven: anyone may type any address (the row is marked by origin and a null email_verified_at).
       const users = await tx`
-        insert into users (id, email, name) values (${newId('usr')}, ${email}, ${input.name ?? null})
+        insert into users (id, email, name, origin) values (${newId('usr')}, ${email}, ${input.name ?? null}, 'signup')
         on conflict (email) do nothing
         returning id, email, name, created_at`;
       const userRow = users[0];
@@ -306,13 +309,25 @@ export class TenancyService {
     }) as Promise<SignupResult>;
   }
 
+  /** Whether POST /auth/sessions works here (an identity provider is configured). */
+  get signInConfigured(): boolean {
+    return this.oidc !== null;
+  }
+
+  /**
+   * A sign-in with a verified ID token. The first one for an address proves it: a row made by
+   * signup or an invitation is linked to the identity, its pending invitations take effect, and
+   * the PATs issued to whoever signed up with the address are revoked (they were never proof of
+   * owning it; the session mints what the owner needs).
+   */
   async createSession(idToken: string): Promise<SessionResult> {
     if (this.oidc === null) {
       throw new ApiError('capability_unavailable', { message: 'Sign-in with an identity provider is not configured.' });
     }
     const identity = await this.oidc.verify(idToken, this.now());
     const email = normalizeEmail(identity.email);
-    return this.sql.begin(async (tx) => {
+    let revoked: Row[] = [];
+    const result = await this.sql.begin(async (tx) => {
       let created = false;
       let userRow = (await tx`select * from users where oidc_subject = ${identity.subject}`)[0];
       if (userRow === undefined) {
@@ -326,12 +341,25 @@ export class TenancyService {
               message: 'This email address is linked to a different identity.',
             });
           }
-          userRow = (await tx`update users set oidc_subject = ${identity.subject} where id = ${byEmail.id as string} returning *`)[0];
+          if (byEmail.email_verified_at === null) {
+            revoked = await tx`
+              update credentials set revoked_at = now()
+              where user_id = ${byEmail.id as string} and kind in ('pat', 'session') and revoked_at is null
+              returning id, token_hash`;
+          }
+          userRow = (
+            await tx`
+            update users set oidc_subject = ${identity.subject}, name = coalesce(name, ${identity.name}),
+                             email_verified_at = coalesce(email_verified_at, now())
+            where id = ${byEmail.id as string} returning *`
+          )[0];
+          // An invited address had no account until now: this sign-in creates it, for the person.
+          created = byEmail.origin === 'invitation';
         } else {
           userRow = (
             await tx`
-            insert into users (id, email, name, oidc_subject)
-            values (${newId('usr')}, ${email}, ${identity.name}, ${identity.subject})
+            insert into users (id, email, name, oidc_subject, origin, email_verified_at)
+            values (${newId('usr')}, ${email}, ${identity.name}, ${identity.subject}, 'sign_in', now())
             on conflict do nothing returning *`
           )[0];
           created = userRow !== undefined;
@@ -343,6 +371,8 @@ export class TenancyService {
         throw new ApiError('invalid_credentials', { param: 'id_token', message: 'The identity could not be linked.' });
       }
       const user = userRecord(userRow);
+      // Every sign-in, not only the first: an invitation that raced the first one still takes effect.
+      await tx`update memberships set pending = false where user_id = ${user.id} and pending`;
       const memberships = await tx`
         select m.organization_id, m.user_id, u.email, m.role, m.created_at
         from memberships m join users u on u.id = m.user_id
@@ -367,7 +397,9 @@ export class TenancyService {
         })),
         token: { id, token, scopes, expires_at: expiresAt.toISOString() },
       };
-    }) as Promise<SessionResult>;
+    }) as SessionResult;
+    for (const r of revoked) await this.publishRevocation(r);
+    return result;
   }
 
   async createOrganization(principal: Principal, input: { name: string; timezone: string }): Promise<TenantCreated> {
@@ -381,7 +413,7 @@ export class TenancyService {
     const after = page.after?.[0] ?? null;
     const rows = await this.sql`
       select o.* from organizations o
-      join memberships m on m.organization_id = o.id and m.user_id = ${userId}
+      join memberships m on m.organization_id = o.id and m.user_id = ${userId} and not m.pending
       ${after === null ? this.sql`` : this.sql`where o.id < ${after}`}
       order by o.id desc
       limit ${page.limit + 1}`;
@@ -391,12 +423,12 @@ export class TenancyService {
   /**
    * The organization's environments, by id (the test environment of a project before its live one),
    * for any member: the ids X-Service-Environment takes. A non-member (or an unknown organization)
-   * gets resource_not_found, as on the membership routes.
+   * gets resource_not_found, as on the membership routes, and so does a pending invitee.
    */
   async listEnvironments(principal: Principal, organizationId: string, page: PageRequest): Promise<Page<EnvironmentListing>> {
     const userId = requireManagement(principal);
     const member = await this.sql`
-      select 1 from memberships where organization_id = ${organizationId} and user_id = ${userId}`;
+      select 1 from memberships where organization_id = ${organizationId} and user_id = ${userId} and not pending`;
     if (member.length === 0) throw new ApiError('resource_not_found', { param: 'id', message: 'No such organization.' });
     const after = page.after?.[0] ?? null;
     const rows = await this.sql`

@@ -1,15 +1,21 @@
 // Black-box API tests of membership management over real HTTP (spec 2.1, part 7 last_owner;
 // decisions.md: admins manage members, only owners grant or remove owner): list, add by email
 // (creating an unknown user without a credential), change a role, remove, with every error code.
+// The members are people who signed in with the identity provider (test/fixtures/oidc), so their
+// invitations take effect at once; test/api/accounts.test.ts covers invitations that wait.
 import t from 'tap';
 import { openSql } from '../../src/persistence/sql/db.js';
+import { testIssuer } from '../fixtures/oidc/issuer.js';
 import { databaseUrl, idem, signUp, startForTest, uniqueName } from '../helpers/service.js';
 
 const email = () => `${uniqueName('m')}@example.com`;
 const err = (r: { status: number; body: any }) => ({ status: r.status, code: r.body?.error?.code });
 
 t.test('memberships over HTTP', async (t) => {
-  const { anon, config } = await startForTest(t);
+  const idp = await testIssuer(t);
+  const { anon, config } = await startForTest(t, {
+    env: { OIDC_ISSUER: idp.issuer, OIDC_AUDIENCE: idp.audience, OIDC_JWKS_FILE: idp.jwksFile },
+  });
   const sql = openSql({ url: databaseUrl, schema: config.DB_SCHEMA, max: 1 });
   t.teardown(() => sql.end());
   const bearer = (token: string) => anon.with({ authorization: `Bearer ${token}` });
@@ -21,16 +27,20 @@ t.test('memberships over HTTP', async (t) => {
   const userOf = async (mail: string) => (await sql`select id from users where email = ${mail}`)[0]!.id as string;
   const ownerId = (await sql`select user_id from memberships where organization_id = ${org}`)[0]!.user_id as string;
 
-  // Other accounts, each with its own PAT, to be added here with different roles.
+  // Other people, each signed in (a session), to be added here with different roles.
   const account = async () => {
     const mail = email();
-    const tenant = await signUp(anon, mail);
-    return { mail, id: await userOf(mail), c: bearer(tenant.pat), tenant };
+    const s = await anon.post('/v1/auth/sessions', { id_token: await idp.sign({ sub: uniqueName('sub'), email: mail }) });
+    if (s.status !== 201) throw new Error(`sign-in failed: ${s.status} ${JSON.stringify(s.body)}`);
+    return { mail, id: s.body.user.id as string, c: bearer(s.body.token.token) };
   };
   const admin = await account();
   const editor = await account();
   const viewer = await account();
-  const outsider = await account();
+  // Someone with an organization of their own (signup), never added here.
+  const outsiderMail = email();
+  const outsiderTenant = await signUp(anon, outsiderMail);
+  const outsider = { mail: outsiderMail, id: await userOf(outsiderMail), c: bearer(outsiderTenant.pat), tenant: outsiderTenant };
 
   await t.test('GET: the owner alone, with the spec fields', async (t) => {
     const r = await o.get(base);

@@ -27,7 +27,8 @@ const now = (agoMs = 1000) => new Date(Date.now() - agoMs).toISOString();
 
 t.test('every answer of a realistic session matches the schema /v1/openapi.json declares for it', async (t) => {
   // Every backfill runs as a job (202), so both of its answers are reached. An identity provider is
-  // configured: a held change set is confirmed by a signed-in admin (a session).
+  // configured: a held change set is confirmed by a signed-in admin (a session), and an invitation
+  // takes effect at the invitee's sign-in (without one, it could never and is refused: 501).
   const idp = await testIssuer(t);
   const { anon } = await startForTest(t, {
     env: { COUNTER_BACKFILL_INLINE_MAX: '0', OIDC_ISSUER: idp.issuer, OIDC_AUDIENCE: idp.audience, OIDC_JWKS_FILE: idp.jwksFile },
@@ -192,7 +193,10 @@ t.test('every answer of a realistic session matches the schema /v1/openapi.json 
     await expect(200, admin, 'POST', `/v1/api_keys/${pk.id}/revoke`, {});
     const members = `/v1/organizations/${tenant.orgId}/memberships`;
     await expect(200, owner, 'GET', members);
-    const member = await expect(201, owner, 'POST', members, { email: `${uniqueName('m')}@example.com`, role: 'viewer' }, idem());
+    const memberEmail = `${uniqueName('m')}@example.com`;
+    const member = await expect(201, owner, 'POST', members, { email: memberEmail, role: 'viewer' }, idem());
+    const signedIn = await expect(201, anon, 'POST', '/v1/auth/sessions', { id_token: await idp.sign({ sub: uniqueName('sub'), email: memberEmail, name: 'Member' }) });
+    t.equal(signedIn.created, true, "the invited address's first sign-in");
     await expect(200, owner, 'PATCH', `${members}/${member.user_id}`, { role: 'editor' });
     await expect(204, owner, 'DELETE', `${members}/${member.user_id}`);
 

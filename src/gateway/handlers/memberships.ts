@@ -2,7 +2,8 @@
 // change the role of and remove the members of an organization. Management credentials only (PAT,
 // session) with environment: false: the organization is named by the path, and MembershipService
 // reads the caller's role from the database on every call. A role change reaches the changed user's
-// cached credentials on other routes within the Authenticator's cache TTL (60 s).
+// cached credentials on other routes within the Authenticator's cache TTL (60 s). An invitation
+// waits for the invitee's first sign-in with the identity provider (README, accounts).
 import { z } from 'zod';
 import { limits } from '../../limits.js';
 import type { Sql } from '../../persistence/sql/db.js';
@@ -29,11 +30,13 @@ const pageSchema = pageOf(membershipSchema);
 
 export interface MembershipRouteDeps {
   sql: Sql;
+  /** POST /v1/auth/sessions works here (an identity provider is configured). */
+  signInConfigured: boolean;
   memberships?: MembershipService;
 }
 
 export function membershipRoutes(deps: MembershipRouteDeps): AnyRoute[] {
-  const memberships = deps.memberships ?? new MembershipService(deps.sql);
+  const memberships = deps.memberships ?? new MembershipService(deps.sql, { signInConfigured: deps.signInConfigured });
   return [
     route({
       method: 'GET',
@@ -52,7 +55,8 @@ export function membershipRoutes(deps: MembershipRouteDeps): AnyRoute[] {
     route({
       method: 'POST',
       path: '/v1/organizations/:id/memberships',
-      summary: 'Add a member by email, creating the user if unknown (admin or owner; only an owner grants owner)',
+      summary:
+        'Add a member by email, creating the user if unknown (admin or owner; only an owner grants owner). The membership takes effect once the user has signed in with the identity provider; without one configured, only such users can be added (501 capability_unavailable)',
       tag: 'Account',
       auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'], environment: false },
       params: orgParams,
