@@ -77,10 +77,14 @@ export function fingerprintOf(method: string, path: string, body: unknown): stri
  * Keys of API keys (and customer tokens) are per environment: a backend that retries with another
  * of its keys gets the replay. Keys of people (personal access tokens and sessions) are per user
  * and environment: one member never gets another's stored answer, which was decided under the
- * other's role. Open routes share 'anon'.
+ * other's role. Open routes have no caller: they are per identity the request names (signup: its
+ * email), hashed, so different people never collide and a replay reaches only someone who knows
+ * the identity; 'anon' only for an open route that names none (the gateway refuses to build one).
  */
-export function idempotencyScopeOf(principal: Principal | null): string {
-  if (principal === null) return 'anon';
+export function idempotencyScopeOf(principal: Principal | null, identity?: string): string {
+  if (principal === null) {
+    return identity === undefined ? 'anon' : `anon/${createHash('sha256').update(identity).digest('hex')}`;
+  }
   if (principal.userId !== null && (principal.kind === 'pat' || principal.kind === 'session')) {
     return `${principal.environment?.id ?? ''}/${principal.userId}`;
   }

@@ -67,6 +67,11 @@ export interface RouteDef<B = unknown, Q = unknown> {
   /** Creating POST: Idempotency-Key required and results stored (spec part 1 rules 1-4). */
   idempotent?: boolean;
   /**
+   * Required on idempotent open routes (auth none): whom the request speaks for (signup: the
+   * normalized email). Keys are scoped by its hash, so two people never share a key's answer.
+   */
+  idempotencyIdentity?: (body: B) => string;
+  /**
    * Idempotent routes only: rewrites a stored body before it is replayed (the customer-session
    * mint answers customer_token: null on a replay, rule 4). Must not mutate its argument.
    */

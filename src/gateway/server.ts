@@ -216,6 +216,9 @@ export function createGateway(opts: GatewayOptions): Gateway {
 
   for (const r of opts.routes) {
     if (!r.path.startsWith('/v1/')) throw new Error(`route ${r.method} ${r.path}: API routes live under /v1/`);
+    if (r.idempotent === true && r.auth.kind === 'none' && r.idempotencyIdentity === undefined) {
+      throw new Error(`route ${r.method} ${r.path}: an open idempotent route names its idempotencyIdentity`);
+    }
     router.add(r.method, r.path, {
       route: r,
       raw: null,
@@ -438,7 +441,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
     key: string,
     json: unknown,
   ): Promise<Out> {
-    const scope = idempotencyScopeOf(principal);
+    const scope = idempotencyScopeOf(principal, principal === null ? route.idempotencyIdentity?.(ctx.body) : undefined);
     const fingerprint = fingerprintOf(inc.method, inc.path, json);
     let stored: Awaited<ReturnType<typeof claimIdempotency>>;
     try {

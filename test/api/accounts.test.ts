@@ -2,7 +2,8 @@
 // addresses"): a signup does not prove its email address, so an invitation to that address waits
 // for a sign-in with the identity provider (test/fixtures/oidc), and the first such sign-in revokes
 // the PATs signup issued; an invited address's first sign-in creates the account; without an
-// identity provider an invitation that could never take effect is refused.
+// identity provider an invitation that could never take effect is refused; signup's
+// Idempotency-Key belongs to the address signing up, not to everyone.
 import t from 'tap';
 import { openSql } from '../../src/persistence/sql/db.js';
 import { testIssuer } from '../fixtures/oidc/issuer.js';
@@ -139,6 +140,24 @@ t.test('accounts with an identity provider', async (t) => {
     t.same(err(await so.delete(`${base}/${soloId}`)), { status: 409, code: 'last_owner' });
     t.equal((await so.patch(`${base}/${invited.body.user_id}`, { role: 'viewer' })).status, 200, 'the pending owner can be changed');
     t.equal((await so.delete(`${base}/${invited.body.user_id}`)).status, 204, 'and removed');
+  });
+
+  await t.test("signup's Idempotency-Key belongs to the address signing up", async (t) => {
+    const key = idem();
+    const a = { email: email(), organization_name: 'Q' };
+    const b = { email: email(), organization_name: 'Q' };
+    const first = await anon.post('/v1/auth/signup', a, key);
+    t.equal(first.status, 201);
+    const other = await anon.post('/v1/auth/signup', b, key);
+    t.equal(other.status, 201, 'another person with the same key signs up');
+    t.equal(other.headers.get('idempotent-replayed'), null);
+    t.not(other.body.user.id, first.body.user.id);
+    const replay = await anon.post('/v1/auth/signup', a, key);
+    t.equal(replay.headers.get('idempotent-replayed'), 'true', 'the same person and body replay');
+    t.same(replay.body, { ...first.body, token: { ...first.body.token, token: null } });
+    t.same(err(await anon.post('/v1/auth/signup', { ...a, organization_name: 'R' }, key)), { status: 422, code: 'idempotency_key_reused' }, 'the same person, another body');
+    const upper = await anon.post('/v1/auth/signup', { ...a, email: a.email.toUpperCase() }, key);
+    t.same(err(upper), { status: 422, code: 'idempotency_key_reused' }, 'the address in another case is the same person');
   });
 });
 

@@ -2,6 +2,7 @@
 // authenticate and an in-test IdempotencyStore (the in-memory twin where claims must go stale in
 // real time). Every code this layer produces is exercised; invoke() is checked against HTTP
 // answer for answer; close() is checked to drain.
+import { createHash } from 'node:crypto';
 import { connect } from 'node:net';
 import { pino } from 'pino';
 import t from 'tap';
@@ -280,6 +281,7 @@ const routes: AnyRoute[] = [
     auth: { kind: 'none' },
     body: z.object({ customer: z.string() }),
     idempotent: true,
+    idempotencyIdentity: (body) => body.customer,
     replayTransform: (body) => ({ ...(body as object), customer_token: null }),
     responses: { 201: { description: 'Minted.' } },
     handler: (ctx) => ({ status: 201, body: { customer: ctx.body.customer, customer_token: 'ctok_secret' } }),
@@ -781,7 +783,7 @@ t.test('a 4xx from the handler is stored and replayed; a 500 is released and ret
   t.equal(f2.headers.get('idempotent-replayed'), null, 'ran again after the release');
 });
 
-t.test('replayTransform on an open route (scope anon)', async (t) => {
+t.test('replayTransform on an open route (scope: the hash of its identity)', async (t) => {
   const body = '{"customer":"c1"}';
   const first = await call('POST', '/v1/sessions', { body, auth: null, headers: { 'idempotency-key': 'cs-1' } });
   t.same(first.json, { customer: 'c1', customer_token: 'ctok_secret' });
@@ -789,7 +791,28 @@ t.test('replayTransform on an open route (scope anon)', async (t) => {
   t.equal(replay.status, 201);
   t.same(replay.json, { customer: 'c1', customer_token: null });
   t.equal(replay.headers.get('idempotent-replayed'), 'true');
-  t.ok(store.rows.has('anon\u0000cs-1'));
+  t.ok(store.rows.has(`anon/${createHash('sha256').update('c1').digest('hex')}\u0000cs-1`), 'the identity is stored hashed');
+  const other = await call('POST', '/v1/sessions', { body: '{"customer":"c2"}', auth: null, headers: { 'idempotency-key': 'cs-1' } });
+  t.equal(other.status, 201, 'another identity with the same key is not key reuse');
+  t.same(other.json, { customer: 'c2', customer_token: 'ctok_secret' });
+  t.equal(other.headers.get('idempotent-replayed'), null);
+});
+
+t.test('an open idempotent route must name its identity', async (t) => {
+  const open = route({
+    method: 'POST',
+    path: '/v1/open',
+    summary: 'Open and idempotent, with no identity',
+    tag: 'test',
+    auth: { kind: 'none' },
+    idempotent: true,
+    responses: { 201: { description: 'Never built.' } },
+    handler: () => ({ status: 201, body: {} }),
+  });
+  t.throws(
+    () => createGateway({ routes: [open], authenticate, idempotency: new MemoryIdempotencyStore(), logger, ready: async () => ({ ok: true, checks: {} }) }),
+    /idempotencyIdentity/,
+  );
 });
 
 t.test('stale_write via If-Match; ETag on success; 204 has no body', async (t) => {

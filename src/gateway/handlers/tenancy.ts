@@ -5,7 +5,7 @@
 // Key-management routes name no scope: admin/owner is a role check in the service (no scope exists).
 import { z } from 'zod';
 import { limits } from '../../limits.js';
-import type { TenancyService } from '../../tenancy/service.js';
+import { normalizeEmail, type TenancyService } from '../../tenancy/service.js';
 import { allScopes } from '../../tenancy/types.js';
 import { pageQuerySchema, pageRequest } from '../pagination.js';
 import { type AnyRoute, route } from '../route.js';
@@ -101,9 +101,10 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
       auth: { kind: 'none' },
       body: signupBody,
       idempotent: true,
-      // The idempotency scope of an open route is shared ('anon'): whoever replays the key and body
-      // must not receive the PAT again (as customer-session mints answer customer_token: null, rule 4).
-      // Stored 4xx answers replay unchanged.
+      // No caller yet: keys are scoped by the address signing up, so two people never collide.
+      idempotencyIdentity: (body) => normalizeEmail(body.email),
+      // Whoever replays the key and body (knowing the address) must not receive the PAT again (as
+      // customer-session mints answer customer_token: null, rule 4). Stored 4xx answers replay unchanged.
       replayTransform: (body) => {
         const b = body as Record<string, unknown>;
         if (b.token === null || typeof b.token !== 'object') return b;
