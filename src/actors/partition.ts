@@ -20,12 +20,17 @@ import { decodeEntryToKeep, decodeSnapshot, encodeEntry, encodeSnapshot, type Jo
 import { KeyFilter } from './key-filter.js';
 import { type CustomerView, toView } from './views.js';
 import type { MatchPlayerReply } from '../domain/match/actor.js';
+import type { TierProgram } from '../domain/tiers.js';
 
 export type Target = { by: 'id'; id: string } | { by: 'key'; key: string };
 
 export type EngineCommand =
   | Command
-  | { kind: 'customer.view' }
+  /**
+   * The customer as data. With `tierPrograms`, the view also says which level the customer
+   * qualifies for now in those it was never placed in (qualifiedTiers).
+   */
+  | { kind: 'customer.view'; tierPrograms?: TierProgram[] }
   /**
    * The customer id a target names now (following merges) and its external id, without building a
    * view. An absent customer is answered at once: absence depends on nothing waiting for the journal.
@@ -553,7 +558,7 @@ export class Partition {
     }
     if (cmd.kind === 'customer.view') {
       if (state.deletedAtMs !== null) return this.reply(tombstone(notFound, state.id), null, resolve);
-      return this.reply({ ok: true, reply: { kind: 'customer', customer: toView(state, call.nowMs) } }, actor, resolve);
+      return this.reply({ ok: true, reply: { kind: 'customer', customer: toView(state, call.nowMs, cmd.tierPrograms) } }, actor, resolve);
     }
     if (cmd.kind === 'customer.resolve') {
       if (state.deletedAtMs !== null) return this.reply(tombstone(notFound, state.id), null, resolve);

@@ -5,6 +5,8 @@ import { counterValue } from '../domain/counters.js';
 import { inventoryList } from '../domain/inventory.js';
 import { type Balance, balances } from '../domain/ledger.js';
 import type { Issuance } from '../domain/rewards.js';
+import { qualifiedLevel } from '../domain/rule-effects.js';
+import type { TierProgram } from '../domain/tiers.js';
 
 export interface CustomerView {
   id: string;
@@ -24,6 +26,11 @@ export interface CustomerView {
   /** Per currency, as of the view's time (due confirmations and expiries counted). */
   balances: Balance[];
   tiers: Array<{ programId: string; level: string; sinceMs: number }>;
+  /**
+   * In the programs the view was asked with (customer.view tierPrograms) that the customer was
+   * never placed in: the level it qualifies for now, from its ledger (what rules read).
+   */
+  qualifiedTiers: Array<{ programId: string; level: string }>;
   /** Reward issuances, oldest first (the rule path's pending and refused requests are not shown). */
   issuances: Issuance[];
   /** The latest progress record per challenge (the period it was last counted in). */
@@ -38,7 +45,13 @@ export interface CustomerView {
   ruleLimits: Record<string, number>;
 }
 
-export function toView(s: CustomerState, nowMs: number): CustomerView {
+export function toView(s: CustomerState, nowMs: number, tierPrograms: readonly TierProgram[] = []): CustomerView {
+  const qualifiedTiers: CustomerView['qualifiedTiers'] = [];
+  for (const p of tierPrograms) {
+    if (Object.hasOwn(s.tiers, p.id)) continue;
+    const level = qualifiedLevel(p, s.ledger, nowMs);
+    if (level !== null) qualifiedTiers.push({ programId: p.id, level });
+  }
   return {
     id: s.id,
     environmentId: s.environmentId,
@@ -54,6 +67,7 @@ export function toView(s: CustomerState, nowMs: number): CustomerView {
     eventCount: s.events.size,
     balances: balances(s.ledger, nowMs),
     tiers: Object.values(s.tiers).map((t) => ({ programId: t.programId, level: t.level, sinceMs: t.sinceMs })),
+    qualifiedTiers,
     issuances: s.rewards.issuances.filter((i) => i.status !== 'pending' && i.status !== 'refused').map((i) => ({ ...i })),
     challenges: Object.values(s.challenges.progress).map((p) => ({
       challengeId: p.challengeId,

@@ -9,7 +9,7 @@ import * as ch from './challenges.js';
 import { evolveInventory, grant as grantItem, type InventoryFact, type InventoryState, inventoryFromPairs, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
 import type { Effect, RuleCounters, RuleSubject } from './rule-effects.js';
-import { levelsByProgramKey, tierFacts } from './rule-effects.js';
+import { levelsByProgramKey, qualifiedLevel, tierFacts } from './rule-effects.js';
 import { type RewardFact, requested } from './rewards.js';
 import { type SegmentDef, segmentNames } from './segments.js';
 import {
@@ -334,7 +334,7 @@ export function applyChallenges(
         return segments;
       },
       get tiers(): Readonly<Record<string, string>> {
-        tierLevels ??= levelsByProgramKey(context.tierPrograms, subject.tiers);
+        tierLevels ??= levelsByProgramKey(context.tierPrograms, subject.tiers, (p) => qualifiedLevel(p, subject.ledger, ctx.nowMs));
         return tierLevels;
       },
       externalId: subject.externalId,

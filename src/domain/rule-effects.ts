@@ -21,7 +21,7 @@ import {
   type SkipReason,
 } from './rules/index.js';
 import { type SegmentDef, segmentNames } from './segments.js';
-import { evaluateTier, type TierFact, type TierMetrics, type TierProgram, type TiersState } from './tiers.js';
+import { evaluateTier, levelIndexFor, type TierFact, type TierMetrics, type TierProgram, type TiersState, tierValue } from './tiers.js';
 import { type RewardFact, requested } from './rewards.js';
 
 export interface RulesContext {
@@ -138,17 +138,33 @@ const noCounters: Record<string, number | undefined> = {};
 const noneReady = (): boolean => false;
 const noTiers: Readonly<Record<string, string>> = {};
 
-/** The customer's level per tier program KEY (what `customer.tiers.<program key>` reads). */
-export function levelsByProgramKey(
-  programs: readonly { id: string; key: string }[],
+/**
+ * The level a customer never placed in `program` qualifies for now: the program's metric read
+ * from the ledger at nowMs, as a placement would compute it (the first level, threshold 0, at
+ * worst). Null only for a program without levels.
+ */
+export function qualifiedLevel(program: TierProgram, book: ledger.LedgerState, nowMs: number): string | null {
+  if (program.levels.length === 0) return null;
+  const value = tierValue(program, tierMetrics(program, book, nowMs), nowMs);
+  return program.levels[levelIndexFor(program, value)]!.key;
+}
+
+/**
+ * The customer's level per tier program KEY (what `customer.tiers.<program key>` reads): the
+ * level held, or, in a program the customer was never placed in (placement happens on a credit
+ * in its currency or a tier.evaluate), `unplaced(program)`: the level it qualifies for now.
+ */
+export function levelsByProgramKey<P extends { id: string; key: string }>(
+  programs: readonly P[],
   tiers: Readonly<Record<string, { level: string }>>,
+  unplaced?: (program: P) => string | null,
 ): Readonly<Record<string, string>> {
   let out: Record<string, string> | null = null;
   for (const p of programs) {
-    const held = Object.hasOwn(tiers, p.id) ? tiers[p.id] : undefined;
-    if (held === undefined) continue;
+    const held = Object.hasOwn(tiers, p.id) ? tiers[p.id]!.level : (unplaced?.(p) ?? null);
+    if (held === null) continue;
     out ??= Object.create(null) as Record<string, string>;
-    out[p.key] = held.level;
+    out[p.key] = held;
   }
   return out ?? noTiers;
 }
@@ -220,9 +236,10 @@ export function applyRules(
         segments ??= segmentNames(segmentDefs ?? [], subject.segmentIds ?? noSegments, subject.attributes);
         return segments;
       },
-      // `customer.tiers.<program key>`: resolved on first read, like segments.
+      // `customer.tiers.<program key>`: resolved on first read, like segments (from the ledger
+      // as the event found it, for a program the customer was never placed in).
       get tiers(): Readonly<Record<string, string>> {
-        tierLevels ??= levelsByProgramKey(rules.tierPrograms, subject.tiers);
+        tierLevels ??= levelsByProgramKey(rules.tierPrograms, subject.tiers, (p) => qualifiedLevel(p, subject.ledger, ctx.nowMs));
         return tierLevels;
       },
       externalId: subject.externalId,

@@ -112,7 +112,15 @@ const issuanceStatus = allOf<IssuanceStatus>()(['pending', 'issued', 'redeemed',
 export const customerStateSchema = z.object({
   customer: customerSchema,
   balances: z.array(balanceSchema),
-  tiers: z.array(z.object({ program_id: id, level: z.string(), since: timestamp })),
+  tiers: z
+    .array(
+      z.object({
+        program_id: id,
+        level: z.string(),
+        since: timestamp.nullable().describe('null: never placed in the program; level is the one the customer qualifies for now (what rules read).'),
+      }),
+    )
+    .describe('One per tier program of the environment.'),
   segments: z.array(z.string()).describe('Names of the segments the customer is in (static memberships and dynamic matches).'),
   counters: z.record(z.string(), z.number()).describe("Each counter definition's current value, by counter name."),
   challenges: z.array(

@@ -194,15 +194,15 @@ t.test('rules read customer.tiers.<program key>; simulate traces against the nam
   const simulate = (customer_id?: string) =>
     api.post(`/v1/rules/${rule.body.id}/simulate`, { event: { name: 'level.completed', properties: {} }, ...(customer_id === undefined ? {} : { customer_id }) });
 
-  // No tier yet (placement follows the first credit): the tier condition fails, and the trace
-  // shows the customer's real values.
+  // Not placed yet (placement follows the first credit): the customer reads the level it
+  // qualifies for now, the first one, so the silver condition fails; the trace shows real values.
   const bronze = await simulate('sim-1');
   t.equal(bronze.status, 200);
   t.match(bronze.body.trace.outcome, { fired: false, reason: 'conditions_not_met' });
   const steps = bronze.body.trace.steps.filter((s: { check: string }) => s.check === 'condition');
   t.match(steps, [
     { path: 'customer.attributes.vip', actual: true, pass: true },
-    { path: 'customer.tiers.rank', found: false, pass: false },
+    { path: 'customer.tiers.rank', actual: 'bronze', found: true, pass: false },
   ]);
   t.equal((await api.post('/v1/ledger_entries', { customer_id: 'sim-1', currency: 'coins', amount: 150, reason: 'grant' }, idem())).status, 201);
   const silver = await simulate(c.body.id);

@@ -335,3 +335,70 @@ t.test('rolling tiers: earnings by day, upgrade at once, downgrade at the due ch
   await api.post('/v1/test_clock/advance', { seconds: 8 * 86_400 });
   t.equal(await level(), 'bronze', 'nothing earned in the last 7 days');
 });
+
+t.test('a customer never placed in a program reads the level it qualifies for now: rules, simulate, the state view', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  // p1 earned 1200 (100 spent) before any program existed; p6 never earned anything.
+  const p1 = (await api.post('/v1/customers', { external_id: 'p1' }, idem())).body.id as string;
+  const p6 = (await api.post('/v1/customers', { external_id: 'p6' }, idem())).body.id as string;
+  t.equal((await api.post('/v1/ledger_entries', { customer_id: p1, currency: 'coins', amount: 1200, reason: 'history' }, idem())).status, 201);
+  t.equal((await api.post('/v1/ledger_entries', { customer_id: p1, currency: 'coins', amount: -100, reason: 'spent' }, idem())).status, 201);
+  const status = (await api.post('/v1/tier_programs', { key: 'status', name: 'Status', currency: 'coins', basis: 'lifetime_earned', levels }, idem())).body;
+  const recent = (
+    await api.post('/v1/tier_programs', { key: 'recent', name: 'Recent', currency: 'coins', basis: 'earned_rolling_days', rolling_days: 30, levels }, idem())
+  ).body;
+  const wallet = (await api.post('/v1/tier_programs', { key: 'wallet', name: 'Wallet', currency: 'coins', basis: 'balance', levels }, idem())).body;
+
+  // The state view lists every program: never placed, since is null and the level is the qualified one.
+  const tiersOf = async (id: string) =>
+    Object.fromEntries(((await api.get(`/v1/customers/${id}/state`)).body.tiers as Array<{ program_id: string; level: string; since: string | null }>).map((x) => [x.program_id, x]));
+  t.same(await tiersOf(p1), {
+    [status.id]: { program_id: status.id, level: 'silver', since: null },
+    [recent.id]: { program_id: recent.id, level: 'silver', since: null },
+    [wallet.id]: { program_id: wallet.id, level: 'silver', since: null },
+  });
+  t.same(await tiersOf(p6), {
+    [status.id]: { program_id: status.id, level: 'bronze', since: null },
+    [recent.id]: { program_id: recent.id, level: 'bronze', since: null },
+    [wallet.id]: { program_id: wallet.id, level: 'bronze', since: null },
+  });
+
+  // Rules read the same levels, in simulate and on events.
+  const probe = async (name: string, level: string) => {
+    const definition = {
+      schema: 'service.rule/v2',
+      trigger: { kind: 'customer_event', event: `tier.${name}` },
+      conditions: { all: [{ path: 'customer.tiers.status', op: 'eq', value: level }, { path: 'customer.tiers.recent', op: 'eq', value: level }] },
+      actions: [{ type: 'item.grant', item: `${name}_badge`, quantity: 1 }],
+    };
+    const r = (await api.post('/v1/rules', { name, definition }, idem())).body;
+    t.equal((await api.post(`/v1/rules/${r.id}/publish`)).status, 200);
+    return r.id as string;
+  };
+  const silverRule = await probe('silver', 'silver');
+  const bronzeRule = await probe('bronze', 'bronze');
+  const simulate = async (ruleId: string, event: string, customer: string) =>
+    (await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: event, properties: {} }, customer_id: customer })).body;
+  const sp1 = await simulate(silverRule, 'tier.silver', 'p1');
+  t.match(sp1.trace.outcome, { fired: true }, 'p1 qualifies for silver');
+  t.match(sp1.trace.steps.find((s: { check: string }) => s.check === 'condition'), { path: 'customer.tiers.status', actual: 'silver', found: true, pass: true });
+  const sp6 = await simulate(silverRule, 'tier.silver', 'p6');
+  t.match(sp6.trace.steps.find((s: { check: string }) => s.check === 'condition'), { actual: 'bronze', found: true, pass: false }, 'p6 reads bronze, not nothing');
+  t.match((await simulate(bronzeRule, 'tier.bronze', 'p6')).trace.outcome, { fired: true }, 'every customer qualifies for the first level');
+  t.match((await simulate(bronzeRule, 'tier.bronze', 'never-seen')).trace.outcome, { fired: true }, 'so does a customer an event would create');
+  let n = 0;
+  const send = (customer: string, name: string) =>
+    api.post('/v1/events', { id: `tp-${++n}`, name, customer_id: customer, occurred_at: new Date(Date.now() - 1000).toISOString(), mode: 'sync' });
+  t.match((await send('p1', 'tier.silver')).body.effects, [{ type: 'rule.fired', rule_id: silverRule }, { type: 'item.granted' }]);
+  t.match((await send('p6', 'tier.bronze')).body.effects, [{ type: 'rule.fired', rule_id: bronzeRule }, { type: 'item.granted' }]);
+  t.match((await send('p6', 'tier.silver')).body.effects, [{ type: 'rule.skipped', reason: 'conditions_not_met' }]);
+  t.match((await send('fresh', 'tier.bronze')).body.effects, [{ type: 'rule.fired', rule_id: bronzeRule }, { type: 'item.granted' }], 'a new customer');
+
+  // Once placed (a credit in the program's currency), the state view shows the placement and its since.
+  t.equal((await api.post('/v1/ledger_entries', { customer_id: p6, currency: 'coins', amount: 5, reason: 'bonus' }, idem())).status, 201);
+  const placed = await tiersOf(p6);
+  t.match(placed[status.id], { level: 'bronze', since: String }, 'placed: since is set');
+});

@@ -172,10 +172,10 @@ async function call(deps: CustomerDeps, env: string, target: Target, command: En
  * memory under that id, whatever its environment, so every by-id use starts here (tenant isolation).
  * `param` is the request field that named it (a 404 resource_not_found names it).
  */
-async function view(deps: CustomerDeps, env: string, target: Target, param = 'id'): Promise<CustomerView> {
+async function view(deps: CustomerDeps, env: string, target: Target, param = 'id', tierPrograms?: TierProgram[]): Promise<CustomerView> {
   let reply: Awaited<ReturnType<typeof call>>;
   try {
-    reply = await call(deps, env, target, { kind: 'customer.view' });
+    reply = await call(deps, env, target, tierPrograms === undefined ? { kind: 'customer.view' } : { kind: 'customer.view', tierPrograms });
   } catch (err) {
     if (param !== 'id' && err instanceof ApiError && err.code === 'resource_not_found') {
       throw new ApiError('resource_not_found', { message: err.message, param });
@@ -204,7 +204,11 @@ function stateWire(
   return {
     customer: customerWire(c),
     balances: c.balances.map(balanceWire),
-    tiers: c.tiers.map((t) => ({ program_id: t.programId, level: t.level, since: iso(t.sinceMs) })),
+    // A program the customer was never placed in shows the level it qualifies for now (since null).
+    tiers: [
+      ...c.tiers.map((t) => ({ program_id: t.programId, level: t.level, since: iso(t.sinceMs) })),
+      ...c.qualifiedTiers.map((t) => ({ program_id: t.programId, level: t.level, since: null })),
+    ],
     segments,
     counters,
     challenges: c.challenges.map((x) => ({ challenge_id: x.challengeId, period_key: x.periodKey, count: x.count, status: x.status })),
@@ -661,7 +665,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
         await checkSelf(deps, env, ctx.principal, id);
-        const [v, names, defs] = await Promise.all([view(deps, env, idTarget(id)), deps.counterNames?.(env) ?? [], deps.segments?.(env) ?? []]);
+        const programs = (await deps.tiers.all(env)).map(tierProgramOf);
+        const [v, names, defs] = await Promise.all([view(deps, env, idTarget(id), 'id', programs), deps.counterNames?.(env) ?? [], deps.segments?.(env) ?? []]);
         const aliases = [...v.aliases, ...(await mergedAliases(deps, env, v))];
         return { status: 200, body: stateWire(v, aliases, names, segmentNames(defs, v.segmentIds, v.attributes)) };
       },
