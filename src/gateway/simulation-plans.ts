@@ -10,6 +10,12 @@ import type { RuleCompilation, RuleMeta } from '../domain/rules/compile.js';
 /** Compiles a definition (in the worker pool), answering the plan or every problem found. */
 export type CompilePlanFn = (definition: unknown, meta: RuleMeta) => Promise<RuleCompilation>;
 
+/** Which definition simulate traces for a rule record: the draft (version null) or the active version's number. */
+export function tracedDefinition(rule: Rule): { draft: boolean; version: number | null } {
+  if (rule.draftDefinition !== null) return { draft: true, version: null };
+  return { draft: false, version: rule.activeVersion?.number ?? null };
+}
+
 /** What simulate runs for a rule record: the draft when there is one, else the active version. */
 export function simulatedDefinition(rule: Rule): { definition: unknown; meta: RuleMeta } {
   const draft = rule.draftDefinition !== null;

@@ -15,6 +15,7 @@ import type { MatchStatus, PlayerStatus, ReviewDecision } from '../domain/match/
 import type { PeriodKind } from '../domain/periods.js';
 import type { IssuanceStatus } from '../domain/rewards.js';
 import { skipReasons as ruleSkipReasons, type TraceCheck } from '../domain/rules/evaluate.js';
+import { notLiveReasons } from '../domain/rules/simulate.js';
 import { expiryAfterPattern } from '../domain/rewards.js';
 import type { TierBasis } from '../domain/tiers.js';
 import { attributeTypes } from '../catalog/attributes.js';
@@ -319,8 +320,23 @@ const planAction = z.looseObject({ type: z.string() }).describe('A resolved acti
 
 export const ruleSimulationSchema = z.object({
   simulated: z.literal(true),
-  plan: z.array(planAction).describe('What firing would do; [] when it would not fire.'),
+  plan: z.array(planAction).describe('What the traced definition would do on firing; [] when it would not fire.'),
   trace: z.object({
+    definition: z
+      .object({ draft: z.boolean(), version: z.number().int().nullable() })
+      .describe('The definition traced: the unpublished draft (draft true, version null), else the active version (its number).'),
+    live: z.boolean().describe('Whether an event sent now would run this definition (not_live is empty).'),
+    not_live: z
+      .array(
+        z.object({
+          reason: z.enum(notLiveReasons),
+          detail: z.string(),
+          param: z.string().describe('The field to look at: status, draft_definition or campaign_id.'),
+        }),
+      )
+      .describe(
+        'Why an event now would not run it: rule_not_published (a draft rule), rule_paused, rule_archived, draft_not_published (the traced draft is not the active version), campaign_inactive (its campaign is not running now: what events are skipped with). Information only: plan and outcome stay about the definition.',
+      ),
     outcome: z.union([
       z.object({
         fired: z.literal(true),

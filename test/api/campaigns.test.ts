@@ -126,8 +126,13 @@ t.test("a campaign's rules fire only while it is active, inside its schedule, fo
     (await api.post(`/v1/rules/${rule.body.id}/simulate`, { event: { name: 'order.completed', properties: {} }, customer_id: who })).body;
 
   t.match((await order('ann')).body.effects, [{ type: 'rule.skipped', reason: 'campaign_inactive' }], 'draft');
+  // Simulate traces the definition (ann is not in the audience yet) and says the campaign is not running.
   const draft = await simulated('ann');
-  t.match(draft, { plan: [], trace: { outcome: { fired: false, reason: 'campaign_inactive', detail: /draft/ } } }, 'simulate: draft');
+  t.match(
+    draft,
+    { plan: [], trace: { live: false, not_live: [{ reason: 'campaign_inactive', detail: /draft/ }], outcome: { fired: false, reason: 'segment_not_matched' } } },
+    'simulate: draft',
+  );
   t.match(draft.trace.steps[1], { check: 'campaign', expected: c.body.id, pass: false }, 'the campaign step follows the trigger');
   await api.post(`/v1/campaigns/${c.body.id}/activate`, {});
   t.match((await order('ann')).body.effects, [{ type: 'rule.skipped', reason: 'segment_not_matched' }], 'not in the audience');
@@ -142,10 +147,14 @@ t.test("a campaign's rules fire only while it is active, inside its schedule, fo
     [{ type: 'rule.fired' }, { type: 'points.awarded', amount: 3, campaign_id: c.body.id }],
     'active, in the audience',
   );
-  t.match(await simulated('ann'), { plan: [{ type: 'points.award', amount: 3 }], trace: { outcome: { fired: true } } }, 'simulate: in the audience');
+  t.match(await simulated('ann'), { plan: [{ type: 'points.award', amount: 3 }], trace: { live: true, outcome: { fired: true } } }, 'simulate: in the audience');
   await api.post(`/v1/campaigns/${c.body.id}/pause`, {});
   t.match((await order('ann')).body.effects, [{ type: 'rule.skipped', reason: 'campaign_inactive' }], 'paused');
-  t.match(await simulated('ann'), { trace: { outcome: { reason: 'campaign_inactive', detail: /paused/ } } }, 'simulate: paused');
+  t.match(
+    await simulated('ann'),
+    { plan: [{ type: 'points.award', amount: 3 }], trace: { live: false, not_live: [{ reason: 'campaign_inactive', detail: /paused/ }], outcome: { fired: true } } },
+    'simulate: paused',
+  );
   await api.post(`/v1/campaigns/${c.body.id}/activate`, {});
   await api.patch(`/v1/campaigns/${c.body.id}`, { starts_at: inMs(3_600_000) });
   t.match((await order('ann')).body.effects, [{ type: 'rule.skipped', reason: 'campaign_inactive', detail: /not started/ }], 'before the schedule');

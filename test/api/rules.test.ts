@@ -188,17 +188,25 @@ t.test('rules', async (t) => {
   });
 
   await t.test('simulate traces the rule against an event and changes nothing', async (t) => {
-    // The rule is in Campaign 1: while that is a draft, events (and simulate) skip it with
-    // campaign_inactive (test/api/campaigns.test.ts); running, its own checks decide.
+    // The rule is in Campaign 1: while that is a draft, events skip it with campaign_inactive
+    // (test/api/campaigns.test.ts); simulate still traces the definition and says it is not live.
     const inactive = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: { total: 25 } } });
-    t.match(inactive.body.trace.outcome, { fired: false, reason: 'campaign_inactive' });
+    t.match(inactive.body, {
+      plan: [{ type: 'points.award', amount: 10 }],
+      trace: {
+        definition: { draft: false, version: 1 },
+        live: false,
+        not_live: [{ reason: 'campaign_inactive', detail: 'The campaign is draft.', param: 'campaign_id' }],
+        outcome: { fired: true },
+      },
+    });
     t.equal((await api.post(`/v1/campaigns/${camp1}/activate`, {})).status, 200);
     const before = (await api.get(`/v1/rules/${ruleId}`)).body;
     const fire = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: { total: 25 } } });
     t.equal(fire.status, 200);
     t.equal(fire.body.simulated, true);
     t.same(fire.body.plan, [{ type: 'points.award', currency: 'points', amount: 10 }], 'the active version (total >= 20) fires');
-    t.match(fire.body.trace, { outcome: { fired: true, actions: [{ type: 'points.award' }], limit_keys: [] }, steps: Array });
+    t.match(fire.body.trace, { definition: { draft: false, version: 1 }, live: true, not_live: [], outcome: { fired: true, actions: [{ type: 'points.award' }], limit_keys: [] }, steps: Array });
     const cond = fire.body.trace.steps.find((s: { check: string }) => s.check === 'condition');
     t.match(cond, { at: 'conditions.all[0]', path: 'event.properties.total', op: 'gte', expected: 20, actual: 25, found: true, pass: true });
 
@@ -215,6 +223,7 @@ t.test('rules', async (t) => {
     await api.patch(`/v1/rules/${ruleId}`, { definition: definition(1, 3) });
     const draft = await api.post(`/v1/rules/${ruleId}/simulate`, { event: { name: 'order.completed', properties: { total: 5 } } });
     t.same(draft.body.plan, [{ type: 'points.award', currency: 'points', amount: 3 }]);
+    t.match(draft.body.trace, { definition: { draft: true, version: null }, live: false, not_live: [{ reason: 'draft_not_published', param: 'draft_definition' }] });
     t.equal((await api.post(`/v1/rules/${ruleId}/simulate`, { event: { properties: {} } })).body.error.code, 'validation_failed');
     t.equal((await api.get(`/v1/rules/${ruleId}`)).body.version, before.version + 1, 'only the PATCH changed the rule');
   });
@@ -312,6 +321,35 @@ t.test('rules', async (t) => {
     const stale = await api.patch(`/v1/rules/${id}`, { definition: definition(1, 9) }, { 'if-match': `"${v2.body.version}"` });
     t.equal(stale.body.error.code, 'stale_write');
     t.same(await sim(7), [], 'a refused edit changes nothing');
+  });
+
+  await t.test("simulate reports the rule's status and its campaign's state beside a trace of the definition", async (t) => {
+    // A draft rule in a draft campaign: nothing is live, and the definition can still be tried.
+    const camp = (await api.post('/v1/campaigns', { name: 'Preparing' }, idem())).body;
+    const r = (await api.post('/v1/rules', { name: 'Prepared', definition: definition(1, 7), campaign_id: camp.id }, idem())).body;
+    const sim = async () => (await api.post(`/v1/rules/${r.id}/simulate`, { event: { name: 'order.completed', properties: { total: 5 } } })).body;
+    const prepared = await sim();
+    t.same(prepared.plan, [{ type: 'points.award', currency: 'points', amount: 7 }], 'the draft of a draft campaign is dry-run');
+    t.match(prepared.trace, {
+      definition: { draft: true, version: null },
+      live: false,
+      not_live: [
+        { reason: 'rule_not_published', param: 'status' },
+        { reason: 'campaign_inactive', detail: 'The campaign is draft.', param: 'campaign_id' },
+      ],
+      outcome: { fired: true },
+    });
+    t.match(prepared.trace.steps[1], { check: 'campaign', pass: false }, 'the campaign step stays, as information');
+    // Published and running: live. Paused: still traced, not live.
+    t.equal((await api.post(`/v1/campaigns/${camp.id}/activate`, {})).status, 200);
+    t.equal((await api.post(`/v1/rules/${r.id}/publish`)).status, 200);
+    t.match((await sim()).trace, { definition: { draft: false, version: 1 }, live: true, not_live: [] });
+    t.equal((await api.post(`/v1/rules/${r.id}/pause`)).status, 200);
+    const paused = await sim();
+    t.same(paused.plan, [{ type: 'points.award', currency: 'points', amount: 7 }]);
+    t.match(paused.trace, { live: false, not_live: [{ reason: 'rule_paused', param: 'status' }] });
+    t.equal((await api.post(`/v1/rules/${r.id}/archive`)).status, 200);
+    t.match((await sim()).trace, { live: false, not_live: [{ reason: 'rule_archived' }], outcome: { fired: true } });
   });
 
   await t.test('a draft edited back to the active version (keys in another order) is nothing to publish', async (t) => {

@@ -370,7 +370,7 @@ t.test('simulateRule: a dry run with the actions it would apply, from plain-data
   t.match(notReady.trace.steps.find((s) => s.check === 'counter'), { actual: 'not_ready', pass: false });
 });
 
-t.test("simulateRule with the rule's campaign: not running is campaign_inactive; its audience is a segment check", async (t) => {
+t.test("simulateRule with the rule's campaign: its state is a step and a notLive entry, not the outcome; its audience is a segment check", async (t) => {
   const p = plan({});
   const snapshot = {
     event: { name: 'order.completed', properties: {}, trust: 'merchant_asserted' },
@@ -379,23 +379,51 @@ t.test("simulateRule with the rule's campaign: not running is campaign_inactive;
   };
   const gate = { id: 'cmp_1', status: 'active' as const, startsAtMs: null, endsAtMs: null, audienceSegment: 'vip', capped: [] };
   const running = simulateRule(p, snapshot, { id: 'cmp_1', gate, nowMs: 1000 });
-  t.match(running, { plan: [{ type: 'points.award' }], trace: { outcome: { fired: true } } });
+  t.match(running, { plan: [{ type: 'points.award' }], trace: { outcome: { fired: true } }, notLive: [] });
   t.match(running.trace.steps.slice(0, 2), [{ check: 'trigger' }, { check: 'campaign', expected: 'cmp_1', actual: 'running', found: true, pass: true }]);
   t.match(running.trace.steps.find((s) => s.at === 'campaign.audience'), { check: 'segment', expected: 'vip', pass: true });
 
   const outsider = simulateRule(p, { ...snapshot, customer: { ...snapshot.customer, segments: [] } }, { id: 'cmp_1', gate, nowMs: 1000 });
   t.match(outsider.trace.outcome, { fired: false, reason: 'segment_not_matched' });
 
+  // Not running: the definition is still traced (plan and outcome), the campaign says why an event would be skipped.
   const paused = simulateRule(p, snapshot, { id: 'cmp_1', gate: { ...gate, status: 'paused' }, nowMs: 1000 });
-  t.same(paused.plan, []);
-  t.match(paused.trace.outcome, { fired: false, reason: 'campaign_inactive', detail: 'The campaign is paused.', param: 'campaign_id' });
+  t.match(paused, { plan: [{ type: 'points.award' }], trace: { outcome: { fired: true } } });
+  t.same(paused.notLive, [{ reason: 'campaign_inactive', detail: 'The campaign is paused.', param: 'campaign_id' }]);
+  t.match(paused.trace.steps[1], { check: 'campaign', actual: 'The campaign is paused.', pass: false });
   const over = simulateRule(p, snapshot, { id: 'cmp_1', gate: { ...gate, endsAtMs: 500 }, nowMs: 1000 });
-  t.match(over.trace.outcome, { reason: 'campaign_inactive', detail: /over/ });
+  t.match(over.notLive, [{ reason: 'campaign_inactive', detail: /over/ }]);
   const gone = simulateRule(p, snapshot, { id: 'cmp_1', gate: undefined, nowMs: 1000 });
-  t.match(gone.trace.outcome, { reason: 'campaign_inactive', detail: /does not exist/ });
+  t.match(gone.notLive, [{ reason: 'campaign_inactive', detail: /does not exist/ }]);
   t.match(gone.trace.steps[1], { check: 'campaign', found: false, pass: false });
   const otherEvent = simulateRule(p, { ...snapshot, event: { ...snapshot.event, name: 'x.y' } }, { id: 'cmp_1', gate: { ...gate, status: 'paused' }, nowMs: 1000 });
   t.match(otherEvent.trace.outcome, { reason: 'trigger_mismatch' }, 'the trigger is checked first, as the engine does');
+});
+
+t.test("simulateRule with the rule's status: what keeps an event from running the traced definition", async (t) => {
+  const p = plan({});
+  const snapshot = {
+    event: { name: 'order.completed', properties: {}, trust: 'merchant_asserted' },
+    customer: { attributes: {}, counters: {}, readyCounters: [], segments: [], tiers: {}, externalId: 'u1' },
+    limitCounts: [] as { limitId: string; scopeKey: string; count: number }[],
+  };
+  const reasons = (status: 'draft' | 'published' | 'paused' | 'archived', tracedDraft: boolean, activeVersion: number | null) => {
+    const r = simulateRule(p, snapshot, undefined, { status, tracedDraft, activeVersion });
+    t.match(r.trace.outcome, { fired: true }, `${status}: the definition is traced`);
+    return r.notLive.map((n) => [n.reason, n.param]);
+  };
+  t.same(reasons('published', false, 2), [], 'published, its active version: live');
+  t.same(reasons('draft', true, null), [['rule_not_published', 'status']]);
+  t.same(reasons('published', true, 2), [['draft_not_published', 'draft_definition']]);
+  t.same(reasons('paused', false, 2), [['rule_paused', 'status']]);
+  t.same(reasons('paused', true, 2), [
+    ['rule_paused', 'status'],
+    ['draft_not_published', 'draft_definition'],
+  ]);
+  t.same(reasons('archived', false, 2), [['rule_archived', 'status']]);
+  t.match(simulateRule(p, snapshot, undefined, { status: 'published', tracedDraft: true, activeVersion: 2 }).notLive[0], {
+    detail: 'This is the unpublished draft: events run version 2 until it is published.',
+  });
 });
 
 t.test('shared limits: a scope without a customer path passes only on a granted slot, never in limitKeys', async (t) => {
@@ -586,12 +614,13 @@ t.test('simulateRule with a campaign budget: a budget step per capped award; wha
   t.match(none.trace.steps.at(-1), { check: 'budget', expected: 100, actual: 50, pass: false });
   t.match(run(100, only), { plan: [{ amount: 100 }], trace: { outcome: { fired: true } } });
 
-  // Nothing to check: a rule that does not fire, a campaign not running, or no budget read.
+  // Nothing to check: a rule that does not fire, or no budget read. A campaign not running is
+  // still traced, budget included (its state is a notLive entry, not the outcome).
   const notFired = simulateRule(only, { ...snapshot, event: { ...snapshot.event, name: 'x.y' } }, { id: 'cmp_1', gate, nowMs: 1000, budgetLeft: { 'cmp_1|coins': 0 } });
   t.match(notFired.trace.outcome, { reason: 'trigger_mismatch' });
   t.equal(notFired.trace.steps.filter((s) => s.check === 'budget').length, 0);
   const paused = simulateRule(only, snapshot, { id: 'cmp_1', gate: { ...gate, status: 'paused' }, nowMs: 1000, budgetLeft: { 'cmp_1|coins': 0 } });
-  t.match(paused.trace.outcome, { reason: 'campaign_inactive' });
+  t.match(paused, { notLive: [{ reason: 'campaign_inactive' }], trace: { outcome: { reason: 'budget_exhausted' } } });
   const unread = simulateRule(only, snapshot, { id: 'cmp_1', gate, nowMs: 1000 });
   t.match(unread, { plan: [{ amount: 100 }], trace: { outcome: { fired: true } } });
   t.equal(unread.trace.steps.filter((s) => s.check === 'budget').length, 0);

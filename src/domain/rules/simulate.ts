@@ -3,7 +3,9 @@
 // so it can cross a worker-thread boundary; simulateRule builds the lookups and calls traceRule.
 // A shared limit (scope without a customer path) shows the store's taken count, reserving
 // nothing, and passes while taken < max. A campaign's capped awards meet the budget left (read,
-// not leased): one that does not fit is left out of the plan, as the engine skips it.
+// not leased): one that does not fit is left out of the plan, as the engine skips it. Plan and
+// outcome are about the traced definition whatever the rule's status or its campaign's state;
+// those are reported beside them (notLive).
 import { type BudgetGrant, budgetKey, type CampaignGate, campaignInactiveReason } from '../campaigns.js';
 import { type ResolvedAction, type RulePlan, withAudienceSegment } from './compile.js';
 import {
@@ -66,13 +68,61 @@ function sharedAnswers(plan: RulePlan, rows: NonNullable<SimulationInput['shared
 
 /**
  * The simulate answer. `simulated` is always true (a dry run: nothing was journaled); `plan`
- * lists the actions the rule would apply (empty when it would skip); `trace` carries the outcome
- * (fired, or the skip reason) and every check with expected and actual values.
+ * lists the actions the traced definition would apply (empty when it would skip); `trace` carries
+ * the outcome (fired, or the skip reason) and every check with expected and actual values.
+ * `notLive` says why an event sent now would not run this definition (the rule's status, a draft
+ * not yet published, its campaign not running); empty when it would. It is information only:
+ * plan and outcome are about the definition, so a draft rule of a campaign not yet running can be
+ * tried before anything goes live.
  */
 export interface SimulationResult {
   simulated: true;
   plan: ResolvedAction[];
   trace: RuleTrace;
+  notLive: NotLive[];
+}
+
+export const notLiveReasons = ['rule_not_published', 'rule_paused', 'rule_archived', 'draft_not_published', 'campaign_inactive'] as const;
+export type NotLiveReason = (typeof notLiveReasons)[number];
+
+export interface NotLive {
+  reason: NotLiveReason;
+  detail: string;
+  /** The field to look at: `status`, `draft_definition` or `campaign_id`. */
+  param: string;
+}
+
+/**
+ * The rule whose definition is traced: its status, whether the traced definition is the
+ * unpublished draft, and the active version's number (null when it has none).
+ */
+export interface SimulatedRule {
+  status: 'draft' | 'published' | 'paused' | 'archived';
+  tracedDraft: boolean;
+  activeVersion: number | null;
+}
+
+/** Why an event now would not run the traced definition, from the rule's side (campaign aside). */
+export function ruleNotLive(rule: SimulatedRule): NotLive[] {
+  const out: NotLive[] = [];
+  switch (rule.status) {
+    case 'draft':
+      out.push({ reason: 'rule_not_published', detail: 'The rule is a draft: events run it once it is published.', param: 'status' });
+      return out;
+    case 'archived':
+      out.push({ reason: 'rule_archived', detail: 'The rule is archived: events never run it again.', param: 'status' });
+      return out;
+    case 'paused':
+      out.push({ reason: 'rule_paused', detail: 'The rule is paused: events run its active version once it is resumed.', param: 'status' });
+      break;
+    case 'published':
+      break;
+  }
+  if (rule.tracedDraft) {
+    const active = rule.activeVersion === null ? 'no version' : `version ${rule.activeVersion}`;
+    out.push({ reason: 'draft_not_published', detail: `This is the unpublished draft: events run ${active} until it is published.`, param: 'draft_definition' });
+  }
+  return out;
 }
 
 export function toEvalInput(s: SimulationInput): EvalInput {
@@ -95,9 +145,9 @@ export function toEvalInput(s: SimulationInput): EvalInput {
 
 /**
  * The campaign a rule belongs to, as events meet it: `gate` undefined when the campaign no longer
- * exists. Its audience is checked with the rule's segment checks (segment_not_matched) and, when
- * the campaign is not running at `nowMs`, the rule is skipped with campaign_inactive, as the
- * engine does.
+ * exists. Its audience is checked with the rule's segment checks (segment_not_matched); whether it
+ * is running at `nowMs` is a `campaign` step after the trigger and, when it is not, a notLive
+ * entry (campaign_inactive, the reason an event would be skipped with), not the outcome.
  */
 export interface SimulatedCampaign {
   id: string;
@@ -153,15 +203,16 @@ function withBudget(result: SimulationResult, gate: CampaignGate, budgetLeft: Re
       firstShort ??= `actions[${i}]`;
     }
   });
-  if (plan.length > 0 || short.length === 0) return { simulated: true, plan, trace: { outcome, steps } };
+  if (plan.length > 0 || short.length === 0) return { simulated: true, plan, trace: { outcome, steps }, notLive: result.notLive };
   return {
     simulated: true,
     plan,
     trace: { outcome: { fired: false, reason: 'budget_exhausted', detail: budgetExhaustedDetail(gate.id, short), param: firstShort }, steps },
+    notLive: result.notLive,
   };
 }
 
-export function simulateRule(plan: RulePlan, input: SimulationInput | EvalInput, campaign?: SimulatedCampaign): SimulationResult {
+export function simulateRule(plan: RulePlan, input: SimulationInput | EvalInput, campaign?: SimulatedCampaign, rule?: SimulatedRule): SimulationResult {
   let evalInput: EvalInput;
   if (typeof input.limitCounts === 'function') evalInput = input as EvalInput;
   else {
@@ -169,9 +220,10 @@ export function simulateRule(plan: RulePlan, input: SimulationInput | EvalInput,
     evalInput = toEvalInput(s);
     evalInput.sharedLimits = sharedAnswers(plan, s.sharedCounts ?? [], s.event);
   }
+  const notLive = rule === undefined ? [] : ruleNotLive(rule);
   if (campaign === undefined) {
     const trace = traceRule(plan, evalInput);
-    return { simulated: true, plan: trace.outcome.fired ? [...trace.outcome.actions] : [], trace };
+    return { simulated: true, plan: trace.outcome.fired ? [...trace.outcome.actions] : [], trace, notLive };
   }
   const traced = traceRule(withAudienceSegment(plan, campaign.gate?.audienceSegment ?? null), evalInput);
   const inactive = campaignInactiveReason(campaign.gate, campaign.nowMs);
@@ -185,12 +237,9 @@ export function simulateRule(plan: RulePlan, input: SimulationInput | EvalInput,
     found: campaign.gate !== undefined,
     pass: inactive === null,
   };
-  // The engine skips a rule of a campaign that is not running before anything else is checked.
-  const steps = [traced.steps[0]!, running, ...traced.steps.slice(1)];
-  const trace: RuleTrace =
-    inactive !== null && traced.steps[0]!.pass
-      ? { outcome: { fired: false, reason: 'campaign_inactive', detail: inactive, param: 'campaign_id' }, steps }
-      : { outcome: traced.outcome, steps };
-  const result: SimulationResult = { simulated: true, plan: trace.outcome.fired ? [...trace.outcome.actions] : [], trace };
+  // Where the engine checks it: right after the trigger, before anything else.
+  const trace: RuleTrace = { outcome: traced.outcome, steps: [traced.steps[0]!, running, ...traced.steps.slice(1)] };
+  if (inactive !== null) notLive.push({ reason: 'campaign_inactive', detail: inactive, param: 'campaign_id' });
+  const result: SimulationResult = { simulated: true, plan: trace.outcome.fired ? [...trace.outcome.actions] : [], trace, notLive };
   return campaign.gate === undefined || campaign.budgetLeft === undefined ? result : withBudget(result, campaign.gate, campaign.budgetLeft);
 }

@@ -4,7 +4,8 @@
 // the trace runs on the request thread). Definitions are checked with
 // validateRule: 422 rule_invalid lists every problem in details, param naming the first one.
 // Publish and rollback also refuse (same 422) a definition naming a currency, reward, challenge,
-// tier program or segment the environment lacks; drafts (create, PATCH) may name them before they exist.
+// tier program (or a level of one), segment or counter the environment lacks; drafts (create,
+// PATCH) may name them before they exist.
 import { z } from 'zod';
 import { definitionReferenceProblems, type ReferenceSources } from '../../catalog/rule-references.js';
 import type { ReferenceCheck, Rule, RuleCatalog, RuleVersion } from '../../catalog/rules.js';
@@ -13,7 +14,7 @@ import type { BudgetGrant, CampaignGate } from '../../domain/campaigns.js';
 import type { ResolvedAction, RuleCompilation, RuleMeta, RulePlan } from '../../domain/rules/compile.js';
 import type { RuleTrace } from '../../domain/rules/evaluate.js';
 import { type RuleProblem, validateRule } from '../../domain/rules/schema.js';
-import { budgetKeysOf, type SimulatedCampaign, sharedScopeKeys, simulateRule } from '../../domain/rules/simulate.js';
+import { budgetKeysOf, type NotLive, type SimulatedCampaign, sharedScopeKeys, simulateRule } from '../../domain/rules/simulate.js';
 import type { SharedLimits } from '../../persistence/ports.js';
 import { trustLevels } from '../../domain/rules/trust.js';
 import { ApiError } from '../../errors/api-error.js';
@@ -22,7 +23,7 @@ import type { WorkerPool } from '../../workers/pool.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
-import { SimulationPlans } from '../simulation-plans.js';
+import { SimulationPlans, tracedDefinition } from '../simulation-plans.js';
 import { emptySubject, type SimulatedEvent, type SimulationSubject } from '../simulation-subject.js';
 import { iso } from '../wire.js';
 import { pageOf, ruleSchema, ruleSimulationSchema, ruleVersionSchema } from '../wire-schemas.js';
@@ -151,9 +152,14 @@ function actionWire(a: ResolvedAction) {
   }
 }
 
-function traceWire(t: RuleTrace) {
+function traceWire(t: RuleTrace, traced: { draft: boolean; version: number | null }, notLive: readonly NotLive[]) {
   const o = t.outcome;
   return {
+    // Which definition was traced, and whether an event now would run it (plan and outcome are
+    // about the definition whatever the rule's status or its campaign's state).
+    definition: traced,
+    live: notLive.length === 0,
+    not_live: notLive.map((n) => ({ reason: n.reason, detail: n.detail, param: n.param })),
     outcome: o.fired
       ? { fired: true, actions: o.actions.map(actionWire), limit_keys: o.limitKeys.map((k) => ({ limit_id: k.limitId, scope_key: k.scopeKey })) }
       : { fired: false, reason: o.reason, detail: o.detail, param: o.param },
@@ -295,7 +301,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
       method: 'POST',
       path: '/v1/rules/:id/publish',
       summary:
-        'Publish the draft: compile it in the worker pool into the next immutable version and make it active (422 rule_invalid also for a currency, reward, challenge, tier program or segment the environment lacks)',
+        'Publish the draft: compile it in the worker pool into the next immutable version and make it active (a draft rule becomes published, a paused one stays paused until resumed; 422 rule_invalid also for a currency, reward, challenge, tier program or level, segment or counter the environment lacks)',
       tag: 'Rules',
       auth: writeAuth,
       body: emptyBody,
@@ -333,7 +339,7 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
     route({
       method: 'POST',
       path: '/v1/rules/:id/rollback',
-      summary: 'Make an earlier version (by number) the active one (its references are checked again, as at publish)',
+      summary: 'Make an earlier version (by number) the active one (its references are checked again, as at publish; the status is kept: a paused rule stays paused)',
       tag: 'Rules',
       auth: writeAuth,
       body: rollbackBody,
@@ -347,7 +353,8 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
     route({
       method: 'POST',
       path: '/v1/rules/:id/simulate',
-      summary: 'Dry-run the draft (or the active version) against an event: {simulated, plan, trace}; changes nothing',
+      summary:
+        "Dry-run the draft (or the active version) against an event: {simulated, plan, trace}; plan and trace.outcome are about that definition whatever the rule's status or its campaign's state, which trace.live and trace.not_live report; changes nothing",
       tag: 'Rules',
       auth: writeAuth,
       body: simulateBody,
@@ -388,8 +395,9 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
             sharedCounts: keys.map((k, i) => ({ ...k, taken: taken[i] ?? 0 })),
           },
           campaign,
+          { status: rule.status, tracedDraft: rule.draftDefinition !== null, activeVersion: rule.activeVersion?.number ?? null },
         );
-        return { status: 200, body: { simulated: true, plan: r.plan.map(actionWire), trace: traceWire(r.trace) } };
+        return { status: 200, body: { simulated: true, plan: r.plan.map(actionWire), trace: traceWire(r.trace, tracedDefinition(rule), r.notLive) } };
       },
     }),
   ];
