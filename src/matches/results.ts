@@ -338,18 +338,24 @@ export class MatchResults {
     const errors: AdmissionError[] = [];
     /** Players rejected before admission whose new customer this call created (rule 2). */
     const created = new Set<string>();
+    // Rule 2 holds whatever the verdict: an unknown external id becomes a customer. False when it
+    // could not (listed in the errors).
+    const ensureCustomer = async (p: PlayerRow): Promise<boolean> => {
+      try {
+        p.customerId = await this.ensureCustomer(env, p.customerRef.value, nowMs);
+        p.clientEventId = clientEventId(m.matchId, p.customerId);
+        created.add(p.id);
+        return true;
+      } catch (err) {
+        const e = err instanceof ApiError ? err : new ApiError('internal_error');
+        errors.push({ player_id: p.id, customer_id: null, code: e.code, message: e.message });
+        return false;
+      }
+    };
     await Promise.all(
       players.map(async (p, i) => {
         if (p.status === 'rejected' && p.customerId === null && p.customerRef.by === 'external_id') {
-          // Rule 2 holds whatever the verdict: an unknown external id becomes a customer.
-          try {
-            p.customerId = await this.ensureCustomer(env, p.customerRef.value, nowMs);
-            p.clientEventId = clientEventId(m.matchId, p.customerId);
-            created.add(p.id);
-          } catch (err) {
-            const e = err instanceof ApiError ? err : new ApiError('internal_error');
-            errors.push({ player_id: p.id, customer_id: null, code: e.code, message: e.message });
-          }
+          await ensureCustomer(p);
           return;
         }
         if (p.status !== 'pending') return;
@@ -369,17 +375,7 @@ export class MatchResults {
           // pending, shown admitted with event_id null and listed. A held or outlier-rejected
           // verdict records no event: such a player completes below (its rate count). Rule 2 holds
           // whatever the verdict: an unknown external id still becomes a customer.
-          if (byKey) {
-            try {
-              p.customerId = await this.ensureCustomer(env, p.customerRef.value, nowMs);
-              p.clientEventId = clientEventId(m.matchId, p.customerId);
-              created.add(p.id);
-            } catch (err) {
-              const e = err instanceof ApiError ? err : new ApiError('internal_error');
-              errors.push({ player_id: p.id, customer_id: null, code: e.code, message: e.message });
-              return;
-            }
-          }
+          if (byKey && !(await ensureCustomer(p))) return;
           errors.push({ player_id: p.id, customer_id: p.customerId, code: 'credentials_revoked', message: 'The key that reported this match was revoked.' });
           return;
         }
