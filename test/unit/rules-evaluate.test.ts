@@ -520,6 +520,16 @@ t.test('limit_scope_missing: a scope path without a string, number or boolean sk
   t.match(evaluatePlan(two, input({ limitCounts: { 'per_order@customer|-': 5 } })), { reason: 'limit_scope_missing', param: 'per_order' });
   t.match(evaluatePlan(two, input({ ready: [], counters: { n: 1 } })), { reason: 'limit_scope_missing' }, 'after counters (none read here)');
 
+  // Two shared limits, the second without a value: the store reserved nothing for the plan, and
+  // the skip is the missing scope's (as the trace, which reads counts, reaches it), not limit_reached.
+  const twoShared = plan({
+    limits: [
+      { id: 'per_code', scope: ['event.properties.code'], max: 1 },
+      { id: 'per_store', scope: ['event.properties.store'], max: 1 },
+    ],
+  });
+  t.match(evaluatePlan(twoShared, input({ properties: { code: 'A' } })), { reason: 'limit_scope_missing', param: 'per_store' });
+
   // The trace names the path, found false, no scope key; the verdict is evaluatePlan's.
   const i = input({ properties: { order_id: null } });
   const trace = traceRule(perOrder, i);

@@ -360,6 +360,16 @@ export function evaluatePlan(plan: RulePlan, input: EvalInput): RuleOutcome {
       if (isSharedScope(l.scope)) {
         // Counted across customers by the store; never in the customer's own counts (limitKeys).
         const a = sharedAnswer(input, plan.ruleId, l.id, key);
+        if (a === undefined) {
+          // The store reserved nothing for the plan when one of its shared scopes has no value
+          // (shared-limit-slots.ts): that limit's skip, as the trace reaches it, not this one's.
+          for (let j = i + 1; j < plan.limits.length; j++) {
+            const later = plan.limits[j]!;
+            if (isSharedScope(later.scope) && scopeKey(later.scope, input) === null) {
+              return skip('limit_scope_missing', missingScope(later, input).detail, later.id);
+            }
+          }
+        }
         if (a === undefined || !a.granted) return skip('limit_reached', sharedReachedDetail(l.id, l.max, key, a), l.id);
         continue;
       }
