@@ -214,7 +214,10 @@ function requireEnvironment(p: Principal): { environmentId: string; organization
  * The role the user holds now in the organization (an effective membership, read from the table,
  * never from the credential cache), or null. For routes whose effect outlasts the request (API
  * keys, confirmations, settings). Inside a transaction the membership row stays locked until it
- * ends, so a concurrent removal or demotion either waits for it or is seen by it.
+ * ends, so a concurrent removal or demotion either waits for it or is seen by it (API keys).
+ * Outside one (change-set confirmation and the autonomy setting read it just before their own
+ * write) the lock ends with the statement: a removal in between is not seen, a window of
+ * milliseconds instead of the credential cache's 60 s.
  */
 export async function roleNow(q: Sql | Tx, organizationId: string, userId: string): Promise<Role | null> {
   const row = (
@@ -240,6 +243,10 @@ function requireKeyAdmin(p: Principal): { environmentId: string; organizationId:
  * at once, not after the credential cache's 60 s) and the scopes it may hand out under that role.
  */
 async function keyAdminScopesNow(tx: Tx, p: Principal, organizationId: string): Promise<ReadonlySet<Scope>> {
+  // The organization's row first, as role changes and removals lock it before the membership:
+  // one lock order, so a key change racing them waits instead of deadlocking (the credential's
+  // foreign key would take the organization's row after the membership's otherwise).
+  await tx`select 1 from organizations where id = ${organizationId} for share`;
   const role = await roleNow(tx, organizationId, p.userId!);
   if (role === null) {
     throw new ApiError('resource_not_found', { message: 'No environment with this id in an organization you belong to.' });
