@@ -23,10 +23,7 @@ alter table users alter column origin drop default;
 -- until its user's address is proven; the first such sign-in makes it effective.
 alter table memberships add column pending boolean not null default false;
 
--- Existing invitations of unproven users become pending. The memberships that create an
--- organization (signup, POST /organizations) are written in the organization's own transaction,
--- so they share its created_at (now() is the transaction's start); invitations come later.
-update memberships m set pending = true
-  from users u, organizations o
-  where u.id = m.user_id and o.id = m.organization_id
-    and u.email_verified_at is null and m.created_at <> o.created_at;
+-- Existing memberships stay effective: a migration cannot tell an invitation a squatter took from
+-- one its owner accepted, and making them pending would lock out members of deployments without
+-- an identity provider for good (they can never sign in). The rule holds for invitations made
+-- from now on; an owner who doubts an older one removes that member.
