@@ -230,12 +230,15 @@ for (const kind of sqlKinds) {
         { type: 'rule.skipped', ruleId: 'rule_2', reason: 'limit_reached', detail: "fired 1 of 1 for scope 'customer|s:a@b.c'" },
       ];
       const withAnswer = (id: string, customerId: string, at: number): Projection => ({ ...event(id, customerId, at, { email: 'a@b.c' }), effects: answer } as Projection);
-      await rm.apply(p, '4-1', [upsert('d3', 1), withAnswer('de4', 'd3', T0 + 4), upsert('d4', 1), withAnswer('de6', 'd4', T0 + 6)]);
+      // A sync answer that had no effects stays an empty answer (a repeat answers 200 with []).
+      const noEffects = { ...event('de7', 'd3', T0 + 7, { email: 'a@b.c' }), effects: [] } as Projection;
+      await rm.apply(p, '4-1', [upsert('d3', 1), withAnswer('de4', 'd3', T0 + 4), noEffects, upsert('d4', 1), withAnswer('de6', 'd4', T0 + 6)]);
       await rm.apply(p, '4-2', [withAnswer('de5', 'd3', T0 + 5), erase('d3', 2)]);
       const kept = [answer[0], { type: 'rule.skipped', ruleId: 'rule_2', reason: 'limit_reached' }];
       t.same(await rm.eventAnswer('env_a', 'de4'), { effects: kept }, 'projected before the erase');
       t.same(await rm.eventAnswer('env_a', 'de5'), { effects: kept }, 'projected in the erase batch');
       t.same(await rm.eventAnswer('env_a', 'de6'), { effects: answer }, "another customer's answer untouched");
+      t.same(await rm.eventAnswer('env_a', 'de7'), { effects: [] }, 'an empty answer stays empty');
 
       // An erase for a customer the read model never saw leaves a tombstone.
       await rm.apply(p, '5-0', [erase('ghost', 4)]);

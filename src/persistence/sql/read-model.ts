@@ -479,7 +479,7 @@ export class PgReadModel {
       await tx`
         update events ev set properties = null,
           effects = case when ev.effects is null then null else (
-            select jsonb_agg(case when x->>'type' = 'rule.skipped' then x - 'detail' else x end order by n)
+            select coalesce(jsonb_agg(case when x->>'type' = 'rule.skipped' then x - 'detail' else x end order by n), '[]'::jsonb)
             from jsonb_array_elements(ev.effects) with ordinality as a(x, n)) end
         from unnest(${envs}::text[], ${ids}::text[]) as u(e, i)
         where ev.environment_id = u.e and ev.customer_id = u.i
