@@ -514,7 +514,9 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
    * customers merged into it are erased (first, so that a delete stopped midway, repeated, finds
    * the survivor and finishes them; a delete begun is not checked against If-Match again); then
    * the customer itself, whose answer names what it held then: its aliases are released, and a
-   * customer merged into it after the delete began is erased too.
+   * customer merged into it after the delete began is erased too. A delete stopped after that step
+   * cannot be repeated (404: the customer is gone): its keys are freed on next use (the engine's
+   * tombstone release), but its stored Idempotency-Key answers stay until they expire.
    */
   const deleteCustomer = async (ctx: RequestContext, expected: number | undefined) => {
     const env = environmentIdOf(ctx.principal);
