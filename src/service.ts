@@ -21,8 +21,7 @@ import { RulesContexts } from './catalog/rules-context.js';
 import { TierProgramCatalog, type TierProgramRecord } from './catalog/tier-programs.js';
 import { ChallengeCatalog } from './catalog/challenges.js';
 import { challengeRoutes } from './gateway/handlers/challenges.js';
-import { CampaignEnds } from './jobs/campaign-ends.js';
-import { ChallengeEnds } from './jobs/challenge-ends.js';
+import { CatalogEnds } from './jobs/catalog-ends.js';
 import { AuditLog } from './persistence/sql/audit-log.js';
 import { ChallengeReadModel } from './persistence/sql/challenge-read-model.js';
 import { CounterCatalog, CountersContexts } from './catalog/counters.js';
@@ -324,8 +323,8 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   const backfill = new CounterBackfill({ sql, engine, counters, pool, drainProjector: () => projector.drain(), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX, inlineScanMax: config.COUNTER_BACKFILL_INLINE_SCAN_MAX });
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
   const rewardDue = new RewardDueWork({ sql, engine, rewards, now, drainProjector: () => projector.drain(), logger });
-  const challengeEnds = new ChallengeEnds({ challenges, now, logger });
-  const campaignEnds = new CampaignEnds({ campaigns, now, logger });
+  const challengeEnds = new CatalogEnds('challenge ends', challenges, now, (n) => ({ customerIds: [], challengesEnded: n }));
+  const campaignEnds = new CatalogEnds('campaign ends', campaigns, now, (n) => ({ customerIds: [], challengesEnded: 0, campaignsEnded: n }));
   // One scheduler for all due work; a test clock's advance runs the same jobs for its environment.
   const scheduler = new Scheduler([challengeEnds, campaignEnds, dueWork, rewardDue], logger);
   // Campaign budget chunks leased by this node go back once its partitions are released.

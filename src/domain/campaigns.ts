@@ -13,7 +13,7 @@ export type CampaignStatus = (typeof campaignStatuses)[number];
 /**
  * Status transitions. Each operation lists the statuses it starts from; anything else is 409
  * invalid_state. `ended` is final (no edit, no transition). An active or paused campaign past its
- * `ends_at` is ended by the scheduler (jobs/campaign-ends.ts), and activating one whose `ends_at`
+ * `ends_at` is ended by the scheduler (jobs/catalog-ends.ts), and activating one whose `ends_at`
  * has passed is refused (activationRefusal): it could never run.
  */
 export const campaignTransitions = {

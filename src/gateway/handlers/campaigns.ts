@@ -1,7 +1,7 @@
 // Campaigns (routes ours, Stripe-style): POST /v1/campaigns (idempotent), GET list (filter status)
 // and one, PATCH (If-Match), DELETE, and the status commands activate, pause, end (transitions in
 // domain/campaigns.ts; others 409 invalid_state; a campaign past ends_at cannot be activated and is
-// ended by the scheduler's sweep, jobs/campaign-ends.ts). Rules (and challenges) join a campaign through
+// ended by the scheduler's sweep, jobs/catalog-ends.ts). Rules (and challenges) join a campaign through
 // their campaign_id; its rules fire only while it is active and inside its schedule, only for
 // customers in its audience segment, and never award beyond its budgets (see docs/architecture.md).
 import { z } from 'zod';
