@@ -499,3 +499,26 @@ t.test('a page of alternating kinds is written in a few statements, not one per 
   t.equal(await rm.countCustomerEvents('env_a', 'alt299'), 1, 'the rows are written');
   t.equal((await rm.getCustomer('env_a', 'alt0'))?.version, 1);
 });
+
+// The expiry sweep asks for posted entries with a remainder and `expires_at <= now`. An award in a
+// currency without expiry_days never matches, so it has no entry in the sweep's index (each one
+// cost every undated award an index insert); the sweep's condition still uses the index.
+t.test('the expiry index holds dated entries only, and the due-work condition uses it (PostgreSQL)', async (t) => {
+  const { sql } = await sqlForTest(t, 'postgres');
+  const [index] = await sql`select indexdef from pg_indexes where indexname = 'ledger_entries_expiry_due' and schemaname = current_schema()`;
+  t.match(index?.indexdef, /WHERE .*expires_at IS NOT NULL/, 'undated entries are left out');
+  await sql.unsafe(
+    `insert into ledger_entries (environment_id, id, customer_id, currency, type, status, amount, remaining, expires_at, reason, source_type, created_at)
+     select 'env_a', 'le_' || g, 'cust_' || (g % 500), 'coins', 'award', 'posted', 10, 10,
+            case when g % 100 = 0 then now() - interval '1 day' end, 'r', 'rule_execution', now()
+     from generate_series(1, 5000) g`,
+  );
+  await sql`analyze ledger_entries`;
+  const plan = await sql.begin(async (tx) => {
+    await tx`set local enable_seqscan = off`;
+    return tx`explain select distinct customer_id from ledger_entries
+      where environment_id = 'env_a' and ((status = 'pending' and confirm_after <= now())
+        or (status = 'posted' and remaining > 0 and expires_at <= now()))`;
+  });
+  t.match(plan.map((r) => Object.values(r)[0]).join('\n'), /ledger_entries_expiry_due/, 'the sweep reads the expiry index');
+});
