@@ -108,7 +108,7 @@ interface Incoming {
   /** A body handed over already parsed (invoke), with what checkBody found in it. */
   parsedBody: { value: unknown; problem: BodyProblem } | null;
   receivedAtMs: number;
-  /** The matched route, set by run() (the metrics observer of the answer). */
+  /** The matched route, set by run() or by a 413 before it (the metrics observer of the answer). */
   entry: Entry | null;
 }
 
@@ -349,6 +349,16 @@ export function createGateway(opts: GatewayOptions): Gateway {
     return out;
   }
 
+  /**
+   * A body too large is answered before run() looks the route up (by Content-Length, or as the
+   * upload passes the cap): look it up here so the answer is counted under the route it was sent
+   * to, not under "unmatched" with the 404s.
+   */
+  function tooLargeOut(inc: Incoming): Out {
+    inc.entry ??= router.find(inc.method === 'HEAD' ? 'GET' : inc.method, inc.path)?.value ?? null;
+    return errorOut(new ApiError('body_too_large'), inc);
+  }
+
   function run(inc: Incoming): Out | Promise<Out> {
     // HEAD is GET without the body (the writer leaves it out).
     const match = router.find(inc.method === 'HEAD' ? 'GET' : inc.method, inc.path);
@@ -549,7 +559,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
           if (bodyMethods.has(inc.method)) inc.parsedBody = { value: b, problem };
         }
       }
-      out ??= inc.rawBody.length > limits.bodyBytesMax ? errorOut(new ApiError('body_too_large'), inc) : await run(inc);
+      out ??= inc.rawBody.length > limits.bodyBytesMax ? tooLargeOut(inc) : await run(inc);
       const outHeaders: Record<string, string> = { 'request-id': inc.requestId };
       if (out.text !== undefined) outHeaders['content-type'] = out.contentType;
       if (out.headers !== null) Object.assign(outHeaders, out.headers);
@@ -592,7 +602,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
       if (this.received > limits.bodyBytesMax) {
         // Stop buffering: answer now and close, so the rest of the upload is never read.
         this.chunks = null;
-        this.write(errorOut(new ApiError('body_too_large'), this.inc), true);
+        this.write(tooLargeOut(this.inc), true);
         return;
       }
       // uWS neuters the ArrayBuffer after this callback: slice() copies it.
@@ -681,7 +691,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
     inflight++;
     const cl = headers['content-length'];
     if (cl !== undefined && Number(cl) > limits.bodyBytesMax) {
-      x.write(errorOut(new ApiError('body_too_large'), inc), true);
+      x.write(tooLargeOut(inc), true);
       return;
     }
     res.onData(x.onData);

@@ -506,6 +506,19 @@ t.test('body_too_large: by Content-Length, and by streamed size without a length
   });
   t.match(answer, /^HTTP\/1\.1 413 /, 'answered 413 while the upload was still going');
   t.equal(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error.code, 'body_too_large');
+  // Both 413s count under the route they were sent to, as over invoke(); an unknown path's under "unmatched".
+  const viaInvoke = await gateway.invoke({
+    method: 'POST',
+    path: '/v1/things',
+    headers: { authorization: 'Bearer good', 'content-type': 'application/json', 'idempotency-key': 'big3' },
+    body: big,
+  });
+  t.equal(viaInvoke.status, 413);
+  t.equal((await call('POST', '/v1/nowhere', { body: big })).status, 413);
+  const metrics = (await call('GET', '/metrics', { auth: null })).text;
+  t.match(metrics, /http_request_duration_seconds_count\{method="POST",route="\/v1\/things",status="413"\} 2\n/);
+  t.match(metrics, /public_grpc_request_duration_seconds_count\{method="POST",route="\/v1\/things",status="413"\} 1\n/);
+  t.match(metrics, /http_request_duration_seconds_count\{method="POST",route="unmatched",status="413"\} 1\n/);
 });
 
 t.test('unsupported_media_type and invalid_json', async (t) => {
