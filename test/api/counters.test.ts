@@ -229,6 +229,24 @@ t.test('backfill: a rule reading the counter skips until ready, history counts e
   t.same(await counters(api, 'bo'), { gem_buys: 5 }, 'a second backfill counts nothing twice');
 });
 
+t.test('ETag: create, GET and backfill answer the version; DELETE takes it as If-Match', async (t) => {
+  const { anon } = await startForTest(t);
+  const api = (await signUp(anon)).server;
+  await send(api, 'e-1', 'ed', {});
+  const ctr = await api.post('/v1/counter_definitions', { name: 'buys', event: 'purchase', window: { kind: 'lifetime' } }, idem());
+  t.match(ctr.body, { status: 'backfilling', version: 1 });
+  t.equal(ctr.headers.get('etag'), '"1"', 'the create');
+  t.equal((await api.get(`/v1/counter_definitions/${ctr.body.id}`)).headers.get('etag'), '"1"', 'a GET');
+  const bf = await api.post(`/v1/counter_definitions/${ctr.body.id}/backfill`, {});
+  t.match(bf.body, { status: 'ready', version: 2 });
+  t.equal(bf.headers.get('etag'), '"2"', 'the backfill that marked it ready moved the version');
+  t.equal((await api.get(`/v1/counter_definitions/${ctr.body.id}`)).headers.get('etag'), '"2"');
+  const stale = await api.request('DELETE', `/v1/counter_definitions/${ctr.body.id}`, undefined, { 'if-match': ctr.headers.get('etag')! });
+  t.equal(stale.status, 409);
+  t.equal(stale.body.error.code, 'stale_write');
+  t.equal((await api.request('DELETE', `/v1/counter_definitions/${ctr.body.id}`, undefined, { 'if-match': bf.headers.get('etag')! })).status, 204);
+});
+
 t.test("backfill after merges counts the merged customers' events too, each once", async (t) => {
   const { anon } = await startForTest(t);
   const api = (await signUp(anon)).server;

@@ -8,12 +8,12 @@ import type { CounterCatalog, CounterRecord } from '../../catalog/counters.js';
 import { ApiError } from '../../errors/api-error.js';
 import type { CounterBackfill } from '../../jobs/counter-backfill.js';
 import { limits } from '../../limits.js';
-import { expectedVersion } from '../etag.js';
+import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { iso } from '../wire.js';
-import { eventNamePattern } from './events.js';
 import { counterDefinitionSchema, pageOf } from '../wire-schemas.js';
+import { eventNamePattern } from './events.js';
 
 // Shapes only: the window and the filter are checked by the domain so errors name the wire path.
 const createBody = z.strictObject({
@@ -67,12 +67,12 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       auth: writeAuth,
       body: createBody,
       idempotent: true,
-      responses: { 201: { description: 'The counter definition (status backfilling or ready).', schema: counterDefinitionSchema } },
+      responses: { 201: { description: 'The counter definition (status backfilling or ready).', schema: counterDefinitionSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const b = ctx.body;
         const c = await deps.counters.create(env, { name: b.name, event: b.event, window: b.window, filter: b.filter }, () => deps.hasEvents(env));
-        return { status: 201, body: counterWire(c) };
+        return { status: 201, body: counterWire(c), headers: etagHeader(c.version) };
       },
     }),
     route({
@@ -95,10 +95,10 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       summary: 'Read a counter definition',
       tag: 'Counters',
       auth: readAuth,
-      responses: { 200: { description: 'The counter definition.', schema: counterDefinitionSchema } },
+      responses: { 200: { description: 'The counter definition.', schema: counterDefinitionSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
         const c = await deps.counters.get(environmentIdOf(ctx.principal), ctx.params.id ?? '');
-        return { status: 200, body: counterWire(c) };
+        return { status: 200, body: counterWire(c), headers: etagHeader(c.version) };
       },
     }),
     route({
@@ -121,14 +121,14 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       tag: 'Counters',
       auth: writeAuth,
       responses: {
-        200: { description: 'The ready counter definition.', schema: counterDefinitionSchema },
-        202: { description: 'The backfill runs as a job; the definition is still backfilling.', schema: counterDefinitionSchema },
+        200: { description: 'The ready counter definition.', schema: counterDefinitionSchema, etag: true },
+        202: { description: 'The backfill runs as a job; the definition is still backfilling.', schema: counterDefinitionSchema, etag: true },
       },
       handler: async (ctx: RequestContext) => {
         const env = ctx.principal.environment;
         if (env === null) throw new ApiError('environment_required');
         const r = await deps.backfill.run(env.id, ctx.params.id ?? '', env.timezone);
-        return { status: r.done ? 200 : 202, body: counterWire(r.record) };
+        return { status: r.done ? 200 : 202, body: counterWire(r.record), headers: etagHeader(r.record.version) };
       },
     }),
   ];
