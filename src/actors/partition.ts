@@ -53,7 +53,7 @@ export type ReplyView =
   | { kind: 'event'; id: string; clientEventId: string; duplicate: boolean; customerId: string; effects: Effect[]; evaluated?: boolean }
   | { kind: 'alias'; alias: { alias: string; kind: string; createdAtMs: number }; customerId: string; mergedFrom: string | null }
   | ({ kind: 'claimed'; mergedFrom: string | null } & MergeHandover)
-  | { kind: 'ledger'; reply: LedgerReply }
+  | { kind: 'ledger'; reply: LedgerReply; customerId: string }
   | { kind: 'reward'; reply: RewardReply; customerId: string }
   | { kind: 'challenge'; reply: ChallengeReply; effects: Effect[]; customerId: string }
   | { kind: 'applied'; changed: boolean }

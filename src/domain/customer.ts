@@ -312,7 +312,8 @@ export type Reply =
   /** customer.merged_from: the customers merged into a merged customer before its own merge. */
   | { kind: 'merged_from'; mergedFrom: string[]; aliases: AliasState[]; attributes: Record<string, unknown> }
   | ({ kind: 'handover' } & MergeHandover)
-  | { kind: 'ledger'; reply: ledger.LedgerReply }
+  /** customerId: the customer whose ledger it is (a request may name it by external id). */
+  | { kind: 'ledger'; reply: ledger.LedgerReply; customerId: string }
   /** customerId: the customer that holds the issuance now (a merged customer's survivor). */
   | { kind: 'reward'; reply: rewards.RewardReply; customerId: string }
   | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string }
@@ -546,14 +547,14 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       const d = ledger.decide(state.ledger, cmd.command, cmd.currencies, ctx);
       if (!d.ok) return d;
       if (cmd.tierPrograms.length === 0 || d.facts.length === 0) {
-        return { ok: true, facts: d.facts, reply: { kind: 'ledger', reply: d.reply } };
+        return { ok: true, facts: d.facts, reply: { kind: 'ledger', reply: d.reply, customerId: state.id } };
       }
       // Tiers follow the ledger as it will be after this step (due work may touch every currency).
       let book = ledger.cloneLedger(state.ledger);
       for (const f of d.facts) book = ledger.evolve(book, f);
       const touched = 'currency' in cmd.command ? [cmd.command.currency] : cmd.tierPrograms.map((p) => p.currency);
       const t = tierFacts(cmd.tierPrograms, new Set(touched), null, book, state.tiers, ctx);
-      return { ok: true, facts: [...d.facts, ...t.facts], reply: { kind: 'ledger', reply: d.reply } };
+      return { ok: true, facts: [...d.facts, ...t.facts], reply: { kind: 'ledger', reply: d.reply, customerId: state.id } };
     }
     case 'reward.run': {
       const d = rewards.decide(state.rewards, state.ledger, cmd.command, ctx);

@@ -113,6 +113,21 @@ export async function claimIdempotency(
   return { ...existing, status: existing.status, body: existing.body };
 }
 
+/** A customer's service id: `cust_` + partition (3) + time (10) + random (16), Crockford base32. */
+const customerIdPattern = /cust_[0-9A-HJKMNP-TV-Z]{29}/g;
+
+/**
+ * The customers a stored answer is about, kept with it so erasing one of them forgets the answer
+ * (IdempotencyStore.forget): those the handler named (Reply.customerIds: answers that need not
+ * show the id, such as a ledger entry's) and every customer id the answer's text shows (a
+ * creation, an alias and the customer it merged in, an issuance). Sorted, without repeats.
+ */
+export function answerCustomerIds(text: string, named: readonly string[] | undefined): string[] {
+  const ids = new Set<string>(named);
+  for (const m of text.matchAll(customerIdPattern)) ids.add(m[0]);
+  return [...ids].sort();
+}
+
 /** The headers of an answer that a replay must repeat (lower-case names), or null when none. */
 export function replayedHeadersOf(headers: Readonly<Record<string, string>> | null): Record<string, string> | null {
   if (headers === null) return null;

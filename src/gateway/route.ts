@@ -43,6 +43,12 @@ export interface Reply {
   /** JSON-serialized unless undefined (empty body, e.g. 204). */
   body?: unknown;
   headers?: Record<string, string>;
+  /**
+   * The customers (cust_ ids) the answer is about when its body need not show them (a ledger
+   * entry names none): stored with an Idempotency-Key answer so that erasing the customer forgets
+   * it. Ids the body shows are found without this.
+   */
+  customerIds?: readonly string[];
 }
 
 export interface RouteDef<B = unknown, Q = unknown> {

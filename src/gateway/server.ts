@@ -15,6 +15,7 @@ import { HttpObserver, publicGrpcRequestDuration, registry } from '../observabil
 import type { IdempotencyStore } from '../persistence/ports.js';
 import type { Principal } from '../tenancy/types.js';
 import {
+  answerCustomerIds,
   ClaimKeeper,
   claimIdempotency,
   fingerprintOf,
@@ -466,8 +467,11 @@ export function createGateway(opts: GatewayOptions): Gateway {
       logger.warn({ err, problem, request_id: inc.requestId, path: inc.path }, 'idempotency claim not kept alive'),
     );
     let out: Out;
+    let customerIds: readonly string[] | undefined;
     try {
-      out = replyOut(await route.handler(ctx), inc);
+      const reply = await route.handler(ctx);
+      customerIds = reply.customerIds;
+      out = replyOut(reply, inc);
     } catch (err) {
       out = errorOut(err, inc);
     } finally {
@@ -480,7 +484,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
         if (route.replayTransform !== undefined && out.status < 300 && text.length > 0) {
           text = JSON.stringify(route.replayTransform(JSON.parse(text)));
         }
-        await idempotency.complete(scope, key, out.status, text, replayedHeadersOf(out.headers), limits.idempotencyRetentionMs);
+        const about = answerCustomerIds(out.text ?? '', customerIds);
+        await idempotency.complete(scope, key, out.status, text, replayedHeadersOf(out.headers), limits.idempotencyRetentionMs, about);
       } else {
         await idempotency.release(scope, key);
       }

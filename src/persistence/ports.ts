@@ -409,7 +409,11 @@ export interface IdempotencyStore {
    * in_progress claim any more (completed, released, purged). One statement; no read first.
    */
   touch(scope: string, key: string): Promise<boolean>;
-  /** Stores the final answer with the headers a replay repeats (null: none); kept at least retentionMs. */
+  /**
+   * Stores the final answer with the headers a replay repeats (null: none), kept at least
+   * retentionMs, and the customers (cust_ ids) it is about, whether or not its body shows them
+   * (forget deletes by them; default none).
+   */
   complete(
     scope: string,
     key: string,
@@ -417,13 +421,15 @@ export interface IdempotencyStore {
     body: string,
     headers: Record<string, string> | null,
     retentionMs: number,
+    customerIds?: readonly string[],
   ): Promise<void>;
   /** Drops an in_progress claim whose request failed before changing anything (5xx, validation). */
   release(scope: string, key: string): Promise<void>;
   /**
-   * Deletes the stored answers of `scope` whose body contains any of `mentioning` (deleted
-   * customers' ids: a replay must not hand their erased data back), in one statement. Returns
-   * how many it deleted.
+   * Deletes the stored answers about any of `customerIds` (erased customers: a replay must not
+   * hand their data back) in every scope of the environment: `environmentId` itself (API keys)
+   * and `environmentId/...` (people). An answer is about the customers complete() named; one
+   * stored before answers named them, about those its body mentions. Returns how many it deleted.
    */
-  forget(scope: string, mentioning: readonly string[]): Promise<number>;
+  forget(environmentId: string, customerIds: readonly string[]): Promise<number>;
 }

@@ -419,6 +419,39 @@ t.test('customers', async (t) => {
     t.not(merged.id, c.id);
   });
 
+  await t.test("answers stored for a person's key and ledger entries' answers are forgotten with the customer too", async (t) => {
+    const admin = tenant.admin;
+    const body = { external_id: 'erase-me', attributes: { email: 'secret@pii.example', name: 'Jane Doe' } };
+    const key = idem();
+    const c = await admin.post('/v1/customers', body, key);
+    t.equal(c.status, 201, 'created with a personal access token');
+    t.equal((await api.post('/v1/currencies', { key: 'erasec', name: 'Erase coins' }, idem())).status, 201);
+    // A ledger entry's answer does not show its customer, only what the request said.
+    const entry = { customer_id: 'erase-me', currency: 'erasec', amount: 50, reason: 'goodwill for Jane Doe, jane@pii.example' };
+    const entryKey = idem();
+    const e = await api.post('/v1/ledger_entries', entry, entryKey);
+    t.equal(e.status, 201);
+    const patEntryKey = idem();
+    t.equal((await admin.post('/v1/ledger_entries', { ...entry, amount: 5 }, patEntryKey)).status, 201);
+    t.equal((await admin.post('/v1/customers', body, key)).headers.get('idempotent-replayed'), 'true', 'replayed before the delete');
+    t.equal((await api.post('/v1/ledger_entries', entry, entryKey)).headers.get('idempotent-replayed'), 'true');
+
+    t.equal((await api.delete(`/v1/customers/${c.body.id}`)).status, 204);
+    for (const [who, client, payload, k] of [
+      ['secret key', api, entry, entryKey],
+      ['personal access token', admin, { ...entry, amount: 5 }, patEntryKey],
+    ] as const) {
+      const again = await client.post('/v1/ledger_entries', payload, k);
+      t.equal(again.headers.get('idempotent-replayed'), null, `the ledger entry (${who}) runs again`);
+      t.match([again.status, again.body.error], [404, { code: 'resource_not_found', param: 'customer_id' }], 'and finds no customer');
+      t.notMatch(JSON.stringify(again.body), /Jane Doe/);
+    }
+    const recreated = await admin.post('/v1/customers', body, key);
+    t.equal(recreated.headers.get('idempotent-replayed'), null, "the person's create runs again");
+    t.equal(recreated.status, 201);
+    t.not(recreated.body.id, c.body.id, 'as a new customer: the erased answer is gone');
+  });
+
   await t.test('client tokens and customer sessions need customer_sessions:write', async (t) => {
     const c = (await api.post('/v1/customers', { external_id: 'tok-1' }, idem())).body;
     const denied = await api.post(`/v1/customers/${c.id}/client_token`, {});

@@ -21,7 +21,7 @@ import type { Principal } from '../../src/tenancy/types.js';
 
 /** Keeps the port's contract: atomic claim, stale takeover, touch, complete, release. */
 class TestIdempotencyStore implements IdempotencyStore {
-  readonly rows = new Map<string, IdempotencyRecord & { claimedAtMs: number }>();
+  readonly rows = new Map<string, IdempotencyRecord & { claimedAtMs: number; customerIds?: readonly string[] }>();
   async claim(scope: string, key: string, fingerprint: string, staleAfterMs: number) {
     const id = `${scope}\u0000${key}`;
     const row = this.rows.get(id);
@@ -37,17 +37,26 @@ class TestIdempotencyStore implements IdempotencyStore {
     row.claimedAtMs = Date.now();
     return true;
   }
-  async complete(scope: string, key: string, status: number, body: string, headers: Record<string, string> | null) {
+  async complete(
+    scope: string,
+    key: string,
+    status: number,
+    body: string,
+    headers: Record<string, string> | null,
+    _retentionMs: number,
+    customerIds: readonly string[] = [],
+  ) {
     const row = this.rows.get(`${scope}\u0000${key}`);
-    if (row !== undefined) Object.assign(row, { state: 'done', status, body, headers });
+    if (row !== undefined) Object.assign(row, { state: 'done', status, body, headers, customerIds });
   }
   async release(scope: string, key: string) {
     this.rows.delete(`${scope}\u0000${key}`);
   }
-  async forget(scope: string, mentioning: readonly string[]) {
+  async forget(environmentId: string, customerIds: readonly string[]) {
     let n = 0;
     for (const [id, row] of this.rows) {
-      if (id.startsWith(`${scope}\u0000`) && mentioning.some((m) => row.body?.includes(m))) n += Number(this.rows.delete(id));
+      const inEnvironment = id.startsWith(`${environmentId}\u0000`) || id.startsWith(`${environmentId}/`);
+      if (inEnvironment && row.customerIds?.some((c) => customerIds.includes(c))) n += Number(this.rows.delete(id));
     }
     return n;
   }
@@ -106,6 +115,9 @@ const createThing = z
     items: z.array(z.object({ occurred_at: z.string() })).optional(),
   })
   .strict();
+
+const customerA = `cust_000${'01J0000000'}${'A'.repeat(16)}`;
+const customerB = `cust_001${'01J0000000'}${'B'.repeat(16)}`;
 
 const state = {
   creates: 0,
@@ -285,6 +297,21 @@ const routes: AnyRoute[] = [
     replayTransform: (body) => ({ ...(body as object), customer_token: null }),
     responses: { 201: { description: 'Minted.' } },
     handler: (ctx) => ({ status: 201, body: { customer: ctx.body.customer, customer_token: 'ctok_secret' } }),
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/entries',
+    summary: 'An answer about a customer it does not show, naming another it does',
+    tag: 'test',
+    auth: cred,
+    body: z.object({ to: z.string() }),
+    idempotent: true,
+    responses: { 201: { description: 'Done.' } },
+    handler: (ctx) => ({
+      status: 201,
+      body: { id: 'le_1', note: `moved to ${ctx.body.to}`, other: 'cust_SHORT' },
+      customerIds: [customerA, customerA],
+    }),
   }),
   route({
     method: 'GET',
@@ -794,6 +821,15 @@ t.test('a 4xx from the handler is stored and replayed; a 500 is released and ret
   const f2 = await call('POST', '/v1/fail_once', { headers: { 'idempotency-key': 'fo-1' } });
   t.equal(f2.status, 201);
   t.equal(f2.headers.get('idempotent-replayed'), null, 'ran again after the release');
+});
+
+t.test('a stored answer keeps the customers it is about: those the handler named and those it shows', async (t) => {
+  const r = await call('POST', '/v1/entries', { body: JSON.stringify({ to: customerB }), headers: { 'idempotency-key': 'about-1' } });
+  t.equal(r.status, 201);
+  t.same(store.rows.get('env_1\u0000about-1')?.customerIds, [customerA, customerB].sort(), 'named once, shown, sorted; not a malformed id');
+  t.equal(await store.forget('env_1', [customerA]), 1, 'forgotten with the customer it does not show');
+  const again = await call('POST', '/v1/entries', { body: JSON.stringify({ to: customerB }), headers: { 'idempotency-key': 'about-1' } });
+  t.equal(again.headers.get('idempotent-replayed'), null, 'the repeat runs again');
 });
 
 t.test('replayTransform on an open route (scope: the hash of its identity)', async (t) => {

@@ -1,7 +1,8 @@
 // IdempotencyStore contract, run against PostgreSQL, embedded PGlite and the in-memory twin with
 // the same fake clock: claim/complete/replay (with the stored headers)/release, touch keeping a
 // running claim alive, stale in_progress hand-over to exactly one claimer, expiry (an expired row
-// is absent), scopes, purgeExpired; on SQL, rows written by the build before headers and touches.
+// is absent), scopes, forget by the customers an answer is about, purgeExpired; on SQL, rows
+// written by the builds before headers and touches, and before customer_ids.
 // Time moves only through the injected clock; no test sleeps.
 import t from 'tap';
 import { MemoryIdempotencyStore } from '../../src/persistence/memory/idempotency-store.js';
@@ -32,6 +33,7 @@ const adapters: Adapter[] = [
 ];
 
 const stale = 30_000;
+const answer9 = (id: string) => JSON.stringify({ id, external_id: 'player-9' });
 const inProgress = (fingerprint: string) => ({ fingerprint, state: 'in_progress', status: null, body: null, headers: null });
 const done = (fingerprint: string, status: number, body: string, headers: Record<string, string> | null = null) => ({
   fingerprint,
@@ -74,26 +76,49 @@ for (const adapter of adapters) {
       await store.release('env_1', 'never-claimed');
     });
 
-    t.test('forget deletes the stored answers of a scope that mention a string, and nothing else', async (t) => {
+    t.test('forget deletes the answers about the customers in every scope of the environment, and nothing else', async (t) => {
       const answer = (id: string) => JSON.stringify({ id, external_id: 'player-9', attributes: { email: 'p9@example.com' } });
-      for (const [scope, key, body] of [
-        ['env_f', 'a', answer('cust_GONE')],
-        ['env_f', 'b', JSON.stringify({ customer_id: 'cust_GONE', amount: 5 })],
-        ['env_f', 'c', answer('cust_KEPT')],
-        ['env_g', 'a', answer('cust_GONE')],
+      // A ledger entry's answer does not show its customer: only its label names it.
+      const entry = JSON.stringify({ id: 'le_1', amount: 5, reason: 'goodwill for Jane Doe' });
+      for (const [scope, key, body, about] of [
+        ['env_f', 'a', answer('cust_GONE'), ['cust_GONE']],
+        ['env_f', 'b', entry, ['cust_GONE']],
+        ['env_f', 'c', answer('cust_KEPT'), ['cust_KEPT']],
+        ['env_f', 'd', JSON.stringify({ merged_from: 'cust_MERGED' }), ['cust_KEPT', 'cust_MERGED']],
+        ['env_f', 'none', '{"id":"cur_1"}', []],
+        ['env_f/usr_1', 'a', answer('cust_GONE'), ['cust_GONE']],
+        ['env_f/usr_2', 'b', entry, ['cust_GONE']],
+        ['env_fx', 'a', answer('cust_GONE'), ['cust_GONE']],
+        ['env_fx/usr_1', 'a', answer('cust_GONE'), ['cust_GONE']],
+        ['env_g', 'a', answer('cust_GONE'), ['cust_GONE']],
       ] as const) {
         t.equal(await store.claim(scope, key, `fp-${key}`, stale), null);
-        await store.complete(scope, key, 201, body, null, 60_000);
+        await store.complete(scope, key, 201, body, null, 60_000, about);
       }
       t.equal(await store.claim('env_f', 'running', 'fp-r', stale), null, 'an in-progress claim has no answer yet');
-      t.equal(await store.forget('env_f', ['cust_GONE', 'cust_NEVER']), 2);
+      t.equal(await store.forget('env_f', ['cust_GONE', 'cust_NEVER', 'cust_MERGED']), 5);
       t.equal(await store.claim('env_f', 'a', 'fp-a', stale), null, 'forgotten: the key runs again');
-      t.equal(await store.claim('env_f', 'b', 'fp-b', stale), null);
+      t.equal(await store.claim('env_f', 'b', 'fp-b', stale), null, 'an answer that does not show the customer too');
+      t.equal(await store.claim('env_f', 'd', 'fp-d', stale), null, 'any customer named is enough');
+      t.equal(await store.claim('env_f/usr_1', 'a', 'fp-a', stale), null, "a person's scope in the environment too");
+      t.equal(await store.claim('env_f/usr_2', 'b', 'fp-b', stale), null);
       t.same(await store.claim('env_f', 'c', 'fp-c', stale), done('fp-c', 201, answer('cust_KEPT')), 'other customers kept');
-      t.same(await store.claim('env_g', 'a', 'fp-a', stale), done('fp-a', 201, answer('cust_GONE')), 'other scopes kept');
+      t.same(await store.claim('env_f', 'none', 'fp-none', stale), done('fp-none', 201, '{"id":"cur_1"}'), 'answers about no customer kept');
+      for (const scope of ['env_fx', 'env_fx/usr_1', 'env_g']) {
+        t.same(await store.claim(scope, 'a', 'fp-a', stale), done('fp-a', 201, answer('cust_GONE')), `other environments kept: ${scope}`);
+      }
       t.same(await store.claim('env_f', 'running', 'fp-r', stale), inProgress('fp-r'), 'claims in progress kept');
       t.equal(await store.forget('env_f', ['%']), 0, 'no pattern characters');
       t.equal(await store.forget('env_f', []), 0, 'nothing named, nothing deleted');
+    });
+
+    t.test('an answer goes by the customers it was stored about, not by the text it shows', async (t) => {
+      t.equal(await store.claim('env_l', 'a', 'fp', stale), null);
+      await store.complete('env_l', 'a', 201, answer9('cust_SHOWN'), null, 60_000, []);
+      t.equal(await store.claim('env_l', 'b', 'fp', stale), null);
+      await store.complete('env_l', 'b', 201, answer9('cust_SHOWN'), null, 60_000);
+      t.equal(await store.forget('env_l', ['cust_SHOWN']), 0, 'stored about nobody (complete without customerIds too)');
+      t.same(await store.claim('env_l', 'a', 'fp', stale), done('fp', 201, answer9('cust_SHOWN')));
     });
 
     t.test('an in_progress claim older than staleAfterMs goes to exactly one new claimer', async (t) => {
@@ -204,6 +229,32 @@ for (const adapter of adapters) {
         t.same(await store.claim('env_old', 'running', 'fp', stale), inProgress('fp'));
         nowMs += 1;
         t.equal(await store.claim('env_old', 'running', 'fp', stale), null, 'stale from created_at');
+      });
+    }
+
+    if (sql !== null) {
+      t.test('answers stored before customer_ids (migration 030) are forgotten by the id in their body', async (t) => {
+        const at = (ms: number) => new Date(ms);
+        await sql`
+          insert into idempotency_keys (scope, key, fingerprint, state, status, body, headers, created_at, expires_at)
+          values ('env_m', 'a', 'fp', 'done', 201, ${answer9('cust_GONE')}, null, ${at(nowMs)}, ${at(nowMs + 60_000)}),
+                 ('env_m/usr_1', 'a', 'fp', 'done', 201, ${answer9('cust_GONE')}, null, ${at(nowMs)}, ${at(nowMs + 60_000)}),
+                 ('env_m', 'b', 'fp', 'done', 201, ${answer9('cust_KEPT')}, null, ${at(nowMs)}, ${at(nowMs + 60_000)}),
+                 ('env_mx', 'a', 'fp', 'done', 201, ${answer9('cust_GONE')}, null, ${at(nowMs)}, ${at(nowMs + 60_000)})`;
+        t.equal(await store.claim('env_m', 'c', 'fp', stale), null);
+        await store.complete('env_m', 'c', 201, answer9('cust_GONE'), null, 60_000, []);
+        t.equal(await store.forget('env_m', ['cust_GONE']), 2, 'the old rows naming it, in every scope of the environment');
+        t.equal(await store.claim('env_m', 'a', 'fp', stale), null);
+        t.equal(await store.claim('env_m/usr_1', 'a', 'fp', stale), null);
+        t.same(await store.claim('env_m', 'b', 'fp', stale), done('fp', 201, answer9('cust_KEPT')));
+        t.same(await store.claim('env_mx', 'a', 'fp', stale), done('fp', 201, answer9('cust_GONE')));
+        t.same(await store.claim('env_m', 'c', 'fp', stale), done('fp', 201, answer9('cust_GONE')), 'a labelled row goes by its label');
+        // A claim taken over from an old answer is labelled afresh when completed.
+        nowMs += 60_001;
+        t.equal(await store.claim('env_m', 'b', 'fp2', stale), null, 'expired: taken over');
+        await store.complete('env_m', 'b', 201, answer9('cust_NEW'), null, 60_000, ['cust_NEW']);
+        t.equal(await store.forget('env_m', ['cust_KEPT']), 0);
+        t.equal(await store.forget('env_m', ['cust_NEW']), 1);
       });
     }
 

@@ -496,6 +496,8 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
             progress: r.reply.progress === null ? null : actorProgressWire(r.reply.progress, r.customerId),
             audit_entry_id: auditId,
           },
+          // Without progress the answer does not show its customer: named for the erasure.
+          customerIds: [r.customerId],
         };
       },
     }),

@@ -126,8 +126,9 @@ export interface CustomerDeps {
   /** The environment's segments (state view: static memberships + dynamic matches, by name). */
   segments?: (environmentId: string) => Promise<SegmentDef[]>;
   /**
-   * Deletes the environment's stored Idempotency-Key answers that mention a customer id, so a
-   * replay after the deletion cannot hand back erased data; absent: nothing to erase.
+   * Deletes the stored Idempotency-Key answers about these customers in every scope of the
+   * environment (API keys' and each person's), so a replay after the deletion cannot hand back
+   * erased data; absent: nothing to erase.
    */
   forgetIdempotentAnswers?(environmentId: string, customerIds: readonly string[]): Promise<number>;
   /** Remembers a deleted customer's recorded events in the environment's register (EventIds.erase). */
@@ -532,8 +533,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     const late = deleted.mergedFrom.filter((id) => !begun.mergedFrom.includes(id));
     if (late.length > 0) merged.push(...(await eraseMerged(deps, env, before.id, late)));
     await releaseAliases(deps, env, before.id, deleted.aliases);
-    // Stored answers of creating POSTs (customer, aliases, tokens, ledger entries) can hold the
-    // erased data; a repeat of such a request now runs again instead of replaying them.
+    // Stored answers about these customers (creation, aliases, tokens, ledger entries, ...), under
+    // any credential, can hold the erased data; a repeat of such a request now runs again.
     await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
     // The 204 comes once this node's projector caught up: the erasure of customers on its
     // partitions is in the read tables (another node's partitions follow within a cycle).

@@ -148,6 +148,8 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
         return {
           status: 201,
           body: { ...ledgerEntryWire(reply.reply.entry), balance: balanceWire(reply.reply.balance) },
+          // The entry does not show its customer: named so that erasing the customer forgets this answer.
+          customerIds: [reply.customerId],
         };
       },
     }),

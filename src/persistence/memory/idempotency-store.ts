@@ -7,6 +7,9 @@ import type { IdempotencyRecord, IdempotencyStore } from '../ports.js';
 import { idempotencyClaimTtlMs, idempotencyPurgeBatchMax } from '../sql/idempotency-store.js';
 
 interface Row extends IdempotencyRecord {
+  scope: string;
+  /** The customers a done answer is about (complete's customerIds). */
+  customerIds: readonly string[];
   /** Claimed or last touched: the claim's last sign of life. */
   touchedAtMs: number;
   expiresAtMs: number;
@@ -29,6 +32,8 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
       !row || row.expiresAtMs < nowMs || (row.state === 'in_progress' && row.touchedAtMs < nowMs - staleAfterMs);
     if (free) {
       this.rows.set(id, {
+        scope,
+        customerIds: [],
         fingerprint,
         state: 'in_progress',
         status: null,
@@ -58,10 +63,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     body: string,
     headers: Record<string, string> | null,
     retentionMs: number,
+    customerIds: readonly string[] = [],
   ): Promise<void> {
     const row = this.rows.get(MemoryIdempotencyStore.id(scope, key));
     if (!row) throw new Error(`idempotency complete ${scope}/${key}: no claim`);
     row.state = 'done';
+    row.customerIds = [...customerIds];
     row.status = status;
     row.body = body;
     row.headers = headers === null ? null : { ...headers };
@@ -73,12 +80,12 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     if (this.rows.get(id)?.state === 'in_progress') this.rows.delete(id);
   }
 
-  async forget(scope: string, mentioning: readonly string[]): Promise<number> {
-    const prefix = MemoryIdempotencyStore.id(scope, '');
+  async forget(environmentId: string, customerIds: readonly string[]): Promise<number> {
+    const people = `${environmentId}/`;
     let n = 0;
     for (const [id, row] of this.rows) {
-      const body = row.body;
-      if (id.startsWith(prefix) && row.state === 'done' && body !== null && mentioning.some((m) => body.includes(m))) {
+      if (row.state !== 'done' || (row.scope !== environmentId && !row.scope.startsWith(people))) continue;
+      if (row.customerIds.some((c) => customerIds.includes(c))) {
         this.rows.delete(id);
         n++;
       }

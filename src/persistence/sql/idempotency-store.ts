@@ -2,7 +2,8 @@
 // A claim is ONE statement (insert, or take over an expired/abandoned row, under the row lock),
 // so of concurrent claimers exactly one gets null. A row past expires_at counts as absent; an
 // in_progress row is abandoned once its last sign of life (touched_at, else created_at for rows
-// claimed before that column) is older than the stale window. Headers are stored as JSON text.
+// claimed before that column) is older than the stale window. Headers are stored as JSON text,
+// the customers an answer is about as a text[] (migration 030), which the erasure deletes by.
 // Time comes from the injected clock (ms), not the database's now(), so the contract suite
 // drives every adapter with the same fake clock; node clocks only need to agree within seconds.
 import { limits } from '../../limits.js';
@@ -36,7 +37,7 @@ export class PgIdempotencyStore implements IdempotencyStore {
                 to_timestamp(${nowMs + idempotencyClaimTtlMs}::float8 / 1000))
         on conflict (scope, key) do update
         set fingerprint = excluded.fingerprint, state = 'in_progress', status = null, body = null, headers = null,
-            created_at = excluded.created_at, touched_at = excluded.touched_at, expires_at = excluded.expires_at
+            customer_ids = null, created_at = excluded.created_at, touched_at = excluded.touched_at, expires_at = excluded.expires_at
         where i.expires_at < to_timestamp(${nowMs}::float8 / 1000)
            or (i.state = 'in_progress'
                and coalesce(i.touched_at, i.created_at) < to_timestamp(${staleBeforeMs}::float8 / 1000))
@@ -75,11 +76,13 @@ export class PgIdempotencyStore implements IdempotencyStore {
     body: string,
     headers: Record<string, string> | null,
     retentionMs: number,
+    customerIds: readonly string[] = [],
   ): Promise<void> {
     const nowMs = this.clock();
     const done = await this.sql`
       update idempotency_keys
       set state = 'done', status = ${status}, body = ${body}, headers = ${headers === null ? null : JSON.stringify(headers)},
+          customer_ids = ${customerIds as string[]}::text[],
           expires_at = to_timestamp(${nowMs + retentionMs}::float8 / 1000)
       where scope = ${scope} and key = ${key}
       returning 1`;
@@ -92,15 +95,25 @@ export class PgIdempotencyStore implements IdempotencyStore {
     await this.sql`delete from idempotency_keys where scope = ${scope} and key = ${key} and state = 'in_progress'`;
   }
 
-  async forget(scope: string, mentioning: readonly string[]): Promise<number> {
-    if (mentioning.length === 0) return 0;
-    // strpos, not LIKE: an id is matched as it is, with no pattern characters to escape.
-    const gone = await this.sql`
+  async forget(environmentId: string, customerIds: readonly string[]): Promise<number> {
+    if (customerIds.length === 0) return 0;
+    const ids = customerIds as string[];
+    // Every scope of the environment: its API keys' (the environment id) and each person's
+    // (`env/user`). An environment id holds no '/', so the prefix names its scopes only.
+    const labelled = await this.sql`
       delete from idempotency_keys
-      where scope = ${scope} and state = 'done'
-        and exists (select 1 from unnest(${mentioning as string[]}::text[]) as m(s) where strpos(body, m.s) > 0)
+      where customer_ids && ${ids}::text[] and state = 'done'
+        and (scope = ${environmentId} or starts_with(scope, ${`${environmentId}/`}))
       returning 1`;
-    return gone.length;
+    // Answers stored before customer_ids (null) are found by the id in their body; strpos, not
+    // LIKE: an id is matched as it is, with no pattern characters to escape.
+    const unlabelled = await this.sql`
+      delete from idempotency_keys
+      where customer_ids is null and state = 'done'
+        and (scope = ${environmentId} or starts_with(scope, ${`${environmentId}/`}))
+        and exists (select 1 from unnest(${ids}::text[]) as m(s) where strpos(body, m.s) > 0)
+      returning 1`;
+    return labelled.length + unlabelled.length;
   }
 
   /** Deletes up to idempotencyPurgeBatchMax expired rows; returns how many it deleted. */
