@@ -47,6 +47,15 @@ export const limits = {
   syncEvaluationWaitMs: 2000,
   /** Recent event results kept in full per customer; older ids keep a 64-bit fingerprint only. */
   recentEventResultsPerCustomer: 64,
+  /**
+   * Answers of calls with a call id remembered per customer (CustomerState.recentCalls): a repeat
+   * of a forward whose answer was lost, or of a request re-run under its Idempotency-Key, finds
+   * its first answer instead of applying again. Only commands whose repeat would not be harmless
+   * carry one (actors/calls.ts): ledger entries, issuance changes, creates and edits of customers.
+   */
+  recentCallsPerCustomer: 32,
+  /** ...and for as long as an Idempotency-Key is kept (a request is re-run at most that late). */
+  recentCallsRetentionMs: 24 * 3600_000,
   /** Records applied but not yet durable per partition before new commands are shed (429). */
   partitionBacklogRecordsMax: 16_384,
   partitionsDefault: 256,

@@ -67,6 +67,8 @@ export function decodeEntryToKeep(payload: Uint8Array): JournalRecord[] {
         f.id = rec[1];
         f.environmentId = rec[0];
         f.externalId = ownString(f.externalId);
+      } else if (f.kind === 'call.answered') {
+        f.call = ownString(f.call);
       } else if (f.kind === 'key.bound') {
         f.key = ownString(f.key);
         f.customerId = ownString(f.customerId);
@@ -117,6 +119,8 @@ type SnapshotV1 = [
   handedOver?: CustomerState['handedOver'],
   /** Added with two-step deletes: when a delete began (null or absent: none did). */
   deletingSinceMs?: number | null,
+  /** Added with call ids: the remembered answers of calls (null or absent: none). */
+  recentCalls?: CustomerState['recentCalls'] | null,
 ];
 
 export function encodeSnapshot(s: CustomerState): Uint8Array {
@@ -149,6 +153,7 @@ export function encodeSnapshot(s: CustomerState): Uint8Array {
     s.recentAnswers === sharedEmpty.recentAnswers ? null : s.recentAnswers,
     s.handedOver,
     s.deletingSinceMs ?? null,
+    s.recentCalls.length === 0 ? null : s.recentCalls,
   ];
   return packr.pack(v1);
 }
@@ -186,6 +191,7 @@ export function decodeSnapshot(payload: Uint8Array): CustomerState {
     segmentIds: v[21] == null || v[21].length === 0 ? sharedEmpty.segmentIds : v[21],
     recentAnswers: v[22] == null || v[22].length === 0 ? sharedEmpty.recentAnswers : v[22],
     handedOver: v[23] ?? null,
+    recentCalls: v[25] == null || v[25].length === 0 ? sharedEmpty.recentCalls : v[25],
     ...(v[24] == null ? {} : { deletingSinceMs: v[24] }),
   };
 }

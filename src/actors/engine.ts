@@ -6,6 +6,7 @@ import { ApiError } from '../errors/api-error.js';
 import { customerIdPartition, partitionOf } from '../ids.js';
 import { limits } from '../limits.js';
 import type { Journal } from '../persistence/ports.js';
+import { callTag, newCallId } from './calls.js';
 import { ownString, packMessage, sharedEnvironmentId, unpackMessage } from './codec.js';
 import { type Call, type CallResult, closedResult, type Partition, type Target } from './partition.js';
 
@@ -54,6 +55,8 @@ const projectionBehindResult: CallResult = {
 };
 
 const movedRetryMs = 50;
+/** How long a forwarded call waits for the owner's answer before it is sent again. */
+const forwardDeadlineMs = 5000;
 const routeAttemptsMax = 60;
 const redirectsMax = 4;
 
@@ -108,10 +111,13 @@ export class Engine {
   }
 
   private async executeRouted(call: Call, releaseTombstone: boolean): Promise<CallResult> {
-    let current = call;
+    // Routed calls may be sent more than once (route): one whose repeat is not harmless carries a
+    // call id, so its owner answers a repeat with the first answer instead of applying it again.
+    const sent = call.callId === undefined && callTag(call.command) !== null ? { ...call, callId: newCallId() } : call;
+    let current = sent;
     for (let hop = 0; hop <= redirectsMax; hop++) {
       const result = await this.route(current);
-      if (result.ok === false && result.tombstoneId !== undefined && releaseTombstone) return this.unbindTombstone(call, result);
+      if (result.ok === false && result.tombstoneId !== undefined && releaseTombstone) return this.unbindTombstone(sent, result);
       if (result.ok !== 'redirect') return result;
       current = { ...current, target: { by: 'id', id: result.customerId } };
     }
@@ -147,10 +153,13 @@ export class Engine {
       const address = this.placement.remote(p);
       if (address !== null && this.forwarder) {
         try {
-          const wire = unpackMessage<WireResult>(await this.forwarder.forward(address, packMessage(call), 5000));
+          const wire = unpackMessage<WireResult>(await this.forwarder.forward(address, packMessage(call), forwardDeadlineMs));
           if (wire.ok !== 'moved') return wire;
         } catch {
-          // Owner unreachable (dying or gone): fall through, refresh, retry.
+          // Owner unreachable (dying or gone), or no answer within the deadline: the owner may
+          // have applied the call all the same. Sent again (to whoever owns the partition then):
+          // a call whose repeat is not harmless carries a call id, and its owner answers the
+          // repeat as it answered the first (calls.ts), from memory that recovery rebuilds.
         }
       }
       await this.placement.refresh();
@@ -166,6 +175,8 @@ export class Engine {
     call.env = sharedEnvironmentId(call.env);
     const target = call.target;
     if (target.by === 'key') target.key = ownString(target.key);
+    // Kept in the actor's remembered calls (a copy: the message's strings are slices of one run).
+    if (call.callId !== undefined) call.callId = ownString(call.callId);
     const cmd = call.command;
     if ('externalId' in cmd && typeof cmd.externalId === 'string') {
       // An event's external id is usually its routing key: one copy serves both.

@@ -13,7 +13,22 @@ import type { LedgerReply } from '../domain/ledger.js';
 import type { RewardReply } from '../domain/rewards.js';
 import type { Reply as ChallengeReply } from '../domain/challenges.js';
 import type { Effect } from '../domain/rule-effects.js';
-import { type AliasState, type Command, type CustomerState, type Ctx, decide, evolve, type Fact, type MergeHandover, mergeFacts, mergeHandover, type Reply } from '../domain/customer.js';
+import {
+  type AliasState,
+  type Command,
+  type CustomerState,
+  type Ctx,
+  decide,
+  evolve,
+  type Fact,
+  findCall,
+  type MergeHandover,
+  mergeFacts,
+  mergeHandover,
+  type RememberedReply,
+  type Reply,
+} from '../domain/customer.js';
+import { callTag } from './calls.js';
 import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
 import { mailboxDepth } from '../observability/metrics.js';
 import { decodeEntryToKeep, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
@@ -45,6 +60,11 @@ export interface Call {
   target: Target;
   command: EngineCommand;
   nowMs: number;
+  /**
+   * Set on a call that may reach its actor more than once (calls.ts): the same for every repeat of
+   * it. A command calls.callTag remembers is then answered once applied, its repeats with that answer.
+   */
+  callId?: string;
 }
 
 export type ReplyView =
@@ -522,13 +542,14 @@ export class Partition {
     if ((cmd.kind === 'customer.create' || cmd.kind === 'event.record' || cmd.kind === 'match.admit') && call.target.by === 'key') {
       const d = decide(null, cmd, this.ctx(call));
       if (!d.ok) return this.reply(refusal(d), null, resolve);
+      const facts = call.callId === undefined ? d.facts : remembering(d.facts, call, call.callId, d.reply);
       let actor: Actor | null = null;
-      for (const f of d.facts) {
+      for (const f of facts) {
         if (actor === null) actor = this.install(evolve(null, f), false);
         else evolve(actor.state, f);
         this.afterFact(actor, f);
       }
-      this.batch.records.push([call.env, actor!.state.id, d.facts]);
+      this.batch.records.push([call.env, actor!.state.id, facts]);
       return this.reply({ ok: true, reply: this.view(d.reply, actor!, call.nowMs) }, actor, resolve);
     }
     return this.reply(notFound, null, resolve);
@@ -545,6 +566,16 @@ export class Partition {
     // A key command is about the key's binding, whoever it names (a merged customer's alias stays
     // bound to it): answered here, never redirected, so its answer does not depend on placement.
     if (cmd.kind === 'key.claim' || cmd.kind === 'key.release') return this.runKeyCommand(call, cmd, actor, resolve);
+    // A repeat of a call applied here (its answer was lost on the way, or its request runs again)
+    // is answered as the first was: asked before a merge or delete since then would redirect or refuse it.
+    if (call.callId !== undefined) {
+      const tag = callTag(cmd);
+      const seen = tag === null ? undefined : findCall(state.recentCalls, `${tag} ${call.callId}`, call.nowMs);
+      if (seen !== undefined) {
+        const reply: ReplyView = seen.reply.kind === 'customer' ? { kind: 'customer', customer: toView(state, call.nowMs) } : seen.reply;
+        return this.reply({ ok: true, reply }, actor, resolve);
+      }
+    }
     // A merged customer answers as its survivor, unless it was erased with it: then it is a
     // tombstone of its own (a key still bound to it is released, not sent to the survivor).
     if (
@@ -571,11 +602,12 @@ export class Partition {
       return this.reply(d.code === 'resource_not_found' && state.deletedAtMs !== null ? tombstone(r, state.id) : r, actor, resolve);
     }
     if (d.facts.length > 0) {
-      for (const f of d.facts) {
+      const facts = call.callId === undefined ? d.facts : remembering(d.facts, call, call.callId, d.reply);
+      for (const f of facts) {
         evolve(state, f);
         this.afterFact(actor, f);
       }
-      this.batch.records.push([call.env, state.id, d.facts]);
+      this.batch.records.push([call.env, state.id, facts]);
     }
     this.reply({ ok: true, reply: this.view(d.reply, actor, call.nowMs) }, actor, resolve);
   }
@@ -957,6 +989,23 @@ function refusal(d: Extract<ReturnType<typeof decide>, { ok: false }>): CallResu
   const r: CallResult & { ok: false } = { ok: false, code: d.code, message: d.message, param: d.param };
   if (d.currentVersion !== undefined) r.currentVersion = d.currentVersion;
   return r;
+}
+
+/**
+ * The facts of a call with a call id, followed by its answer (call.answered) when its command is
+ * remembered (calls.ts): in the same record, so the answer is durable exactly when they are.
+ */
+function remembering(facts: Fact[], call: Call, callId: string, reply: Reply): Fact[] {
+  const tag = callTag(call.command);
+  if (tag === null) return facts;
+  return [...facts, { kind: 'call.answered', call: `${tag} ${callId}`, atMs: call.nowMs, reply: remembered(reply) }];
+}
+
+/** What is kept of an answer: a customer's as its kind (answered as it is then); a delete's without its aliases (erased). */
+function remembered(reply: Reply): RememberedReply {
+  if (reply.kind === 'customer') return { kind: 'customer' };
+  if (reply.kind === 'deleted') return { ...reply, aliases: [] };
+  return reply;
 }
 
 /** A batch the journal's encoding refused (beginFlush): nothing of it was written or kept. */

@@ -41,6 +41,7 @@ export const sharedEmpty = deepFreeze({
   matchRates: {} as RateState,
   segmentIds: [] as string[],
   recentAnswers: [] as RecentAnswer[],
+  recentCalls: [] as RecentCall[],
 });
 
 function deepFreeze<T extends object>(value: T): T {
@@ -128,6 +129,13 @@ export interface CustomerState {
    * oldest first, so a repeat answers as the first did (decisions.md, Events).
    */
   recentAnswers: RecentAnswer[];
+  /**
+   * The answers of the last calls that carried a call id and changed something (call.answered),
+   * oldest first, at most limits.recentCallsPerCustomer and none older than
+   * limits.recentCallsRetentionMs: a repeat of one of them (a forward whose answer was lost, a
+   * request re-run under its Idempotency-Key) is answered as the first was, never applied again.
+   */
+  recentCalls: RecentCall[];
 }
 
 export type Command =
@@ -259,6 +267,13 @@ export type Fact =
   | { kind: 'events.merged'; from: string; records: number[] }
   /** The effects a sync-mode event was answered with (kept for its repeats). */
   | { kind: 'event.answered'; clientEventId: string; effects: Effect[] }
+  /**
+   * The answer of a call with a call id, journaled in the record of the facts it applied: a
+   * repeat of the call is answered with it instead of being applied again (recentCalls).
+   */
+  | { kind: 'call.answered'; call: string; atMs: number; reply: RememberedReply }
+  /** A merged customer's remembered calls, joined into the survivor's (a repeat by key reaches the survivor). */
+  | { kind: 'calls.merged'; calls: RecentCall[] }
   | ledger.LedgerFact
   | RuleFact
   | TierFact
@@ -269,6 +284,19 @@ export type Fact =
   | MatchFact
   | SegmentFact
   | CampaignFact;
+
+/**
+ * A call's remembered answer. A customer answer is remembered as its kind only: a repeat answers
+ * the customer as it is now (its attributes are not kept twice).
+ */
+export type RememberedReply = Exclude<Reply, { kind: 'customer' }> | { kind: 'customer' };
+
+/** A call applied with a call id: `call` is `<tag> <call id>` (actors/calls.ts), atMs when it was applied. */
+export interface RecentCall {
+  call: string;
+  atMs: number;
+  reply: RememberedReply;
+}
 
 /** A sync-mode event's answer: its client event id's hash (as in SeenEvents) and the effects. */
 export interface RecentAnswer {
@@ -346,6 +374,8 @@ export interface MergeHandover extends MergeTransfer {
   matchRates?: RateState;
   /** Its recorded event ids (SeenEvents records), deduplicated on the survivor from now on. */
   seenEvents?: number[];
+  /** Its remembered calls: a repeat of one of them by key now reaches the survivor. */
+  recentCalls?: RecentCall[];
 }
 
 export function mergeHandover(state: CustomerState): MergeHandover {
@@ -353,6 +383,7 @@ export function mergeHandover(state: CustomerState): MergeHandover {
     // Rate books guard fairness across the ownership group; event ids keep a retry a duplicate.
     ...(state.matchRates !== undefined && Object.keys(state.matchRates).length > 0 ? { matchRates: state.matchRates } : {}),
     ...(state.events.size > 0 ? { seenEvents: state.events.records() } : {}),
+    ...(state.recentCalls.length > 0 ? { recentCalls: state.recentCalls } : {}),
     ...(state.handedOver ?? {}),
   };
 }
@@ -709,6 +740,27 @@ function answeredFact(clientEventId: string, effects: Effect[]): Fact {
   return { kind: 'event.answered', clientEventId, effects };
 }
 
+/**
+ * The remembered answer of `call` (`<tag> <call id>`), or undefined: never applied, forgotten
+ * (older than limits.recentCallsRetentionMs at nowMs, or pushed out by later calls).
+ */
+export function findCall(calls: readonly RecentCall[], call: string, nowMs: number): RecentCall | undefined {
+  for (let i = calls.length - 1; i >= 0; i--) {
+    const c = calls[i]!;
+    if (c.call === call) return c.atMs >= nowMs - limits.recentCallsRetentionMs ? c : undefined;
+  }
+  return undefined;
+}
+
+/** The remembered calls with `added` joined: none older than the retention at `atMs`, the newest limits.recentCallsPerCustomer. */
+function rememberCalls(calls: RecentCall[], added: readonly RecentCall[], atMs: number): RecentCall[] {
+  const since = atMs - limits.recentCallsRetentionMs;
+  const out: RecentCall[] = [];
+  for (const c of calls) if (c.atMs >= since) out.push(c);
+  for (const c of added) if (c.atMs >= since) out.push(c);
+  return out.length > limits.recentCallsPerCustomer ? out.slice(out.length - limits.recentCallsPerCustomer) : out;
+}
+
 function findAnswer(answers: readonly RecentAnswer[], clientEventId: string): RecentAnswer | undefined {
   if (answers.length === 0) return undefined;
   const key = hash53(clientEventId);
@@ -819,6 +871,7 @@ function takenOver(state: CustomerState, cmd: Extract<Command, { kind: 'alias.ad
   if (cmd.ruleLimits !== undefined && !isEmptyRecord(cmd.ruleLimits)) facts.push({ kind: 'rule.limits_merged', from, counts: cmd.ruleLimits, atMs: ctx.nowMs });
   // Items add up (a merge may take the survivor past inventoryLimits.itemsMax distinct items).
   for (const [item, quantity] of cmd.inventory ?? []) facts.push({ kind: 'item.granted', item, quantity, sourceId: from, atMs: ctx.nowMs });
+  if (cmd.recentCalls !== undefined && cmd.recentCalls.length > 0) facts.push({ kind: 'calls.merged', calls: cmd.recentCalls });
   return facts;
 }
 
@@ -862,6 +915,7 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       matchRates: sharedEmpty.matchRates,
       segmentIds: sharedEmpty.segmentIds,
       recentAnswers: sharedEmpty.recentAnswers,
+      recentCalls: sharedEmpty.recentCalls,
     };
   }
   if (state === null) throw new Error(`evolve: ${fact.kind} before customer.created`);
@@ -881,6 +935,8 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       state.deletedAtMs = fact.atMs;
       state.updatedAtMs = fact.atMs;
       state.version = fact.version;
+      // A tombstone remembers no earlier answer (only its delete's, journaled after this fact).
+      state.recentCalls = sharedEmpty.recentCalls;
       return state;
     case 'event.recorded':
       state.events.add(fact.clientEventId, fact.fp, fact.id);
@@ -968,6 +1024,15 @@ export function evolve(state: CustomerState | null, fact: Fact): CustomerState {
       answers.push({ key: hash53(fact.clientEventId), effects: fact.effects });
       if (answers.length > limits.recentEventResultsPerCustomer) answers.shift();
       state.recentAnswers = answers;
+      return state;
+    }
+    case 'call.answered':
+      state.recentCalls = rememberCalls(state.recentCalls, [{ call: fact.call, atMs: fact.atMs, reply: fact.reply }], fact.atMs);
+      return state;
+    case 'calls.merged': {
+      let newest = 0;
+      for (const c of fact.calls) if (c.atMs > newest) newest = c.atMs;
+      state.recentCalls = rememberCalls(state.recentCalls, fact.calls, newest);
       return state;
     }
     case 'match_rate.counted':
