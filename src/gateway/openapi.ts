@@ -162,14 +162,15 @@ export function buildOpenApiDocument(
       parameters.push({ name, in: 'path', required: true, schema: paramProps[name] ?? { type: 'string' } });
     }
     if (r.query !== undefined) parameters.push(...parametersFrom(conv.convert(r.query, 'input'), 'query'));
-    if (r.idempotent === true) {
+    if (r.idempotent === true || r.idempotent === 'optional') {
       parameters.push({
         name: 'Idempotency-Key',
         in: 'header',
-        required: true,
+        required: r.idempotent === true,
         description:
           'Repeat a request with the same key to get the stored answer (Idempotent-Replayed: true). ' +
-          'Kept at least 24 hours.',
+          'Kept at least 24 hours.' +
+          (r.idempotent === true ? '' : ' Optional: without a key the request runs each time it is sent.'),
         schema: { type: 'string', minLength: 1, maxLength: limits.idempotencyKeyCharsMax },
       });
     }
@@ -210,7 +211,7 @@ export function buildOpenApiDocument(
       const headers: Record<string, unknown> = { 'Request-Id': headerRefs.requestId };
       if (res.etag === true) headers.ETag = headerRefs.etag;
       // A repeat with the same Idempotency-Key replays the stored answer, marked so.
-      if (r.idempotent === true) headers['Idempotent-Replayed'] = headerRefs.replayed;
+      if (r.idempotent === true || r.idempotent === 'optional') headers['Idempotent-Replayed'] = headerRefs.replayed;
       entry.headers = headers;
       if (res.schema !== undefined) {
         entry.content = { 'application/json': { schema: conv.convert(res.schema, 'output') } };

@@ -70,15 +70,20 @@ export interface RouteDef<B = unknown, Q = unknown> {
    * `param` = the param name. Params stay strings either way.
    */
   params?: z.ZodType<Record<string, string>>;
-  /** Creating POST: Idempotency-Key required and results stored (spec part 1 rules 1-4). */
-  idempotent?: boolean;
+  /**
+   * true: a creating POST, Idempotency-Key required and results stored (spec part 1 rules 1-4).
+   * 'optional': a POST that changes state without creating (an action, an enrollment): a key,
+   * when sent, is claimed, stored and replayed exactly as on creating POSTs; without one the
+   * request simply runs.
+   */
+  idempotent?: boolean | 'optional';
   /**
    * Required on idempotent open routes (auth none): whom the request speaks for (signup: the
    * normalized email). Keys are scoped by its hash, so two people never share a key's answer.
    */
   idempotencyIdentity?: (body: B) => string;
   /**
-   * Idempotent routes only: rewrites a stored body before it is replayed (the customer-session
+   * Idempotent routes (true or 'optional') only: rewrites a stored body before it is replayed (the customer-session
    * mint answers customer_token: null on a replay, rule 4). Must not mutate its argument.
    */
   replayTransform?: (body: unknown) => unknown;

@@ -217,7 +217,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
 
   for (const r of opts.routes) {
     if (!r.path.startsWith('/v1/')) throw new Error(`route ${r.method} ${r.path}: API routes live under /v1/`);
-    if (r.idempotent === true && r.auth.kind === 'none' && r.idempotencyIdentity === undefined) {
+    if ((r.idempotent === true || r.idempotent === 'optional') && r.auth.kind === 'none' && r.idempotencyIdentity === undefined) {
       throw new Error(`route ${r.method} ${r.path}: an open idempotent route names its idempotencyIdentity`);
     }
     router.add(r.method, r.path, {
@@ -414,7 +414,12 @@ export function createGateway(opts: GatewayOptions): Gateway {
         }
       }
       const query = route.query === undefined ? rawQuery : validate(route.query, rawQuery, 'query');
-      const key = route.idempotent === true ? idempotencyKeyOf(inc.headers) : null;
+      // Creating POSTs require a key; where it is optional, one that is sent counts the same (an
+      // empty or overlong one is refused), and without one the request simply runs.
+      const key =
+        route.idempotent === true || (route.idempotent === 'optional' && inc.headers['idempotency-key'] !== undefined)
+          ? idempotencyKeyOf(inc.headers)
+          : null;
       // An empty body counts as {} for routes with a body schema (bodiless creating POSTs).
       const body = route.body === undefined ? json : validate(route.body, json === undefined ? {} : json, 'body');
       const ctx: RequestContext = {

@@ -121,6 +121,7 @@ const customerB = `cust_001${'01J0000000'}${'B'.repeat(16)}`;
 
 const state = {
   creates: 0,
+  pokes: 0,
   failOnce: true,
   slowStarted: deferred(),
   slowRelease: deferred(),
@@ -211,6 +212,20 @@ const routes: AnyRoute[] = [
     body: z.object({ reason: z.string().optional() }),
     responses: { 200: { description: 'Archived.' } },
     handler: (ctx) => ({ status: 200, body: { id: ctx.params.id, got: ctx.body } }),
+  }),
+  route({
+    method: 'POST',
+    path: '/v1/things/:id/poke',
+    summary: 'Poke a thing (an action: Idempotency-Key optional)',
+    tag: 'things',
+    auth: cred,
+    body: z.object({ hard: z.boolean().optional() }),
+    idempotent: 'optional',
+    responses: { 200: { description: 'Poked.' } },
+    handler: (ctx) => {
+      state.pokes++;
+      return { status: 200, body: { id: ctx.params.id, pokes: state.pokes }, headers: etagHeader(state.pokes) };
+    },
   }),
   route({
     method: 'POST',
@@ -660,6 +675,39 @@ t.test('idempotency: key required, replay, reuse, scope per environment', async 
   t.equal(otherEnv.json.name, 'b');
 });
 
+t.test('an optional Idempotency-Key: sent, it claims, stores and replays; absent, the request runs each time', async (t) => {
+  const before = state.pokes;
+  const plain = [await call('POST', '/v1/things/t1/poke', { body: '{}' }), await call('POST', '/v1/things/t1/poke', { body: '{}' })];
+  t.same(
+    plain.map((r) => [r.status, r.headers.get('idempotent-replayed')]),
+    [
+      [200, null],
+      [200, null],
+    ],
+  );
+  t.equal(state.pokes, before + 2, 'no key: ran twice');
+  const first = await call('POST', '/v1/things/t1/poke', { body: '{"hard":true}', headers: { 'idempotency-key': 'poke-1' } });
+  const again = await call('POST', '/v1/things/t1/poke', { body: '{ "hard": true }', headers: { 'idempotency-key': 'poke-1' } });
+  t.equal(again.headers.get('idempotent-replayed'), 'true');
+  t.equal(again.text, first.text, 'the stored answer, byte for byte');
+  t.equal(again.headers.get('etag'), first.headers.get('etag'), 'with its ETag');
+  t.equal(state.pokes, before + 3, 'a key: ran once');
+  const reused = await call('POST', '/v1/things/t1/poke', { body: '{}', headers: { 'idempotency-key': 'poke-1' } });
+  t.same([reused.status, reused.json.error.code], [422, 'idempotency_key_reused']);
+  for (const bad of ['', 'k'.repeat(256)]) {
+    const r = await call('POST', '/v1/things/t1/poke', { body: '{}', headers: { 'idempotency-key': bad } });
+    t.same([r.status, r.json.error.code], [400, 'idempotency_key_required'], `a key of ${bad.length} characters is refused, not ignored`);
+  }
+  t.equal(state.pokes, before + 3);
+  const viaInvoke = await gateway.invoke({
+    method: 'POST',
+    path: '/v1/things/t1/poke',
+    headers: { authorization: 'Bearer good', 'idempotency-key': 'poke-1' },
+    body: { hard: true },
+  });
+  t.same([viaInvoke.status, viaInvoke.headers['idempotent-replayed']], [200, 'true'], 'invoke() (gRPC) replays too');
+});
+
 t.test('idempotency_in_progress while the first request runs, then a replay', async (t) => {
   const firstP = call('POST', '/v1/slow', { body: '{}', headers: { 'idempotency-key': 'slow-1' } });
   await state.slowStarted.promise;
@@ -938,7 +986,9 @@ t.test('/v1/openapi.json describes every route from the same schemas', async (t)
     t.same(op?.security, rt.auth.kind === 'credential' ? [{ bearer: [] }] : []);
     const names = (op?.parameters ?? []).map((x: { name: string }) => x.name);
     for (const m of rt.path.matchAll(/:([a-z_]+)/g)) t.ok(names.includes(m[1]), `path param ${m[1]}`);
-    t.equal(names.includes('Idempotency-Key'), rt.idempotent === true, `Idempotency-Key on ${rt.path}`);
+    t.equal(names.includes('Idempotency-Key'), rt.idempotent === true || rt.idempotent === 'optional', `Idempotency-Key on ${rt.path}`);
+    const key = (op?.parameters ?? []).find((x: { name: string }) => x.name === 'Idempotency-Key');
+    if (key !== undefined) t.equal(key.required, rt.idempotent === true, `Idempotency-Key required on ${rt.path}: only on creating POSTs`);
   }
   for (const p of ['/healthz', '/readyz', '/metrics', '/v1/openapi.json']) t.ok(doc.paths[p]?.get, p);
   const create = doc.paths['/v1/things'].post;

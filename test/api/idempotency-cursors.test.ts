@@ -1,5 +1,6 @@
-// Black-box API tests of two gateway guarantees on the real service (real Redis and PostgreSQL):
-// an idempotent replay repeats the headers a client needs next (the ETag for If-Match), and an
+// Black-box API tests of gateway guarantees on the real service (real Redis and PostgreSQL): an
+// idempotent replay repeats the headers a client needs next (the ETag for If-Match), a key sent on
+// an enrollment or an action makes its repeat a replay (optional there, required on creates), and an
 // unusable cursor is 400 invalid_cursor on every paged list, never a 500 from the database
 // (a NUL byte, a lone surrogate, an empty or overlong cursor, a numeric part out of range).
 // The forged cursors carry the right list binding (cursorScope of the path and environment),
@@ -37,6 +38,60 @@ t.test('idempotent replays and cursors over the API', async (t) => {
     t.not(replay.headers.get('request-id'), first.headers.get('request-id'), 'never the stored Request-Id');
     const edit = await api.patch(`/v1/customers/${replay.body.id}`, { attributes: { a: 1 } }, { 'if-match': replay.headers.get('etag')! });
     t.equal(edit.status, 200);
+  });
+
+  await t.test('an Idempotency-Key sent on an enrollment or an action replays it; without one the request runs', async (t) => {
+    const c = await api.post('/v1/challenges', { ...matches, name: 'Invited', enrollment: 'explicit' }, idem());
+    t.equal(c.status, 201, JSON.stringify(c.body));
+    const who = (await api.post('/v1/customers', { external_id: 'opt-enroll' }, idem())).body.id as string;
+    const path = `/v1/challenges/${c.body.id}/enrollments`;
+    const key = idem();
+    const first = await api.post(path, { customer_id: 'opt-enroll' }, key);
+    t.equal(first.status, 201);
+    t.equal(first.headers.get('idempotent-replayed'), null);
+    t.equal((await api.delete(`${path}/${who}`)).status, 204, 'unenrolled');
+    // A late retry of the enrollment: the stored answer, not a second enrollment.
+    const retry = await api.post(path, { customer_id: 'opt-enroll' }, key);
+    t.equal(retry.status, 201);
+    t.equal(retry.headers.get('idempotent-replayed'), 'true');
+    t.same(retry.body, first.body);
+    t.same((await api.get(path)).body.data, [], 'still unenrolled');
+    const reused = await api.post(path, { customer_id: 'someone-else' }, key);
+    t.same([reused.status, reused.body.error?.code], [422, 'idempotency_key_reused'], 'the same key with another body');
+    const empty = await api.post(path, { customer_id: 'opt-enroll' }, { 'idempotency-key': '' });
+    t.same([empty.status, empty.body.error?.code], [400, 'idempotency_key_required'], 'a key sent empty is refused, not ignored');
+    // Without a key the enrollment runs each time, as before.
+    t.equal((await api.post(path, { customer_id: 'opt-enroll' })).status, 201);
+    t.equal((await api.post(path, { customer_id: 'opt-enroll' })).status, 200, 'already enrolled');
+
+    const before = Date.parse((await api.get('/v1/test_clock')).body.now);
+    const clockKey = idem();
+    const advanced = await api.post('/v1/test_clock/advance', { seconds: 60 }, clockKey);
+    t.equal(advanced.status, 200);
+    const again = await api.post('/v1/test_clock/advance', { seconds: 60 }, clockKey);
+    t.equal(again.headers.get('idempotent-replayed'), 'true');
+    t.equal(again.body.now, advanced.body.now);
+    const now = Date.parse((await api.get('/v1/test_clock')).body.now);
+    t.ok(now - before >= 60_000 && now - before < 120_000, `advanced once (${now - before} ms)`);
+    const other = await api.post('/v1/test_clock/advance', { seconds: 120 }, clockKey);
+    t.same([other.status, other.body.error?.code], [422, 'idempotency_key_reused']);
+
+    // A replayed token mint does not show the token again (it was shown once).
+    const minter = tenant.admin;
+    const tokenKey = idem();
+    const minted = await minter.post(`/v1/customers/${who}/client_token`, {}, tokenKey);
+    t.equal(minted.status, 200);
+    t.match(minted.body.customer_token, /\./);
+    const mintedAgain = await minter.post(`/v1/customers/${who}/client_token`, {}, tokenKey);
+    t.equal(mintedAgain.headers.get('idempotent-replayed'), 'true');
+    t.same(mintedAgain.body, { ...minted.body, customer_token: null });
+
+    const doc = (await api.get('/v1/openapi.json')).body;
+    const keyParam = (p: string) => doc.paths[p].post.parameters.find((x: { name: string }) => x.name === 'Idempotency-Key');
+    t.match(keyParam('/v1/challenges/{id}/enrollments'), { in: 'header', required: false }, 'declared, optional');
+    t.match(keyParam('/v1/test_clock/advance'), { required: false });
+    t.match(keyParam('/v1/customers'), { required: true }, 'required on creating POSTs');
+    t.equal(keyParam('/v1/events'), undefined, 'events: the event id is the key');
   });
 
   const customer = (await api.post('/v1/customers', { external_id: 'cursor-owner' }, idem())).body.id as string;

@@ -90,6 +90,7 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
       summary,
       tag: 'Campaigns',
       auth: writeAuth,
+      idempotent: 'optional',
       body: emptyBody,
       ifMatch: true,
       responses: { 200: { description: 'The campaign.', schema: campaignSchema, etag: true } },

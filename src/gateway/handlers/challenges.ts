@@ -380,6 +380,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       summary: 'Enroll a customer (explicit challenges count only enrolled customers); enrolling twice answers the enrollment',
       tag: 'Challenges',
       auth: writeAuth,
+      idempotent: 'optional',
       body: enrollBody,
       responses: {
         201: { description: 'The enrollment.', schema: enrollmentSchema },
@@ -446,6 +447,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       summary: "Audited: remove one contribution from the customer's current progress (a completed period stays completed)",
       tag: 'Challenges',
       auth: writeAuth,
+      idempotent: 'optional',
       body: revokeBody,
       responses: { 200: { description: 'The progress record after the revoke, with audit_entry_id.', schema: progressRevokedSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof revokeBody>>) => {
@@ -471,6 +473,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       summary: "Audited: re-check the customer's current progress against the current target and complete it if reached",
       tag: 'Challenges',
       auth: writeAuth,
+      idempotent: 'optional',
       body: reevaluateBody,
       responses: { 200: { description: 'What the reevaluation did (completed: completions made, 0 or 1), with audit_entry_id.', schema: reevaluationSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof reevaluateBody>>) => {

@@ -120,6 +120,7 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       summary: 'Count the history and mark the counter ready (inline: 200 ready; as a job: 202 backfilling)',
       tag: 'Counters',
       auth: writeAuth,
+      idempotent: 'optional',
       responses: {
         200: { description: 'The ready counter definition.', schema: counterDefinitionSchema, etag: true },
         202: { description: 'The backfill runs as a job; the definition is still backfilling.', schema: counterDefinitionSchema, etag: true },

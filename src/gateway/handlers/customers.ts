@@ -773,6 +773,9 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       summary: 'Mint a customer token for a browser (15 minutes unless ttl_seconds says otherwise; the body is optional)',
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customer_sessions:write'], allow: ['secret', 'pat', 'session'] },
+      idempotent: 'optional',
+      // The token is shown once: a replay answers customer_token: null (a stored error unchanged).
+      replayTransform: (body) => ('error' in (body as object) ? body : { ...(body as Record<string, unknown>), customer_token: null }),
       body: clientTokenBody,
       responses: { 200: { description: 'A customer token for this customer.', schema: clientTokenSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof clientTokenBody>>) => {

@@ -329,6 +329,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       summary: "Redeem an issued reward: spends its cost from the customer's balance in the same step (409 insufficient_balance keeps it issued)",
       tag: 'Rewards',
       auth: issuanceWrite,
+      idempotent: 'optional',
       body: z.strictObject({}),
       responses: { 200: { description: 'The issuance, redeemed.', schema: rewardIssuanceSchema, etag: true } },
       handler: async (ctx: RequestContext) => {
@@ -351,6 +352,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       summary: 'Cancel an issued reward (optional reason): gives its unit back to the reward; other states: 409 invalid_state',
       tag: 'Rewards',
       auth: issuanceWrite,
+      idempotent: 'optional',
       body: cancelBody,
       responses: { 200: { description: 'The issuance, cancelled.', schema: rewardIssuanceSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof cancelBody>>) => {

@@ -211,6 +211,7 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
       summary: 'Revoke an API key; every node refuses it within about a second (admin or owner)',
       tag: 'API keys',
       auth: { kind: 'credential', scopes: [], allow: ['pat', 'session'] },
+      idempotent: 'optional',
       params: keyParams,
       responses: { 200: { description: 'The key, with revoked_at set', schema: apiKeySchema } },
       handler: async (ctx) => ({ status: 200, body: await tenancy.revokeApiKey(ctx.principal, ctx.params.id!) }),

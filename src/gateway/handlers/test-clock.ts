@@ -63,6 +63,7 @@ export function testClockRoutes(deps: {
       summary: "Move the test environment's clock forward and run every job that falls due",
       tag: 'Test clock',
       auth: { ...auth, scopes: ['config:write'] },
+      idempotent: 'optional',
       // Validated in the handler, after the environment check (a live environment is 403 whatever the body).
       docBody: advanceBody,
       responses: { 200: { description: '{now, customers_settled, challenges_ended, campaigns_ended}', schema: advanceSchema } },
