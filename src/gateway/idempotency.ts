@@ -92,6 +92,14 @@ export function idempotencyScopeOf(principal: Principal | null, identity?: strin
 }
 
 /**
+ * The call id of every run of a request under (scope, key) with this fingerprint (RequestContext.callId):
+ * a hash, so it names neither the caller nor the key, and another body under the same key is another call.
+ */
+export function callIdOf(scope: string, key: string, fingerprint: string): string {
+  return createHash('sha256').update(scope).update('\u0000').update(key).update('\u0000').update(fingerprint).digest('base64url').slice(0, 24);
+}
+
+/**
  * Claims (scope, key). Resolves null when the caller must run the request, or the stored
  * record to replay; throws idempotency_in_progress (Retry-After: 1) or idempotency_key_reused.
  */

@@ -36,6 +36,13 @@ export interface RequestContext<B = unknown, Q = unknown> {
   principal: Principal;
   /** Milliseconds since epoch at arrival (real clock). */
   receivedAtMs: number;
+  /**
+   * Set for a request under an Idempotency-Key (idempotent routes): the same for every run of it,
+   * also one after its claim went stale or a 5xx released it (the answer was never stored). A
+   * handler passes it on the calls whose commands the actors remember (actors/calls.ts), so a
+   * run again is answered what the first run applied instead of applying it twice.
+   */
+  callId?: string;
 }
 
 export interface Reply {

@@ -16,6 +16,7 @@ import type { IdempotencyStore } from '../persistence/ports.js';
 import type { Principal } from '../tenancy/types.js';
 import {
   answerCustomerIds,
+  callIdOf,
   ClaimKeeper,
   claimIdempotency,
   fingerprintOf,
@@ -466,6 +467,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
       return errorOut(err, inc);
     }
     if (stored !== null) return replayOut(route, stored.status, stored.body, stored.headers, inc);
+    ctx.callId = callIdOf(scope, key, fingerprint);
 
     // While the handler runs, its claim is touched so no repeat takes it for a dead one.
     const keeper = new ClaimKeeper(idempotency, scope, key, staleAfterMs / 3, (problem, err) =>
@@ -495,8 +497,14 @@ export function createGateway(opts: GatewayOptions): Gateway {
         await idempotency.release(scope, key);
       }
     } catch (err) {
-      // The work is done; answer it. The claim goes stale and a retry may run again after
-      // staleAfterMs, which is why handlers also dedupe by their own ids.
+      // The work is done; answer it. The claim goes stale and a retry runs the handler again after
+      // staleAfterMs (as after a 5xx, whose claim is released). What the actors applied is not
+      // applied twice: the handlers pass ctx.callId, the same in every run, on the commands the
+      // actors remember (actors/calls.ts: ledger entries, issuances, customers created, segment
+      // members), and a run again gets the first run's answer; match reviews dedupe by their
+      // event ids. Catalog creates (rewards, rules, segments, ...) have no such memory: a run again
+      // of one whose answer was never stored creates a second resource, or answers 409 where the
+      // first took a unique key (a currency's).
       logger.error({ err, request_id: inc.requestId, path: inc.path }, 'idempotency store write failed');
     }
     return out;

@@ -164,8 +164,9 @@ function idTarget(id: string): Target {
   return { by: 'id', id };
 }
 
-async function call(deps: CustomerDeps, env: string, target: Target, command: EngineCommand) {
-  return unwrap(await deps.engine.execute({ env, target, command, nowMs: await deps.now(env) }));
+/** `callId`: the request's (RequestContext.callId), for a command the actors remember (actors/calls.ts). */
+async function call(deps: CustomerDeps, env: string, target: Target, command: EngineCommand, callId?: string) {
+  return unwrap(await deps.engine.execute({ env, target, command, nowMs: await deps.now(env), callId }));
 }
 
 /**
@@ -593,11 +594,14 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const env = environmentIdOf(ctx.principal);
         await deps.checkAttributes(env, ctx.body.attributes);
-        const reply = await call(deps, env, { by: 'key', key: ctx.body.external_id }, {
-          kind: 'customer.create',
-          externalId: ctx.body.external_id,
-          attributes: ctx.body.attributes,
-        });
+        // A run again under the same Idempotency-Key answers the customer it created, not 409.
+        const reply = await call(
+          deps,
+          env,
+          { by: 'key', key: ctx.body.external_id },
+          { kind: 'customer.create', externalId: ctx.body.external_id, attributes: ctx.body.attributes },
+          ctx.callId,
+        );
         if (reply.kind !== 'customer') throw new ApiError('internal_error');
         return { status: 201, body: customerWire(reply.customer), headers: etagHeader(reply.customer.version) };
       },

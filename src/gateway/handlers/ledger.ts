@@ -141,6 +141,8 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
                 },
               },
               nowMs,
+              // A run again under the same Idempotency-Key is answered this entry, not given another.
+              callId: ctx.callId,
             }),
           ),
         );

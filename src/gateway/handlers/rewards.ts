@@ -268,13 +268,20 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
             tierPrograms: [],
           },
           nowMs,
+          // A run again under the same Idempotency-Key is answered the first run's issuance.
+          callId: ctx.callId,
         });
         // Any other failure (journal did not acknowledge, overload) leaves the reservation: the
         // outcome may be unknown, so the reconciler asks the actor later and releases only if it never issued.
         if (result.ok === false && refusedCodes.has(result.code)) await deps.rewards.release(env, issuanceId);
         const reply = unwrap(result);
         if (reply.kind !== 'reward' || reply.reply.kind !== 'reward.issuance') throw new ApiError('internal_error');
-        await deps.rewards.confirm(env, issuanceId).catch(() => {}); // the reconciler confirms it otherwise
+        if (reply.reply.issuance.id !== issuanceId) {
+          // The first run issued (its answer was never stored): this run's unit goes back.
+          await deps.rewards.release(env, issuanceId);
+        } else {
+          await deps.rewards.confirm(env, issuanceId).catch(() => {}); // the reconciler confirms it otherwise
+        }
         return { status: 201, body: issuanceWire(reply.reply.issuance, customerId), headers: etagHeader(reply.reply.issuance.version) };
       },
     }),

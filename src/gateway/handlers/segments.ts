@@ -106,7 +106,8 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
     return reply.customer.id;
   };
 
-  const membership = async (env: string, segmentId: string, ref: string, add: boolean) => {
+  /** `callId`: the request's (RequestContext.callId): a run again of an add that added answers 201 again. */
+  const membership = async (env: string, segmentId: string, ref: string, add: boolean, callId?: string) => {
     const nowMs = await deps.now(env);
     const customerId = await customerOf(env, ref, nowMs);
     const reply = unwrap(
@@ -115,6 +116,7 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
         target: { by: 'id', id: customerId },
         command: { kind: add ? 'segment.add_member' : 'segment.remove_member', segmentId },
         nowMs,
+        callId,
       }),
     );
     if (reply.kind !== 'segment_membership') throw new ApiError('internal_error');
@@ -213,7 +215,7 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof memberBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const s = await staticSegment(env, ctx.params.id ?? '');
-        const m = await membership(env, s.id, ctx.body.customer_id, true);
+        const m = await membership(env, s.id, ctx.body.customer_id, true, ctx.callId);
         if (m.changed) return { status: 201, body: { segment_id: s.id, customer_id: m.customerId, added_at: iso(m.atMs) } };
         // Already a member: the stored membership, read from the projection (as the members list).
         await deps.drainProjector();
