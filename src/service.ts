@@ -234,8 +234,8 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
     segmentExists: async (env, name) => (await segments.byName(env, name)) !== null,
     currencyExists: async (env, key) => (await currencies.all(env)).some((c) => c.key === key),
     // Challenges join a campaign through their campaign_id: while one that is not ended names it, it cannot be deleted.
-    otherUsers: async (env, campaignId) => ({
-      challenge: (await sql`select id from challenges where environment_id = ${env} and campaign_id = ${campaignId} and status <> 'ended' order by id`).map(
+    otherUsers: async (env, campaignId, db) => ({
+      challenge: (await db`select id from challenges where environment_id = ${env} and campaign_id = ${campaignId} and status <> 'ended' order by id`).map(
         (r) => r.id as string,
       ),
     }),

@@ -52,8 +52,9 @@ export interface CampaignRefs {
   /**
    * Other resources that join the campaign through their campaign_id (challenges), by kind:
    * a delete is resource_in_use while any is listed. Rules are checked by the catalog itself.
+   * Read through `db`, the delete's transaction, after the campaign row is locked.
    */
-  otherUsers?(environmentId: string, campaignId: string): Promise<Record<string, string[]>>;
+  otherUsers?(environmentId: string, campaignId: string, db: Sql): Promise<Record<string, string[]>>;
 }
 
 export const campaignChannel = 'campaigns.changed';
@@ -63,6 +64,19 @@ const ts = (v: number | null): Date | null => (v === null ? null : new Date(v));
 
 function notFound(id: string): ApiError {
   return new ApiError('resource_not_found', { message: `No campaign ${id}.`, param: 'id' });
+}
+
+/**
+ * The audience segment read FOR SHARE in the transaction that stores the campaign: a segment
+ * rename or delete locks the row FOR UPDATE before it looks for users (catalog/segments.ts), so
+ * either it waits for this transaction and then sees the campaign, or this read waits for it and
+ * finds the name gone (404 audience_segment). The check before the transaction answers first; this
+ * one closes the window between the two.
+ */
+async function lockAudience(tx: Sql, environmentId: string, name: string | null | undefined): Promise<void> {
+  if (name == null) return;
+  const rows = await tx`select 1 from segments where environment_id = ${environmentId} and name = ${name} for share`;
+  if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No segment named ${name}.`, param: 'audience_segment' });
 }
 
 function requireState(c: Campaign, op: CampaignOperation): void {
@@ -121,6 +135,7 @@ export class CampaignCatalog {
     await this.checkRefs(environmentId, input);
     const id = newId('cmp');
     await this.sql.begin(async (tx) => {
+      await lockAudience(tx as unknown as Sql, environmentId, input.audienceSegment);
       await tx`
         insert into campaigns (environment_id, id, name, description, status, audience_segment, starts_at, ends_at)
         values (${environmentId}, ${id}, ${input.name}, ${input.description}, 'draft', ${input.audienceSegment},
@@ -199,6 +214,7 @@ export class CampaignCatalog {
     await this.get(environmentId, id);
     await this.checkRefs(environmentId, patch);
     return this.mutate(environmentId, id, expected, async (c, tx) => {
+      await lockAudience(tx, environmentId, patch.audienceSegment);
       requireState(c, 'edit');
       checkSchedule(patch.startsAtMs !== undefined ? patch.startsAtMs : c.startsAtMs, patch.endsAtMs !== undefined ? patch.endsAtMs : c.endsAtMs);
       if (patch.budgets !== undefined) {
@@ -278,17 +294,21 @@ export class CampaignCatalog {
     return rows.map((r) => r.environment_id as string);
   }
 
-  /** Refused while active (invalid_state) or while a non-archived rule names it (resource_in_use). */
-  /** DELETE; with If-Match, only the version it names (stale_write). */
+  /**
+   * DELETE; with If-Match, only the version it names (stale_write). Refused while active
+   * (invalid_state) or while a non-archived rule or another user names it (resource_in_use). The
+   * users are read after the row is locked FOR UPDATE, in the same transaction: what names a
+   * campaign (a rule's or a challenge's campaign_id) reads the row FOR SHARE in the transaction
+   * that stores it, so it is either seen here or waits and finds the campaign gone.
+   */
   async delete(environmentId: string, id: string, expected?: number): Promise<void> {
-    // Read before the transaction (embedded mode has one connection).
-    const others = Object.entries((await this.refs.otherUsers?.(environmentId, id)) ?? {}).filter(([, ids]) => ids.length > 0);
     await this.sql.begin(async (tx) => {
       const rows = await tx`select * from campaigns where environment_id = ${environmentId} and id = ${id} for update`;
       if (rows.length === 0) throw notFound(id);
       const c = (await this.withBudgets(environmentId, rows, tx as unknown as Sql))[0]!;
       if (expected !== undefined && expected !== c.version) throw new ApiError('stale_write', { details: { current_version: c.version } });
       requireState(c, 'delete');
+      const others = Object.entries((await this.refs.otherUsers?.(environmentId, id, tx as unknown as Sql)) ?? {}).filter(([, ids]) => ids.length > 0);
       const rules = await tx`
         select id from rules where environment_id = ${environmentId} and campaign_id = ${id} and status <> 'archived' order by id`;
       if (rules.length > 0 || others.length > 0) {

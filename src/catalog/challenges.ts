@@ -7,7 +7,10 @@
 // and none a non-archived rule progresses (409 resource_in_use naming the rules).
 // A completion action must name resources of the environment (points.award a currency, reward.issue
 // a reward, tier.evaluate with a program a tier program by key or id): 404 resource_not_found naming
-// the field, as every body field naming a missing resource, checked after validation.
+// the field, as every body field naming a missing resource, checked after validation. The campaign
+// a campaign_id names is read FOR SHARE in the transaction that stores the challenge, so a campaign
+// delete (which locks its row FOR UPDATE before it looks for users) either sees the challenge or
+// makes this write find the campaign gone (404 campaign_id).
 import { type ChallengeRuntime, compileChallenge, validateChallengeDefinition } from '../domain/challenge-effects.js';
 import {
   type ChallengeConfig,
@@ -101,6 +104,13 @@ function completionReferences(actions: readonly unknown[]): CompletionReference[
 
 const nouns = { currency: 'currency', reward: 'reward', tier_program: 'tier program' } as const;
 
+/** See the header: 404 naming campaign_id unless the campaign exists, its row locked FOR SHARE until commit. */
+async function lockCampaign(tx: Sql, environmentId: string, campaignId: string | null | undefined): Promise<void> {
+  if (campaignId == null) return;
+  const rows = await tx`select 1 from campaigns where environment_id = ${environmentId} and id = ${campaignId} for share`;
+  if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No campaign ${campaignId}.`, param: 'campaign_id' });
+}
+
 export class ChallengeCatalog {
   private readonly cache = new Map<string, Promise<ChallengeSet>>();
 
@@ -139,13 +149,16 @@ export class ChallengeCatalog {
   async create(environmentId: string, input: ChallengeInput): Promise<ChallengeRecord> {
     validated(input);
     await this.checkReferences(environmentId, input.completionActions);
-    const rows = await this.sql`
+    const rows = await this.sql.begin(async (tx) => {
+      await lockCampaign(tx as unknown as Sql, environmentId, input.campaignId);
+      return tx`
       insert into challenges (environment_id, id, name, qualifying, target, period, contribution_key, enrollment, repeatable,
         completion_actions, campaign_id, starts_at, ends_at, status)
       values (${environmentId}, ${newId('chl')}, ${input.name}, (${JSON.stringify(input.qualifying)}::text)::jsonb, ${input.target},
         ${input.period}, ${input.contributionKey}, ${input.enrollment}, ${input.repeatable},
         (${JSON.stringify(input.completionActions)}::text)::jsonb, ${input.campaignId}, ${ts(input.startsAtMs)}, ${ts(input.endsAtMs)}, ${input.status})
       returning *`;
+    });
     await this.changed(environmentId);
     return row(rows[0]!);
   }
@@ -193,7 +206,9 @@ export class ChallengeCatalog {
     if (patch.completionActions !== undefined || (after.status === 'active' && before.status !== 'active')) {
       await this.checkReferences(environmentId, after.completionActions);
     }
-    const rows = await this.sql`
+    const rows = await this.sql.begin(async (tx) => {
+      await lockCampaign(tx as unknown as Sql, environmentId, patch.campaignId);
+      return tx`
       update challenges set
         name = ${after.name}, qualifying = (${JSON.stringify(after.qualifying)}::text)::jsonb, target = ${after.target},
         period = ${after.period}, contribution_key = ${after.contributionKey}, enrollment = ${after.enrollment},
@@ -202,6 +217,7 @@ export class ChallengeCatalog {
         status = ${after.status}, version = version + 1, updated_at = now()
       where environment_id = ${environmentId} and id = ${before.id} and version = ${before.version}
       returning *`;
+    });
     if (rows.length === 0) {
       const current = await this.get(environmentId, before.id);
       throw new ApiError('stale_write', { details: { current_version: current.version } });

@@ -58,3 +58,23 @@ export async function definitionReferenceProblems(sources: ReferenceSources, env
   if (refs.length === 0) return [];
   return referenceProblems(refs, await knownResources(sources, environmentId, refs));
 }
+
+/** The segments a definition names (customer.segments contains <name>); none for a definition of the wrong shape. */
+export function segmentReferences(definition: unknown): RuleReference[] {
+  const v = validateRule(definition, { storedDefinition: true });
+  if (!v.ok) return [];
+  return ruleReferences(v.definition).filter((r) => r.kind === 'segment');
+}
+
+/** The problems of segment references whose name is not in `present` (as referenceProblems words them). */
+export function segmentReferenceProblems(refs: readonly RuleReference[], present: ReadonlySet<string>): RuleProblem[] {
+  return referenceProblems(refs, {
+    currencies: none,
+    tierPrograms: none,
+    tierLevels: noPrograms,
+    segments: present,
+    rewards: none,
+    challenges: none,
+    counters: none,
+  });
+}

@@ -3,9 +3,13 @@
 // transaction on the locked row (If-Match compared there). Every node caches each environment's
 // published plans in priority order (dropped on a bus message when any node changes a rule).
 // Publish and rollback refuse a definition naming missing resources: those are read before the
-// row is locked (embedded mode has one connection) and the pure verdict is applied under the lock.
+// row is locked (embedded mode has one connection) and the pure verdict is applied under the lock;
+// the segments it names are read again in the transaction, FOR SHARE (a segment rename or delete
+// locks its row FOR UPDATE before it looks for users), as is the campaign a create or an edit
+// names: a reference is either seen by the rename or delete, or finds its resource gone.
 import type { RuleMeta, RulePlan } from '../domain/rules/compile.js';
 import type { RuleProblem } from '../domain/rules/schema.js';
+import { segmentReferenceProblems, segmentReferences } from './rule-references.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import { canonicalJson } from '../util/canonical-json.js';
@@ -91,6 +95,10 @@ interface Change {
 }
 
 interface TxHelpers {
+  /** 404 naming campaign_id unless the campaign exists; its row stays locked FOR SHARE until commit. */
+  lockCampaign(campaignId: string): Promise<void>;
+  /** The problems of the segments `definition` names that do not exist; the ones that do stay locked FOR SHARE. */
+  segmentProblems(definition: unknown): Promise<RuleProblem[]>;
   versionByNumber(n: number): Promise<string | null>;
   /** Inserts the next numbered version and returns its id. */
   addVersion(v: { definition: unknown; plan: RulePlan; number: number; createdBy: string | null }): Promise<string>;
@@ -145,6 +153,12 @@ function notFound(id: string): ApiError {
   return new ApiError('resource_not_found', { message: `No rule ${id}.`, param: 'id' });
 }
 
+/** See the header: the campaign a rule names, read FOR SHARE in the transaction that stores the rule. */
+async function lockCampaign(tx: Sql, environmentId: string, campaignId: string): Promise<void> {
+  const rows = await tx`select 1 from campaigns where environment_id = ${environmentId} and id = ${campaignId} for share`;
+  if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No campaign ${campaignId}.`, param: 'campaign_id' });
+}
+
 function requireState(rule: Rule, op: RuleOperation): void {
   const allowed: readonly RuleStatus[] = ruleTransitions[op].from;
   if (!allowed.includes(rule.status)) {
@@ -185,9 +199,12 @@ export class RuleCatalog {
     input: { name: string; definition: unknown; priority: number; campaignId: string | null },
   ): Promise<Rule> {
     const id = newId('rule');
-    await this.sql`
-      insert into rules (environment_id, id, name, campaign_id, status, priority, draft_definition)
-      values (${environmentId}, ${id}, ${input.name}, ${input.campaignId}, 'draft', ${input.priority}, (${jsonText(input.definition)}::text)::jsonb)`;
+    await this.sql.begin(async (tx) => {
+      if (input.campaignId !== null) await lockCampaign(tx as unknown as Sql, environmentId, input.campaignId);
+      await tx`
+        insert into rules (environment_id, id, name, campaign_id, status, priority, draft_definition)
+        values (${environmentId}, ${id}, ${input.name}, ${input.campaignId}, 'draft', ${input.priority}, (${jsonText(input.definition)}::text)::jsonb)`;
+    });
     await this.changed(environmentId);
     return this.get(environmentId, id);
   }
@@ -248,10 +265,11 @@ export class RuleCatalog {
     expected: number | undefined,
     patch: { name?: string; campaignId?: string | null; priority?: number; definition?: unknown },
   ): Promise<Rule> {
-    return this.mutate(environmentId, id, expected, async (rule) => {
+    return this.mutate(environmentId, id, expected, async (rule, tx) => {
       requireState(rule, 'edit');
       const change: Change = {};
       if (patch.name !== undefined) change.name = patch.name;
+      if (patch.campaignId != null) await tx.lockCampaign(patch.campaignId);
       if (patch.campaignId !== undefined) change.campaignId = patch.campaignId;
       if (patch.priority !== undefined) change.priority = patch.priority;
       if (patch.definition !== undefined) {
@@ -297,6 +315,10 @@ export class RuleCatalog {
           const number = await tx.nextNumber();
           const plan = await compile(rule.draftDefinition, { ruleId: rule.id, versionNumber: number, priority: rule.priority });
           if (problems.length > 0) throw references!.refuse(problems);
+          if (references !== undefined) {
+            const gone = await tx.segmentProblems(rule.draftDefinition);
+            if (gone.length > 0) throw references.refuse(gone);
+          }
           const versionId = await tx.addVersion({ definition: rule.draftDefinition, plan, number, createdBy });
           return { status: publishedStatus(rule.status), activeVersionId: versionId, draftDefinition: null };
         });
@@ -324,9 +346,13 @@ export class RuleCatalog {
    */
   async rollback(environmentId: string, id: string, expected: number | undefined, number: number, references?: ReferenceCheck): Promise<Rule> {
     let problems: RuleProblem[] = [];
+    let definition: unknown;
     if (references !== undefined) {
       const rows = await this.sql`select definition from rule_versions where environment_id = ${environmentId} and rule_id = ${id} and number = ${number}`;
-      if (rows.length > 0) problems = await references.problems(jsonColumn<unknown>(rows[0]!.definition));
+      if (rows.length > 0) {
+        definition = jsonColumn<unknown>(rows[0]!.definition);
+        problems = await references.problems(definition);
+      }
     }
     return this.mutate(environmentId, id, expected, async (rule, tx) => {
       requireState(rule, 'rollback');
@@ -334,6 +360,10 @@ export class RuleCatalog {
       if (versionId === null) throw new ApiError('resource_not_found', { message: `Rule ${id} has no version ${number}.`, param: 'number' });
       if (rule.activeVersion?.id === versionId) return null;
       if (problems.length > 0) throw references!.refuse(problems);
+      if (references !== undefined && definition !== undefined) {
+        const gone = await tx.segmentProblems(definition);
+        if (gone.length > 0) throw references.refuse(gone);
+      }
       return { activeVersionId: versionId };
     });
   }
@@ -373,6 +403,14 @@ export class RuleCatalog {
         throw new ApiError('stale_write', { details: { current_version: rule.version } });
       }
       const helpers: TxHelpers = {
+        lockCampaign: (campaignId) => lockCampaign(tx as unknown as Sql, environmentId, campaignId),
+        segmentProblems: async (definition) => {
+          const refs = segmentReferences(definition);
+          if (refs.length === 0) return [];
+          const names = [...new Set(refs.map((r) => r.name))];
+          const rows = await tx`select name from segments where environment_id = ${environmentId} and name = any(${names}::text[]) for share`;
+          return segmentReferenceProblems(refs, new Set(rows.map((r) => r.name as string)));
+        },
         versionByNumber: async (n) => {
           const r = await tx`select id from rule_versions where environment_id = ${environmentId} and rule_id = ${id} and number = ${n}`;
           return r.length === 0 ? null : (r[0]!.id as string);

@@ -4,7 +4,9 @@
 // environment's compiled definitions (dropped on a bus message when any node changes one).
 // A segment that a non-archived rule, a campaign audience or the qualifying conditions of a
 // challenge that has not ended name cannot be renamed or deleted (409 resource_in_use naming the
-// users). Static membership is NOT here: it is customer state.
+// users): the rename or delete locks the row first and looks for users in the same transaction,
+// and what adds a reference that must exist (a campaign's audience, a rule's publish or rollback)
+// reads the row FOR SHARE in its own. Static membership is NOT here: it is customer state.
 import { compileSegmentCondition, type SegmentDef, type SegmentKind, segmentsReferenced, validateSegmentCondition } from '../domain/segments.js';
 import type { Condition } from '../domain/rules/schema.js';
 import { ApiError } from '../errors/api-error.js';
@@ -119,8 +121,8 @@ export class SegmentCatalog {
    * completion actions, contribution_key and the rest never do; an ended challenge is final and
    * never evaluates again, as an archived rule).
    */
-  async usedBy(environmentId: string, name: string): Promise<{ rules: string[]; campaigns: string[]; challenges: string[] }> {
-    const rules = await this.sql`
+  async usedBy(environmentId: string, name: string, db: Sql = this.sql): Promise<{ rules: string[]; campaigns: string[]; challenges: string[] }> {
+    const rules = await db`
       select r.id, r.draft_definition, v.definition as active_definition
       from rules r left join rule_versions v on v.environment_id = r.environment_id and v.id = r.active_version_id
       where r.environment_id = ${environmentId} and r.status <> 'archived'
@@ -128,9 +130,9 @@ export class SegmentCatalog {
     const ruleIds = rules
       .filter((r) => segmentsReferenced(r.draft_definition).includes(name) || segmentsReferenced(r.active_definition).includes(name))
       .map((r) => r.id as string);
-    const campaigns = await this.sql`
+    const campaigns = await db`
       select id from campaigns where environment_id = ${environmentId} and audience_segment = ${name} order by id`;
-    const challenges = await this.sql`
+    const challenges = await db`
       select id, qualifying from challenges
       where environment_id = ${environmentId} and status <> 'ended' and qualifying::text like ${`%${name}%`}
       order by id`;
@@ -138,8 +140,8 @@ export class SegmentCatalog {
     return { rules: ruleIds.sort(), campaigns: campaigns.map((c) => c.id as string), challenges: challengeIds };
   }
 
-  private async guardInUse(environmentId: string, segment: Segment, what: 'rename' | 'delete'): Promise<void> {
-    const used = await this.usedBy(environmentId, segment.name);
+  private async guardInUse(environmentId: string, segment: Segment, what: 'rename' | 'delete', db: Sql): Promise<void> {
+    const used = await this.usedBy(environmentId, segment.name, db);
     if (used.rules.length === 0 && used.campaigns.length === 0 && used.challenges.length === 0) return;
     const names = [
       ...used.rules.map((r) => `rule ${r}`),
@@ -153,50 +155,65 @@ export class SegmentCatalog {
     });
   }
 
-  /** PATCH: name, description, condition (dynamic only). The write compares the version (stale_write). */
-  async update(environmentId: string, id: string, expected: number | undefined, patch: SegmentPatch): Promise<Segment> {
-    const before = await this.get(environmentId, id);
+  /**
+   * The segment locked for the rest of the transaction (FOR UPDATE), with the If-Match version
+   * checked. What adds a reference to a segment by name (a campaign's audience, a rule's publish or
+   * rollback) reads the row FOR SHARE in its own transaction, so the in-use check that follows
+   * the lock sees every reference committed before it, and a reference made after waits for the
+   * rename or delete and then finds the name gone.
+   */
+  private async locked(tx: Sql, environmentId: string, id: string, expected: number | undefined): Promise<Segment> {
+    const rows = await tx`select * from segments where environment_id = ${environmentId} and id = ${id} for update`;
+    if (rows.length === 0) throw notFound(id);
+    const before = row(rows[0]!);
     if (expected !== undefined && expected !== before.version) throw new ApiError('stale_write', { details: { current_version: before.version } });
-    let condition = before.condition;
-    if (patch.condition !== undefined) {
-      if (before.kind !== 'dynamic') {
-        throw new ApiError('validation_failed', { param: 'condition', message: 'condition: only dynamic segments take a condition.' });
-      }
-      condition = checkedCondition(patch.condition);
-    }
-    const name = patch.name ?? before.name;
-    if (name !== before.name) await this.guardInUse(environmentId, before, 'rename');
-    let rows: Record<string, unknown>[];
+    return before;
+  }
+
+  /** PATCH: name, description, condition (dynamic only). With If-Match, only the version it names (stale_write). */
+  async update(environmentId: string, id: string, expected: number | undefined, patch: SegmentPatch): Promise<Segment> {
+    let updated: Segment;
     try {
-      rows = await this.sql`
-        update segments set name = ${name},
-          description = ${patch.description !== undefined ? patch.description : before.description},
-          condition = (${condition === null ? null : JSON.stringify(condition)}::text)::jsonb,
-          version = version + 1, updated_at = now()
-        where environment_id = ${environmentId} and id = ${id} and version = ${before.version}
-        returning *`;
+      updated = await this.sql.begin(async (t) => {
+        const tx = t as unknown as Sql;
+        const before = await this.locked(tx, environmentId, id, expected);
+        let condition = before.condition;
+        if (patch.condition !== undefined) {
+          if (before.kind !== 'dynamic') {
+            throw new ApiError('validation_failed', { param: 'condition', message: 'condition: only dynamic segments take a condition.' });
+          }
+          condition = checkedCondition(patch.condition);
+        }
+        const name = patch.name ?? before.name;
+        // The check and the rename are one transaction on the locked row (see locked()).
+        if (name !== before.name) await this.guardInUse(environmentId, before, 'rename', tx);
+        const rows = await tx`
+          update segments set name = ${name},
+            description = ${patch.description !== undefined ? patch.description : before.description},
+            condition = (${condition === null ? null : JSON.stringify(condition)}::text)::jsonb,
+            version = version + 1, updated_at = now()
+          where environment_id = ${environmentId} and id = ${id}
+          returning *`;
+        return row(rows[0]!);
+      });
     } catch (err) {
       if ((err as { code?: string }).code === '23505') {
-        throw new ApiError('already_exists', { message: `A segment named ${name} already exists.`, param: 'name' });
+        throw new ApiError('already_exists', { message: `A segment named ${patch.name} already exists.`, param: 'name' });
       }
       throw err;
     }
-    if (rows.length === 0) {
-      const current = await this.get(environmentId, id);
-      throw new ApiError('stale_write', { details: { current_version: current.version } });
-    }
     await this.changed(environmentId);
-    return row(rows[0]!);
+    return updated;
   }
 
   /** DELETE; with If-Match, only the version it names (stale_write). */
   async delete(environmentId: string, id: string, expected?: number): Promise<void> {
-    const before = await this.get(environmentId, id);
-    if (expected !== undefined && expected !== before.version) throw new ApiError('stale_write', { details: { current_version: before.version } });
-    await this.guardInUse(environmentId, before, 'delete');
-    await this.sql.begin(async (tx) => {
-      const gone = await tx`delete from segments where environment_id = ${environmentId} and id = ${id} and version = ${before.version} returning id`;
-      if (gone.length === 0) throw new ApiError('stale_write', { message: 'The segment changed while it was being deleted.' });
+    await this.sql.begin(async (t) => {
+      const tx = t as unknown as Sql;
+      const before = await this.locked(tx, environmentId, id, expected);
+      // The check and the delete are one transaction on the locked row (see locked()).
+      await this.guardInUse(environmentId, before, 'delete', tx);
+      await tx`delete from segments where environment_id = ${environmentId} and id = ${id}`;
       await tx`delete from segment_members where environment_id = ${environmentId} and segment_id = ${id}`;
     });
     await this.changed(environmentId);
