@@ -58,6 +58,10 @@ function stock() {
       const r = reservations.get(issuanceId);
       if (r?.state === 'reserved') r.state = 'confirmed';
     },
+    async reservation(_env: string, issuanceId: string) {
+      const r = reservations.get(issuanceId);
+      return r === undefined ? null : { issuanceId, customerId: r.customerId };
+    },
     async release(_env: string, issuanceId: string) {
       const r = reservations.get(issuanceId);
       if (r === undefined || r.state === 'released') return false;
@@ -81,9 +85,8 @@ async function setup(t: Test) {
   const store = new FlakyStore();
   const rewards = stock();
   const now = () => Date.now();
-  const currencies = {
-    configs: async () => [{ key: 'coins', negativeBalance: 'forbid' as const, expiryDays: null }],
-  } as unknown as CurrencyCatalog;
+  const coins = [{ key: 'coins', negativeBalance: 'forbid' as const, expiryDays: null }];
+  const currencies = { configs: async () => coins, all: async () => coins } as unknown as CurrencyCatalog;
   const tiers = { all: async () => [] };
   const drainProjector = async () => {};
   const routes = [
@@ -111,7 +114,7 @@ async function setup(t: Test) {
     await gateway.close();
     await node.placement.stop();
   });
-  const post = (path: string, key: string, body: unknown) =>
+  const post = (path: string, key: string, body: unknown = {}) =>
     gateway.invoke({ method: 'POST', path, headers: { authorization: 'Bearer k', 'idempotency-key': key }, body });
   const balance = async (customer: string) => {
     const v = ok(await node.engine.execute({ env, target: { by: 'key', key: customer }, command: { kind: 'customer.view' }, nowMs: Date.now() }));
@@ -155,6 +158,17 @@ t.test('given a reward issuance whose answer was not stored, when the request is
   t.equal(s.rewards.taken, 1, 'the unit the second run reserved went back');
   const v = ok(await s.node.engine.execute({ env, target: { by: 'key', key: 'cust-b' }, command: { kind: 'customer.view' }, nowMs: Date.now() }));
   t.equal(v.kind === 'customer' && v.customer.issuances.length, 1, 'the customer holds one issuance');
+
+  // A redeem (Idempotency-Key optional there) run again is answered redeemed, not 409 invalid_state.
+  const id = (first.body as { id: string }).id;
+  s.store.failures = 1;
+  const redeemed = await s.post(`/v1/reward_issuances/${id}/redeem`, 'red-1');
+  t.equal(redeemed.status, 200);
+  await sleep(staleAfterMs * 2);
+  const redeemedAgain = await s.post(`/v1/reward_issuances/${id}/redeem`, 'red-1');
+  t.equal(redeemedAgain.status, 200, 'the first run redeemed it: answered so');
+  t.same(redeemedAgain.body, redeemed.body);
+  t.equal((await s.post(`/v1/reward_issuances/${id}/redeem`, 'red-2')).status, 409, 'another request is refused, as always');
 });
 
 t.test('given a customer create whose answer was not stored, when the request is repeated, then it answers the customer, not 409', async (t) => {

@@ -203,12 +203,14 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
    * do not hold (unknown, deleted, malformed id) as `id`; here `id` is the challenge in the path, so
    * that answer names customer_id, the field that holds the customer.
    */
-  async function run(env: string, customer: string, challenge: ChallengeRecord, command: ChallengeCommand): Promise<ChallengeReplyView> {
+  async function run(env: string, customer: string, challenge: ChallengeRecord, command: ChallengeCommand, callId?: string): Promise<ChallengeReplyView> {
     const call = {
       env,
       target: customerTarget(customer),
       command: { kind: 'challenge.run', command, challenge: compileChallenge(challenge, challenge.version), context: await context(env) },
       nowMs: await deps.now(env),
+      // The request's under an Idempotency-Key: a run again is answered what the first applied.
+      callId,
     } as const;
     let result: CallResult;
     try {
@@ -389,7 +391,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof enrollBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const c = await deps.challenges.get(env, ctx.params.id ?? '');
-        const r = await run(env, ctx.body.customer_id, c, { kind: 'challenge.enroll', challenge: c });
+        const r = await run(env, ctx.body.customer_id, c, { kind: 'challenge.enroll', challenge: c }, ctx.callId);
         if (r.reply.kind !== 'enrollment') throw new ApiError('internal_error');
         return {
           status: r.reply.created ? 201 : 200,
@@ -457,7 +459,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
         const why = auditReason(b.reason);
         // Only the current period's record: an earlier period's progress is history.
         const current = periodKey(c.period, await deps.now(env), await deps.challenges.timeZone(env));
-        const r = await run(env, b.customer_id, c, { kind: 'challenge.revoke', challenge: c, contribution: b.contribution, periodKey: current });
+        const r = await run(env, b.customer_id, c, { kind: 'challenge.revoke', challenge: c, contribution: b.contribution, periodKey: current }, ctx.callId);
         if (r.reply.kind !== 'progress') throw new ApiError('internal_error');
         const auditId = await audit(env, ctx.principal, 'challenge.progress.revoke', c.id, r.customerId, why, {
           contribution: b.contribution,

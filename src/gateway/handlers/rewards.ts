@@ -140,8 +140,16 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
     return r.reply.customer.id;
   }
 
-  /** Runs a reward command on the customer holding issuance `id` (found through its reservation). */
-  async function onIssuance(env: string, id: string, command: (nowMs: number) => Promise<RewardCommand>): Promise<{ issuance: Issuance; customerId: string }> {
+  /**
+   * Runs a reward command on the customer holding issuance `id` (found through its reservation).
+   * `callId`: the request's under an Idempotency-Key, so a run again is answered, not refused (invalid_state).
+   */
+  async function onIssuance(
+    env: string,
+    id: string,
+    command: (nowMs: number) => Promise<RewardCommand>,
+    callId?: string,
+  ): Promise<{ issuance: Issuance; customerId: string }> {
     const res = await deps.rewards.reservation(env, id);
     if (res === null) throw new ApiError('resource_not_found', { message: 'No reward issuance with this id.', param: 'id' });
     const [programs, nowMs] = await Promise.all([deps.tiers.all(env), deps.now(env)]);
@@ -151,6 +159,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
         target: { by: 'id', id: res.customerId },
         command: { kind: 'reward.run', command: await command(nowMs), tierPrograms: programs.map(tierProgramOf) },
         nowMs,
+        callId,
       }),
     );
     if (reply.kind !== 'reward' || reply.reply.kind !== 'reward.issuance') throw new ApiError('internal_error');
@@ -349,7 +358,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
             issuanceId: id,
             currencies: all.map((c) => ({ key: c.key, negativeBalance: c.negativeBalance, expiryDays: c.expiryDays })),
           };
-        });
+        }, ctx.callId);
         return { status: 200, body: issuanceWire(issuance, customerId), headers: etagHeader(issuance.version) };
       },
     }),
@@ -365,7 +374,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof cancelBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const id = ctx.params.id ?? '';
-        const { issuance, customerId } = await onIssuance(env, id, async () => ({ kind: 'reward.cancel', issuanceId: id, reason: ctx.body.reason ?? null }));
+        const { issuance, customerId } = await onIssuance(env, id, async () => ({ kind: 'reward.cancel', issuanceId: id, reason: ctx.body.reason ?? null }), ctx.callId);
         // After the journal has the cancellation; a crash before this line is repaired by the reconciler.
         await deps.rewards.release(env, id);
         return { status: 200, body: issuanceWire(issuance, customerId), headers: etagHeader(issuance.version) };
