@@ -84,7 +84,11 @@ export class DueWork implements DueJob {
       select distinct customer_id from ledger_entries
       where environment_id = ${environmentId}
         and ((status = 'pending' and confirm_after <= to_timestamp(${nowMs} / 1000.0))
-          or (status = 'posted' and remaining > 0 and expires_at <= to_timestamp(${nowMs} / 1000.0)))`;
+          or (status = 'posted' and remaining > 0 and expires_at <= to_timestamp(${nowMs} / 1000.0)))
+        -- Rows of deleted customers stay (ledger integrity), but their actors settle nothing (404).
+        and not exists (
+          select 1 from customers c
+          where c.environment_id = ledger_entries.environment_id and c.id = ledger_entries.customer_id and c.deleted_at is not null)`;
     if (rows.length === 0) return [];
     const [all, programs] = await Promise.all([this.deps.currencies.all(environmentId), this.deps.tiers.all(environmentId)]);
     const currencies = all.map((c) => ({ key: c.key, negativeBalance: c.negativeBalance, expiryDays: c.expiryDays }));
