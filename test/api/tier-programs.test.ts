@@ -1,7 +1,7 @@
 // Black-box API tests of tier programs (create, list, get by id or key, PATCH with If-Match and the
-// edit guards, the held-level guard counting real holders and reassign_to moving them), rolling
-// tiers driven by the test clock (earnings age out, the downgrade check drops the level), plus the
-// catalog over a real database with a stub holder count.
+// edit guards, the held-level guard counting real holders, not deleted or merged ones, and
+// reassign_to moving them), rolling tiers driven by the test clock (earnings age out, the
+// downgrade check drops the level), plus the catalog over a real database with a stub holder count.
 import t from 'tap';
 import type { Currency } from '../../src/catalog/currencies.js';
 import { type HoldersByLevel, TierProgramCatalog } from '../../src/catalog/tier-programs.js';
@@ -401,4 +401,38 @@ t.test('a customer never placed in a program reads the level it qualifies for no
   t.equal((await api.post('/v1/ledger_entries', { customer_id: p6, currency: 'coins', amount: 5, reason: 'bonus' }, idem())).status, 201);
   const placed = await tiersOf(p6);
   t.match(placed[status.id], { level: 'bronze', since: String }, 'placed: since is set');
+});
+
+t.test('deleted and merged customers hold no level: removing a level only they held is free, counts leave them out', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'gems', name: 'Gems' }, idem())).status, 201);
+  const vipLevels = [
+    { key: 'base', title: 'Base', threshold: 0 },
+    { key: 'star', title: 'Star', threshold: 1 },
+  ];
+  const vip = (await api.post('/v1/tier_programs', { key: 'vip', name: 'VIP', currency: 'gems', basis: 'lifetime_earned', levels: vipLevels }, idem())).body.id as string;
+  const star = async (ext: string) => {
+    const c = await api.post('/v1/customers', { external_id: ext }, idem());
+    t.equal((await api.post('/v1/ledger_entries', { customer_id: c.body.id, currency: 'gems', amount: 5, reason: 'x' }, idem())).status, 201);
+    return c.body.id as string;
+  };
+  const removeStar = () => api.patch(`/v1/tier_programs/${vip}`, { levels: [vipLevels[0]] });
+
+  // Given the only holder of star is deleted, removing star needs no reassign_to.
+  const p4 = await star('p4');
+  t.equal((await api.delete(`/v1/customers/${p4}`)).status, 204);
+  const removed = await removeStar();
+  t.equal(removed.status, 200, JSON.stringify(removed.body));
+
+  // Given star again, held by p9 and by p8, which is then merged into p9: one holder, not two.
+  t.equal((await api.patch(`/v1/tier_programs/${vip}`, { levels: vipLevels })).status, 200);
+  const p8 = await star('p8');
+  const p9 = await star('p9');
+  t.match(await api.post(`/v1/customers/${p9}/aliases`, { alias: 'p8' }, idem()), { status: 201, body: { merged_from: p8 } });
+  const held = await removeStar();
+  t.equal(held.status, 409);
+  t.equal(held.body.error.code, 'resource_in_use');
+  t.match(held.body.error.message, /held by 1 customer\(s\)/, 'the merged customer is not counted');
 });

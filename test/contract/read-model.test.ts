@@ -382,6 +382,37 @@ for (const kind of sqlKinds) {
       t.same([moved?.level, moved?.n], ['silver', T0 + 30], 'a batch of check dates alone moves the held level\'s check');
     });
 
+    t.test('deleted and merged customers hold no tier level: their rows go, counts and holder pages leave them out', async (t) => {
+      const p = next();
+      const tier = (customerId: string, level: string): Projection => ({
+        kind: 'tier.set',
+        environmentId: 'env_a',
+        customerId,
+        programId: 'tp_dm',
+        level,
+        sinceMs: T0,
+        nextCheckMs: null,
+      });
+      await rm.apply(p, '1-0', [upsert('dm1', 1), upsert('dm2', 1), upsert('dm3', 1), tier('dm1', 'star'), tier('dm2', 'star'), tier('dm3', 'base')]);
+      t.same(await rm.tierHolders('env_a', 'tp_dm'), { star: 2, base: 1 });
+      // Given dm1 is deleted in the batch that last placed it, and dm2 is merged into dm3,
+      await rm.apply(p, '2-0', [tier('dm1', 'star'), erase('dm1', 2)]);
+      await rm.apply(p, '3-0', [{ kind: 'customer.merge', environmentId: 'env_a', id: 'dm2', into: 'dm3' }]);
+      // then neither holds a level any more.
+      t.same(await rm.tierHolders('env_a', 'tp_dm'), { base: 1 });
+      t.same(await rm.tierHoldersOf('env_a', 'tp_dm', ['base', 'star'], '', 10), ['dm3']);
+      const rows = await sql`select customer_id from customer_tiers where environment_id = 'env_a' and program_id = 'tp_dm' order by customer_id`;
+      t.same(
+        rows.map((r) => r.customer_id),
+        ['dm3'],
+        'their rows are dropped',
+      );
+      // A row projected before deletes and merges dropped rows (kept by an older version) is not counted either.
+      await sql`insert into customer_tiers (environment_id, customer_id, program_id, level, since) values ('env_a', 'dm1', 'tp_dm', 'star', now())`;
+      t.same(await rm.tierHolders('env_a', 'tp_dm'), { base: 1 });
+      t.same(await rm.tierHoldersOf('env_a', 'tp_dm', ['star'], '', 10), []);
+    });
+
     t.test('segment members: added and removed in one batch, the last change per member wins', async (t) => {
       const p = next();
       const member = (customerId: string, segmentId: string, isMember: boolean, atMs = T0): Projection => ({

@@ -364,6 +364,8 @@ export class PgReadModel {
       // customer after this batch's event and progress rows (written after the erase above, they
       // may still carry it).
       if (byKind['customer.erase'].length > 0) await this.eraseEventData(statements.tx, byKind['customer.erase'] as Array<Of<'customer.erase'>>);
+      // A deleted customer holds no tier level; dropped after the batch's tier rows too.
+      if (byKind['customer.erase'].length > 0) await this.dropTiers(statements.tx, byKind['customer.erase'] as Array<Of<'customer.erase'>>);
       await statements.flush();
       await tx`
         update projection_offsets o set "offset" = u.o
@@ -462,6 +464,18 @@ export class PgReadModel {
         update customers c set merged_into = u.m
         from unnest(${part.map((p) => text(p.environmentId))}::text[], ${part.map((p) => text(p.id))}::text[], ${part.map((p) => text(p.into))}::text[]) as u(e, i, m)
         where c.environment_id = u.e and c.id = u.i`;
+    }
+    // A merged customer holds no tier level (the survivor is re-placed on the joined ledger).
+    await this.dropTiers(tx, run);
+  }
+
+  /** Tier placements of deleted or merged customers (the last kind of a batch, or after it). */
+  private async dropTiers(tx: Tx, run: ReadonlyArray<{ environmentId: string; id: string }>): Promise<void> {
+    for (const part of chunks([...run], rowsPerStatementMax)) {
+      await tx`
+        delete from customer_tiers t
+        using unnest(${part.map((p) => text(p.environmentId))}::text[], ${part.map((p) => text(p.id))}::text[]) as u(e, i)
+        where t.environment_id = u.e and t.customer_id = u.i`;
     }
   }
 
@@ -611,18 +625,30 @@ export class PgReadModel {
     }
   }
 
-  /** Customers holding each level of a tier program (projected tiers). */
+  /**
+   * Customers holding each level of a tier program (projected tiers). Deleted and merged
+   * customers hold nothing (their rows are dropped on delete and merge; a row projected before
+   * that is left out here too).
+   */
   async tierHolders(environmentId: string, programId: string): Promise<Record<string, number>> {
     const rows = await this.sql`
-      select level, count(*)::int as n from customer_tiers where environment_id = ${environmentId} and program_id = ${programId} group by level`;
+      select level, count(*)::int as n from customer_tiers t
+      where t.environment_id = ${environmentId} and t.program_id = ${programId}
+        and not exists (
+          select 1 from customers c
+          where c.environment_id = t.environment_id and c.id = t.customer_id and (c.deleted_at is not null or c.merged_into is not null))
+      group by level`;
     return Object.fromEntries(rows.map((r) => [r.level as string, r.n as number]));
   }
 
-  /** Customer ids holding one of `levels` in a program, after `after`, a page at a time. */
+  /** Customer ids holding one of `levels` in a program, after `after`, a page at a time (not deleted or merged ones, see tierHolders). */
   async tierHoldersOf(environmentId: string, programId: string, levels: string[], after: string, limit: number): Promise<string[]> {
     const rows = await this.sql`
-      select customer_id from customer_tiers
-      where environment_id = ${environmentId} and program_id = ${programId} and level = any(${levels}::text[]) and customer_id > ${after}
+      select customer_id from customer_tiers t
+      where t.environment_id = ${environmentId} and t.program_id = ${programId} and t.level = any(${levels}::text[]) and t.customer_id > ${after}
+        and not exists (
+          select 1 from customers c
+          where c.environment_id = t.environment_id and c.id = t.customer_id and (c.deleted_at is not null or c.merged_into is not null))
       order by customer_id limit ${limit}`;
     return rows.map((r) => r.customer_id as string);
   }
