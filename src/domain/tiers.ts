@@ -30,6 +30,21 @@ export interface TierProgram {
   levels: TierLevel[];
   /** With a check, downgrades wait for it; without one they apply at the next evaluation. */
   downgradeCheck?: { everyDays: number } | null;
+  /**
+   * Levels an edit removed, kept (with their title and threshold) until the edit's move of their
+   * holders has finished: a holder still on one is moved by them, and tier.changed compares
+   * thresholds through them (the catalog's pending move).
+   */
+  retiredLevels?: RetiredLevel[] | null;
+}
+
+/** A level removed by an edit whose holders may not all have moved yet. */
+export interface RetiredLevel {
+  key: string;
+  title: string;
+  threshold: number;
+  /** The edit's reassign_to; null: its holders are re-placed by their metric. */
+  reassignTo: string | null;
 }
 
 /** One customer's standing in one program. */
@@ -238,9 +253,31 @@ export function levelIndexFor(program: TierProgram, value: number): number {
   return index;
 }
 
+/** A level's display title, a retired level's too; else its key. */
 export function levelTitle(program: TierProgram, levelKey: string): string {
-  const level = program.levels.find((l) => l.key === levelKey);
+  const level = program.levels.find((l) => l.key === levelKey) ?? retiredLevel(program, levelKey);
   return level === undefined || level.title.length === 0 ? levelKey : level.title;
+}
+
+/** The record of a level the program no longer has, while its edit's move is owed. */
+export function retiredLevel(program: TierProgram, levelKey: string): RetiredLevel | undefined {
+  if (program.levels.some((l) => l.key === levelKey)) return undefined;
+  return program.retiredLevels?.find((l) => l.key === levelKey);
+}
+
+/** A level's threshold, a retired level's too; undefined for a level the program never knew. */
+function thresholdOf(program: TierProgram, levelKey: string): number | undefined {
+  return (program.levels.find((l) => l.key === levelKey) ?? retiredLevel(program, levelKey))?.threshold;
+}
+
+/**
+ * Up when `to` needs more than `from` did, by thresholds (a retired level's recorded one counts);
+ * a level the program never knew counts as above (down).
+ */
+function directionBetween(program: TierProgram, from: string, to: string): TierDirection {
+  const a = thresholdOf(program, from);
+  const b = thresholdOf(program, to);
+  return a !== undefined && b !== undefined && b > a ? 'up' : 'down';
 }
 
 /**
@@ -254,8 +291,12 @@ export function levelTitle(program: TierProgram, levelKey: string): string {
  * 4. The check schedule: every tier change restarts it at atMs + everyDays (a customer keeps a new
  *    level at least that long); a check that keeps the level moves it forward in whole steps of
  *    everyDays from the previous due date, so the cadence does not drift with event timing.
- * 5. A held level the program no longer has (removed by an edit) is replaced at once by the
- *    qualified level, direction down (the catalog's reassign_to normally prevents this).
+ * 5. A held level the program no longer has (removed by an edit whose move has not reached this
+ *    customer yet) is replaced at once, as if the move had come first: with the edit's reassign_to
+ *    (program.retiredLevels), the customer lands there, or higher when it qualifies higher, or on
+ *    the qualified level when the program has no downgrade check; otherwise on the qualified
+ *    level. Direction compares the thresholds (the retired level's recorded one); a level the
+ *    program never knew counts as above (down).
  * A downgrade goes straight to the qualified level, not one step at a time.
  */
 export function evaluateTier(
@@ -293,8 +334,10 @@ export function evaluateTier(
 
   const heldIndex = program.levels.findIndex((l) => l.key === state.level);
   if (heldIndex < 0) {
-    const fact = changed(program, state.level, qualified.key, 'down', value, ctx.nowMs, freshCheckMs);
-    return { facts: [fact], level: qualified.key, qualifiedLevel: qualified.key, value };
+    const reassignIndex = program.levels.findIndex((l) => l.key === retiredLevel(program, state.level)?.reassignTo);
+    const to = reassignIndex >= 0 && reassignIndex > qualifiedIndex && everyMs !== null ? program.levels[reassignIndex]! : qualified;
+    const fact = changed(program, state.level, to.key, directionBetween(program, state.level, to.key), value, ctx.nowMs, freshCheckMs);
+    return { facts: [fact], level: to.key, qualifiedLevel: qualified.key, value };
   }
   if (qualifiedIndex > heldIndex) {
     const fact = changed(program, state.level, qualified.key, 'up', value, ctx.nowMs, freshCheckMs);
@@ -330,17 +373,15 @@ export function evaluateTier(
 
 /**
  * Moves a customer to a named level (the catalog's `reassign_to` when a held level is removed).
- * Direction compares thresholds in `program`; a held level missing from it counts as above
- * (direction down). No facts when the customer already holds it or the level is unknown.
+ * Direction compares thresholds: the held level's in `program`, or, for a removed level, the one
+ * recorded in `program.retiredLevels`; a level the program never knew counts as above (down).
+ * No facts when the customer already holds it or the level is unknown.
  */
 export function reassignTier(program: TierProgram, state: TierState, toLevel: string, value: number, ctx: TierCtx): TierFact[] {
   if (state.level === toLevel) return [];
-  const toIndex = program.levels.findIndex((l) => l.key === toLevel);
-  if (toIndex < 0) return [];
-  const fromIndex = program.levels.findIndex((l) => l.key === state.level);
-  const direction: TierDirection = fromIndex >= 0 && toIndex > fromIndex ? 'up' : 'down';
+  if (!program.levels.some((l) => l.key === toLevel)) return [];
   const everyMs = downgradeEveryMs(program);
-  return [changed(program, state.level, toLevel, direction, value, ctx.nowMs, everyMs === null ? null : ctx.nowMs + everyMs)];
+  return [changed(program, state.level, toLevel, directionBetween(program, state.level, toLevel), value, ctx.nowMs, everyMs === null ? null : ctx.nowMs + everyMs)];
 }
 
 /** When this customer's tier needs the scheduler next (a downgrade check), or null. */

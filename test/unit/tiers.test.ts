@@ -237,6 +237,37 @@ t.test('given reassign_to, the customer moves to that level with a direction by 
   t.same(reassignTier(program(), state, 'nope', 0, { nowMs: 9 }), []);
 });
 
+// An edit removed silver (threshold 1000) with reassign_to gold; its move has not reached everyone.
+const withoutSilver = (over: Partial<TierProgram> = {}) =>
+  program({
+    levels: [levels[0]!, levels[2]!],
+    retiredLevels: [{ key: 'silver', title: 'Silver', threshold: 1000, reassignTo: 'gold' }],
+    ...over,
+  });
+const onSilver: TierState = { programId: 'tp_1', level: 'silver', sinceMs: 0, nextDowngradeCheckMs: null };
+
+t.test('given a removed level recorded with the edit, reassign_to a higher level is a move up with the old title', async (t) => {
+  matchList(t, reassignTier(withoutSilver(), onSilver, 'gold', 1200, { nowMs: 9 }), [
+    { kind: 'tier.changed', previousLevel: 'silver', previousLevelTitle: 'Silver', level: 'gold', levelTitle: 'Gold', direction: 'up' },
+  ]);
+  matchList(t, reassignTier(withoutSilver(), onSilver, 'bronze', 1200, { nowMs: 9 }), [{ level: 'bronze', direction: 'down' }]);
+  // A level the program never knew still counts as above.
+  matchList(t, reassignTier(program({ levels: [levels[0]!, levels[2]!] }), onSilver, 'gold', 0, { nowMs: 9 }), [{ previousLevelTitle: 'silver', direction: 'down' }]);
+});
+
+t.test('given a holder still on a removed level, an evaluation moves it as the edit would have, up or down by thresholds', async (t) => {
+  // Qualified above the old level: up, not down.
+  matchList(t, changedFacts(when(withoutSilver(), onSilver, metrics({ lifetimeEarned: 6000 }), 5).ev.facts), [
+    { previousLevel: 'silver', previousLevelTitle: 'Silver', level: 'gold', direction: 'up' },
+  ]);
+  // Without a downgrade check the qualified level wins at once.
+  matchList(t, changedFacts(when(withoutSilver(), onSilver, metrics({ lifetimeEarned: 10 }), 5).ev.facts), [{ level: 'bronze', direction: 'down' }]);
+  // With one, the customer lands on reassign_to (gold, above silver: up) and a drop waits for the check.
+  const checked = when(withoutSilver({ downgradeCheck: { everyDays: 30 } }), onSilver, metrics({ lifetimeEarned: 10 }), 5);
+  matchList(t, changedFacts(checked.ev.facts), [{ level: 'gold', direction: 'up', nextDowngradeCheckMs: 5 + 30 * dayMs }]);
+  t.equal(checked.ev.qualifiedLevel, 'bronze');
+});
+
 t.test('given several programs, evolveTiers keeps one state per program', async (t) => {
   const tiers: TiersState = {};
   const a = evaluateTier(program(), null, metrics({ lifetimeEarned: 6000 }), { nowMs: 1 });
