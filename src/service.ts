@@ -13,20 +13,19 @@ import { EnvironmentClocks } from './catalog/clock.js';
 import { CurrencyCatalog } from './catalog/currencies.js';
 import { testClockRoutes } from './gateway/handlers/test-clock.js';
 import { DueWork } from './jobs/due-work.js';
+import { TierMoves } from './jobs/tier-moves.js';
 import { RewardDueWork } from './jobs/reward-due-work.js';
 import { RewardCatalog } from './catalog/rewards.js';
 import { rewardRoutes } from './gateway/handlers/rewards.js';
 import { RuleCatalog } from './catalog/rules.js';
 import { RulesContexts } from './catalog/rules-context.js';
-import { TierProgramCatalog, type TierProgramRecord } from './catalog/tier-programs.js';
+import { TierProgramCatalog } from './catalog/tier-programs.js';
 import { ChallengeCatalog } from './catalog/challenges.js';
 import { challengeRoutes } from './gateway/handlers/challenges.js';
 import { CatalogEnds } from './jobs/catalog-ends.js';
 import { AuditLog } from './persistence/sql/audit-log.js';
 import { ChallengeReadModel } from './persistence/sql/challenge-read-model.js';
 import { CounterCatalog, CountersContexts } from './catalog/counters.js';
-import { tierProgramOf } from './catalog/rules-context.js';
-import type { TierProgram } from './domain/tiers.js';
 import { counterRoutes } from './gateway/handlers/counters.js';
 import { CounterBackfill } from './jobs/counter-backfill.js';
 import { BudgetAllowances } from './catalog/campaign-budgets.js';
@@ -203,7 +202,8 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   await currencies.start();
   const rules = new RuleCatalog(sql, storage.bus);
   await rules.start();
-  // Holder counts and reassignment read the projected customer_tiers table (projector drained first).
+  // Holder counts and an edit's move of its holders read the projected customer_tiers table
+  // (projector drained first); the move runs through the actors (tierMoves, below).
   const tiers = new TierProgramCatalog(
     sql,
     storage.bus,
@@ -212,8 +212,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
       await projector.drain();
       return readModel.tierHolders(env, program.id);
     },
-    (env, program, removed, toLevel) => moveHolders(env, program, removed, { kind: 'tier.reassign', program: tierProgramOf(program), toLevel }),
-    (env, program) => moveHolders(env, program, program.levels.map((l) => l.key), { kind: 'tier.reevaluate', program: tierProgramOf(program) }),
+    (env, program, move): Promise<void> => tierMoves.move(env, program, move),
   );
   await tiers.start();
   const rewards = new RewardCatalog(sql, currencies);
@@ -302,31 +301,15 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
 
   projector.start();
   teardown.add('projector', () => projector.stop());
-  // A tier program edit moves its holders (of the named levels) through their actors, a page at a time.
-  const moveHolders = async (
-    env: string,
-    program: TierProgramRecord,
-    levels: string[],
-    command: { kind: 'tier.reassign'; program: TierProgram; toLevel: string } | { kind: 'tier.reevaluate'; program: TierProgram },
-  ): Promise<void> => {
-    await projector.drain();
-    const nowMs = await now(env);
-    let after = '';
-    for (;;) {
-      const ids = await readModel.tierHoldersOf(env, program.id, levels, after, 500);
-      if (ids.length === 0) break;
-      after = ids[ids.length - 1]!;
-      await Promise.all(ids.map((id) => engine.execute({ env, target: { by: 'id', id }, command, nowMs })));
-    }
-    await projector.drain();
-  };
+  // The moves tier program edits owe their holders: run by the edit, finished by the scheduler when one stopped.
+  const tierMoves: TierMoves = new TierMoves({ engine, readModel, catalog: tiers, now, drainProjector: () => projector.drain(), logger });
   const backfill = new CounterBackfill({ sql, engine, counters, pool, drainProjector: () => projector.drain(), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX, inlineScanMax: config.COUNTER_BACKFILL_INLINE_SCAN_MAX });
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
   const rewardDue = new RewardDueWork({ sql, engine, rewards, now, drainProjector: () => projector.drain(), logger });
   const challengeEnds = new CatalogEnds('challenge ends', challenges, now, (n) => ({ customerIds: [], challengesEnded: n }));
   const campaignEnds = new CatalogEnds('campaign ends', campaigns, now, (n) => ({ customerIds: [], challengesEnded: 0, campaignsEnded: n }));
   // One scheduler for all due work; a test clock's advance runs the same jobs for its environment.
-  const scheduler = new Scheduler([challengeEnds, campaignEnds, dueWork, rewardDue], logger);
+  const scheduler = new Scheduler([challengeEnds, campaignEnds, tierMoves, dueWork, rewardDue], logger);
   // Campaign budget chunks leased by this node go back once its partitions are released.
   // A failed release is only logged: its chunks stay reserved, so the budget is under-used, never
   // exceeded (as after a crash).

@@ -21,6 +21,8 @@ export function tierProgramOf(p: TierProgram): TierProgram {
     rollingDays: p.rollingDays ?? null,
     levels: p.levels,
     downgradeCheck: p.downgradeCheck ?? null,
+    // Only while an edit's move of their holders is owed (TierProgramRecord.pendingMove).
+    ...(p.retiredLevels != null && p.retiredLevels.length > 0 ? { retiredLevels: p.retiredLevels } : {}),
   };
 }
 

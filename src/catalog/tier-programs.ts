@@ -2,9 +2,20 @@
 // an optional downgrade check. Definitions live in PostgreSQL; every node caches each environment's
 // list (loaded on first use, dropped on a bus message when any node changes it). Edits are safe
 // (version compared in the UPDATE) and pass the domain's guards; per-customer holder counts come
-// from a `holdersByLevel` lookup (the customer_tiers read table in the service). With reassign_to,
-// the holders of removed levels are moved by `reassign` after the edit is stored.
-import { checkTierProgramEdit, needsReevaluation, type TierBasis, type TierLevel, type TierProgram, validateTierProgram } from '../domain/tiers.js';
+// from a `holdersByLevel` lookup (the customer_tiers read table in the service). An edit that owes
+// its holders a move (removed levels, a reevaluation, a new or shorter downgrade check) stores it
+// as `pending_move` in the same UPDATE as the edit; `moveHolders` carries it out and it is cleared
+// once done. A move that stopped (a crash, a failed customer) is finished by the next PATCH of the
+// program (before its own edit), or by the scheduler's sweep (finishPendingMoves).
+import {
+  checkTierProgramEdit,
+  needsReevaluation,
+  type RetiredLevel,
+  type TierBasis,
+  type TierLevel,
+  type TierProgram,
+  validateTierProgram,
+} from '../domain/tiers.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
@@ -18,6 +29,21 @@ export interface TierProgramRecord extends TierProgram {
   version: number;
   createdAtMs: number;
   updatedAtMs: number;
+  /** What an edit still owes the holders; null when nothing is owed. Not on the wire. */
+  pendingMove: PendingMove | null;
+}
+
+/**
+ * The move of holders an edit owes, stored with the edit and cleared when done. Each step is
+ * harmless to repeat (the actor commands change nothing twice), so a stopped move is run again whole.
+ */
+export interface PendingMove {
+  /** Levels the edit removed (their holders move to reassign_to, or are re-placed); also on the program as retiredLevels. */
+  retiredLevels: RetiredLevel[];
+  /** Every holder is re-placed at once (a basis or rolling_days change sent with reevaluate: true). */
+  reevaluate: boolean;
+  /** Holders get a downgrade check date (a check was added or shortened). */
+  scheduleChecks: boolean;
 }
 
 export interface TierProgramInput {
@@ -55,16 +81,17 @@ export type HoldersByLevel = (environmentId: string, program: TierProgramRecord)
 
 export const noHolders: HoldersByLevel = async () => ({});
 
-/** Moves the holders of `removedLevels` to `toLevel` once the edited program is stored. */
-export type ReassignHolders = (environmentId: string, program: TierProgramRecord, removedLevels: string[], toLevel: string) => Promise<void>;
-
-/** Re-places every holder of the program at once (a basis change sent with reevaluate: true). */
-export type ReevaluateHolders = (environmentId: string, program: TierProgramRecord) => Promise<void>;
+/**
+ * Carries out a stored program's pending move (every step of `move`) through the holders' actors;
+ * throws when a customer could not be moved, so the move stays owed.
+ */
+export type MoveHolders = (environmentId: string, program: TierProgramRecord, move: PendingMove) => Promise<void>;
 
 const channel = 'tier_programs.changed';
 
 
 function row(r: Record<string, unknown>): TierProgramRecord {
+  const pendingMove = jsonColumn<PendingMove | null>(r.pending_move) ?? null;
   return {
     id: r.id as string,
     key: r.key as string,
@@ -77,7 +104,25 @@ function row(r: Record<string, unknown>): TierProgramRecord {
     version: r.version as number,
     createdAtMs: (r.created_at as Date).getTime(),
     updatedAtMs: (r.updated_at as Date).getTime(),
+    pendingMove,
+    retiredLevels: pendingMove === null || pendingMove.retiredLevels.length === 0 ? null : pendingMove.retiredLevels,
   };
+}
+
+/**
+ * What an edit owes the holders: removed levels (recorded with title and threshold, so a holder
+ * still on one is moved and tier.changed compares thresholds), a reevaluation, and check dates
+ * when a downgrade check was added or shortened. Null when it owes nothing.
+ */
+export function pendingMoveOf(before: TierProgram, after: TierProgram, reassignTo: string | null, reevaluate: boolean): PendingMove | null {
+  const retiredLevels = before.levels
+    .filter((l) => !after.levels.some((a) => a.key === l.key))
+    .map((l) => ({ key: l.key, title: l.title, threshold: l.threshold, reassignTo }));
+  const was = before.downgradeCheck ?? null;
+  const is = after.downgradeCheck ?? null;
+  const scheduleChecks = is !== null && (was === null || is.everyDays < was.everyDays);
+  const move = { retiredLevels, reevaluate: reevaluate && needsReevaluation(before, after), scheduleChecks };
+  return move.retiredLevels.length > 0 || move.reevaluate || move.scheduleChecks ? move : null;
 }
 
 /** validation_failed naming the first bad wire field (levels[1].threshold), every issue in details. */
@@ -108,8 +153,7 @@ export class TierProgramCatalog {
     private readonly bus: Bus,
     private readonly currencies: Pick<CurrencyCatalog, 'all'>,
     private readonly holdersByLevel: HoldersByLevel = noHolders,
-    private readonly reassign: ReassignHolders | null = null,
-    private readonly reevaluate: ReevaluateHolders | null = null,
+    private readonly moveHolders: MoveHolders | null = null,
   ) {}
 
   async start(): Promise<void> {
@@ -149,12 +193,17 @@ export class TierProgramCatalog {
   }
 
   /**
-   * Applies a patch: If-Match (stale_write), validation (validation_failed), then the guards
-   * (resource_in_use: basis or rolling_days change without reevaluate, removal of a held level
-   * without reassign_to). The write compares the version again, so a racing edit is stale_write.
+   * Applies a patch: a move an earlier edit still owes is finished first (so holders are counted
+   * where they belong, and a repeat of a PATCH whose move stopped completes it), then If-Match
+   * (stale_write), validation (validation_failed), the guards (resource_in_use: basis or
+   * rolling_days change without reevaluate, removal of a held level without reassign_to). The
+   * write compares the version again, so a racing edit is stale_write. The edit and the move it
+   * owes are stored in one statement, then the move runs before the answer; when it cannot finish,
+   * the answer is internal_error (the edit stays stored and its move owed, see finishMove).
    */
   async update(environmentId: string, ref: string, patch: TierProgramPatch, opts: TierProgramEditOptions = {}): Promise<TierProgramRecord> {
-    const before = await this.get(environmentId, ref);
+    let before = await this.get(environmentId, ref);
+    if (before.pendingMove !== null) before = await this.finishMove(environmentId, before);
     if (opts.expectedVersion !== undefined && opts.expectedVersion !== before.version) {
       throw new ApiError('stale_write', { details: { current_version: before.version } });
     }
@@ -172,11 +221,13 @@ export class TierProgramCatalog {
     const holders = removesLevels ? await this.holdersByLevel(environmentId, before) : {};
     const guard = checkTierProgramEdit(before, after, holders, { reassignTo, reevaluate: opts.reevaluate === true });
     if (!guard.ok) throw new ApiError(guard.code, { param: guard.param, message: guard.message });
+    const move = pendingMoveOf(before, after, reassignTo, opts.reevaluate === true);
     const rows = await this.sql`
       update tier_programs set
         name = ${after.name}, basis = ${after.basis}, rolling_days = ${after.rollingDays},
         levels = (${JSON.stringify(after.levels)}::text)::jsonb,
         downgrade_check = (${after.downgradeCheck === null ? null : JSON.stringify(after.downgradeCheck)}::text)::jsonb,
+        pending_move = (${move === null ? null : JSON.stringify(move)}::text)::jsonb,
         version = version + 1, updated_at = now()
       where environment_id = ${environmentId} and id = ${before.id} and version = ${before.version}
       returning *`;
@@ -186,10 +237,43 @@ export class TierProgramCatalog {
     }
     await this.changed(environmentId);
     const stored = row(rows[0]!);
-    const removed = before.levels.filter((l) => !after.levels.some((a) => a.key === l.key) && (holders[l.key] ?? 0) > 0).map((l) => l.key);
-    if (reassignTo !== null && removed.length > 0 && this.reassign !== null) await this.reassign(environmentId, stored, removed, reassignTo);
-    if (opts.reevaluate === true && needsReevaluation(before, after) && this.reevaluate !== null) await this.reevaluate(environmentId, stored);
-    return stored;
+    return stored.pendingMove === null ? stored : this.finishMove(environmentId, stored);
+  }
+
+  /**
+   * Carries out the move a stored edit owes, then clears it (only while the program is still at
+   * that version: a later edit stores its own). Answers the program as stored after that. A move
+   * that cannot finish stays owed and is internal_error here; the next PATCH or sweep runs it again.
+   */
+  async finishMove(environmentId: string, program: TierProgramRecord): Promise<TierProgramRecord> {
+    if (program.pendingMove === null || this.moveHolders === null) return program;
+    try {
+      await this.moveHolders(environmentId, program, program.pendingMove);
+    } catch (err) {
+      throw new ApiError('internal_error', {
+        message:
+          `Tier program ${program.id} version ${program.version} is stored, but moving its customers did not finish ` +
+          `(${err instanceof Error ? err.message : String(err)}); repeating the PATCH, or the scheduler within a minute, finishes it.`,
+      });
+    }
+    const rows = await this.sql`
+      update tier_programs set pending_move = null
+      where environment_id = ${environmentId} and id = ${program.id} and version = ${program.version} and pending_move is not null
+      returning *`;
+    if (rows.length === 0) return this.get(environmentId, program.id);
+    await this.changed(environmentId);
+    return row(rows[0]!);
+  }
+
+  /** Finishes every owed move (the scheduler's sweep, all environments; a test clock's advance, one); a failure waits for the next run. */
+  async finishPendingMoves(environmentId: string | null, onError: (err: unknown, programId: string) => void): Promise<void> {
+    const rows = await this.sql`
+      select * from tier_programs where pending_move is not null and (${environmentId}::text is null or environment_id = ${environmentId})
+      order by environment_id, id`;
+    for (const r of rows) {
+      const program = row(r);
+      await this.finishMove(r.environment_id as string, program).catch((err: unknown) => onError(err, program.id));
+    }
   }
 
   /** Every program of the environment, cached (for evaluation on the actors). */

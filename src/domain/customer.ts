@@ -14,7 +14,7 @@ import { applyRules, boundLimitKey, dueTierFacts, type Effect, type RuleCounters
 import * as rewards from './rewards.js';
 import { SeenEvents } from './seen-events.js';
 import { canonicalJson, hash53 } from '../util/canonical-json.js';
-import { evaluateTier, evolveTiers, reassignTier, type TierFact, type TierProgram, type TiersState } from './tiers.js';
+import { evaluateTier, evolveTiers, moveOffRemovedLevel, scheduleDowngradeCheck, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 import { type MatchCommand, type MatchFact, type MatchPlayerReply, decideMatch, evolveMatch } from './match/actor.js';
 import type { RateState } from './match/rate.js';
 import type { CampaignFact } from './campaigns.js';
@@ -197,8 +197,13 @@ export type Command =
   | { kind: 'counter.backfill'; counterId: string; base: CounterState; from?: string }
   /** Re-evaluates the tier programs whose downgrade check is due (the due-work scheduler). */
   | { kind: 'tier.run_due'; tierPrograms: TierProgram[] }
-  /** Moves a holder of a removed level to `toLevel` (a tier program edit with reassign_to). */
-  | { kind: 'tier.reassign'; program: TierProgram; toLevel: string }
+  /**
+   * Moves a holder of a level the program no longer has (a tier program edit's move): to
+   * `toLevel`, else to the removed level's reassign_to (program.retiredLevels), else re-placed.
+   */
+  | { kind: 'tier.reassign'; program: TierProgram; toLevel: string | null }
+  /** Gives a holder a downgrade check date after the program's check was added or shortened. */
+  | { kind: 'tier.schedule_check'; program: TierProgram }
   /** Re-places a holder at once after a basis change with reevaluate: true (downgrades need no check). */
   | { kind: 'tier.reevaluate'; program: TierProgram }
   /** With mergedFrom: what the merged customer handed over (MergeHandover), joined into this one. */
@@ -345,7 +350,7 @@ export type Reply =
   /** customerId: the customer that holds the issuance now (a merged customer's survivor). */
   | { kind: 'reward'; reply: rewards.RewardReply; customerId: string }
   | { kind: 'challenge'; reply: challenges.Reply; effects: Effect[]; customerId: string }
-  /** counter.backfill, tier.run_due, tier.reassign: whether anything changed. */
+  /** counter.backfill, tier.run_due, tier.reassign, tier.schedule_check: whether anything changed. */
   | { kind: 'applied'; changed: boolean }
   | MatchPlayerReply
   | { kind: 'segment_membership'; segmentId: string; member: boolean; changed: boolean };
@@ -626,11 +631,13 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
     }
     case 'tier.reassign': {
       const held = state.tiers[cmd.program.id];
-      if (held === undefined || cmd.program.levels.some((l) => l.key === held.level)) {
-        return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
-      }
-      const value = tierMetrics(cmd.program, state.ledger, ctx.nowMs);
-      const facts = reassignTier(cmd.program, held, cmd.toLevel, cmd.program.basis === 'balance' ? value.balance : value.earnedRolling ?? value.lifetimeEarned, ctx);
+      if (held === undefined) return { ok: true, facts: noFacts, reply: { kind: 'applied', changed: false } };
+      const facts = moveOffRemovedLevel(cmd.program, held, cmd.toLevel, tierMetrics(cmd.program, state.ledger, ctx.nowMs), ctx);
+      return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
+    }
+    case 'tier.schedule_check': {
+      const held = state.tiers[cmd.program.id];
+      const facts = held === undefined ? noFacts : scheduleDowngradeCheck(cmd.program, held, ctx);
       return { ok: true, facts, reply: { kind: 'applied', changed: facts.length > 0 } };
     }
     case 'match.admit':

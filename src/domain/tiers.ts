@@ -384,6 +384,31 @@ export function reassignTier(program: TierProgram, state: TierState, toLevel: st
   return [changed(program, state.level, toLevel, directionBetween(program, state.level, toLevel), value, ctx.nowMs, everyMs === null ? null : ctx.nowMs + everyMs)];
 }
 
+/**
+ * Moves a holder of a level the program no longer has (an edit's move): to `toLevel` when given,
+ * else to the retired level's reassign_to, else re-placed by its metric (evaluateTier, rule 5).
+ * No facts for a level the program has: a repeat, or a customer an evaluation already moved.
+ */
+export function moveOffRemovedLevel(program: TierProgram, state: TierState, toLevel: string | null, metrics: TierMetrics, ctx: TierCtx): TierFact[] {
+  if (program.levels.some((l) => l.key === state.level)) return [];
+  const to = toLevel ?? retiredLevel(program, state.level)?.reassignTo ?? null;
+  if (to !== null && program.levels.some((l) => l.key === to)) return reassignTier(program, state, to, tierValue(program, metrics, ctx.nowMs), ctx);
+  return evaluateTier(program, state, metrics, ctx).facts;
+}
+
+/**
+ * Gives a holder its first downgrade check date after the program's check was added, or an
+ * earlier one after it was shortened: nowMs + everyDays, unless an earlier date is already set.
+ * No facts without a check (a removed check's stale date is cleared by the next evaluation).
+ */
+export function scheduleDowngradeCheck(program: TierProgram, state: TierState, ctx: TierCtx): TierFact[] {
+  const everyMs = downgradeEveryMs(program);
+  if (everyMs === null) return [];
+  const next = ctx.nowMs + everyMs;
+  if (state.nextDowngradeCheckMs !== null && state.nextDowngradeCheckMs <= next) return [];
+  return [{ kind: 'tier.downgrade_check_scheduled', programId: program.id, nextDowngradeCheckMs: next, atMs: ctx.nowMs }];
+}
+
 /** When this customer's tier needs the scheduler next (a downgrade check), or null. */
 export function nextTierTimerMs(state: TierState): number | null {
   return state.nextDowngradeCheckMs;

@@ -1,7 +1,9 @@
 // Black-box API tests of tier programs (create, list, get by id or key, PATCH with If-Match and the
 // edit guards, the held-level guard counting real holders, not deleted or merged ones, and
-// reassign_to moving them), rolling tiers driven by the test clock (earnings age out, the
-// downgrade check drops the level), plus the catalog over a real database with a stub holder count.
+// reassign_to moving them), a move that stops part way finished by a repeat or the scheduler,
+// check dates for a check added or shortened, rolling tiers driven by the test clock (earnings age
+// out, the downgrade check drops the level), plus the catalog over a real database with a stub
+// holder count.
 import t from 'tap';
 import type { Currency } from '../../src/catalog/currencies.js';
 import { type HoldersByLevel, TierProgramCatalog } from '../../src/catalog/tier-programs.js';
@@ -401,6 +403,102 @@ t.test('a customer never placed in a program reads the level it qualifies for no
   t.equal((await api.post('/v1/ledger_entries', { customer_id: p6, currency: 'coins', amount: 5, reason: 'bonus' }, idem())).status, 201);
   const placed = await tiersOf(p6);
   t.match(placed[status.id], { level: 'bronze', since: String }, 'placed: since is set');
+});
+
+t.test('an edit whose move of holders stops is finished by a repeat of the PATCH or by the scheduler; tier.changed goes up when it is up', async (t) => {
+  const { anon, service } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const make = async (key: string) => (await api.post('/v1/tier_programs', { key, name: key, currency: 'coins', basis: 'lifetime_earned', levels }, idem())).body.id as string;
+  const first = await make('first');
+  const second = await make('second');
+  const ids: string[] = [];
+  for (const [ext, amount] of [['s1', 1200], ['s2', 1500], ['s3', 1100], ['g1', 6000]] as const) {
+    const c = await api.post('/v1/customers', { external_id: ext }, idem());
+    ids.push(c.body.id);
+    t.equal((await api.post('/v1/ledger_entries', { customer_id: c.body.id, currency: 'coins', amount, reason: 'welcome' }, idem())).status, 201);
+  }
+  const levelsOf = async (program: string) =>
+    Promise.all(ids.map(async (id) => (await api.get(`/v1/customers/${id}/state`)).body.tiers.find((x: { program_id: string }) => x.program_id === program)?.level));
+  t.same(await levelsOf(first), ['silver', 'silver', 'silver', 'gold']);
+
+  // Given the move fails right after the edit is stored (an injected failure of every move command),
+  const engine = service.engine;
+  const execute = engine.execute.bind(engine);
+  let failing = true;
+  engine.execute = (call) =>
+    failing && call.command.kind === 'tier.reassign' ? Promise.resolve({ ok: false, code: 'internal_error', message: 'injected' } as const) : execute(call);
+  t.teardown(() => {
+    engine.execute = execute;
+  });
+  const edit = { levels: [levels[0], levels[2]], reassign_to: 'gold' };
+  const stopped = await api.patch(`/v1/tier_programs/${first}`, edit);
+  t.equal(stopped.status, 500);
+  t.equal(stopped.body.error.code, 'internal_error');
+  t.match(stopped.body.error.message, /version 2 is stored, but moving its customers did not finish/);
+  t.match((await api.get(`/v1/tier_programs/${first}`)).body, { version: 2, levels: [{ key: 'bronze' }, { key: 'gold' }] }, 'the edit is stored');
+  t.same(await levelsOf(first), ['silver', 'silver', 'silver', 'gold'], 'nobody moved');
+
+  // when the same PATCH is repeated, then it finishes the move first: every holder is on a level the program has.
+  failing = false;
+  const repeated = await api.patch(`/v1/tier_programs/${first}`, edit);
+  t.equal(repeated.status, 200);
+  t.equal(repeated.body.version, 3);
+  t.same(await levelsOf(first), ['gold', 'gold', 'gold', 'gold'], 'moved to reassign_to');
+
+  // Given another stopped move (silver removed, reassign_to bronze),
+  failing = true;
+  t.equal((await api.patch(`/v1/tier_programs/${second}`, { levels: [levels[0], levels[2]], reassign_to: 'bronze' })).status, 500);
+  t.same(await levelsOf(second), ['silver', 'silver', 'silver', 'gold']);
+  // when a holder still on silver earns enough for gold, then it is a move up from Silver (not down),
+  const rule = await api.post(
+    '/v1/rules',
+    { name: 'big win', definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'big.win' }, actions: [{ type: 'points.award', currency: 'coins', amount: 4000 }] } },
+    idem(),
+  );
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+  const win = await api.post('/v1/events', { id: 'win-1', name: 'big.win', customer_id: 's1', occurred_at: new Date(Date.now() - 1000).toISOString(), mode: 'sync' });
+  t.equal(win.status, 200);
+  const changed = win.body.effects.filter((e: { type: string; program_id?: string }) => e.type === 'tier.changed' && e.program_id === second);
+  t.match(changed, [{ level: 'gold', previous_level: 'silver', direction: 'up' }]);
+  t.equal(changed.length, 1);
+  // and the scheduler (here: a test clock advance, which runs the same jobs) moves the others.
+  failing = false;
+  t.equal((await api.post('/v1/test_clock/advance', { seconds: 60 })).status, 200);
+  t.same(await levelsOf(second), ['gold', 'bronze', 'bronze', 'gold'], 'the rest moved to reassign_to');
+  const next = await api.patch(`/v1/tier_programs/${second}`, { name: 'Second' });
+  t.equal(next.status, 200, 'nothing is owed any more: the next edit goes through');
+});
+
+t.test('a downgrade check added or shortened schedules the current holders', async (t) => {
+  const { anon } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'stars', name: 'Stars' }, idem())).status, 201);
+  const rolling = [
+    { key: 'none', title: 'None', threshold: 0 },
+    { key: 'active', title: 'Active', threshold: 50 },
+  ];
+  const program = async (key: string, downgradeCheck: { every_days: number } | null) =>
+    (await api.post('/v1/tier_programs', { key, name: key, currency: 'stars', basis: 'earned_rolling_days', rolling_days: 7, levels: rolling, downgrade_check: downgradeCheck }, idem())).body
+      .id as string;
+  const added = await program('added', null);
+  const shortened = await program('shortened', { every_days: 30 });
+  const c = await api.post('/v1/customers', { external_id: 'p11' }, idem());
+  t.equal((await api.post('/v1/ledger_entries', { customer_id: c.body.id, currency: 'stars', amount: 60, reason: 'x' }, idem())).status, 201);
+  const levelIn = async (p: string) => (await api.get(`/v1/customers/${c.body.id}/state`)).body.tiers.find((x: { program_id: string }) => x.program_id === p)?.level;
+  t.equal(await levelIn(added), 'active');
+  t.equal(await levelIn(shortened), 'active');
+
+  // Given a check every day is added to one program and the other's goes from 30 days to 1,
+  t.equal((await api.patch(`/v1/tier_programs/${added}`, { downgrade_check: { every_days: 1 } })).status, 200);
+  t.equal((await api.patch(`/v1/tier_programs/${shortened}`, { downgrade_check: { every_days: 1 } })).status, 200);
+  // when 10 days pass with nothing earned in the last 7,
+  t.equal((await api.post('/v1/test_clock/advance', { seconds: 10 * 86_400 })).status, 200);
+  // then the holder was checked and dropped in both.
+  t.equal(await levelIn(added), 'none', 'a check added later reaches the existing holders');
+  t.equal(await levelIn(shortened), 'none', 'a shorter check replaces the old 30-day date');
 });
 
 t.test('deleted and merged customers hold no level: removing a level only they held is free, counts leave them out', async (t) => {

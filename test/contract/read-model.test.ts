@@ -375,8 +375,13 @@ for (const kind of sqlKinds) {
       t.equal(check?.n, T0 + 20, 'the later check date of the same batch wins');
       await rm.applyMany([{ partition: p, offset: '2-0', projections: [tier('tc2', 'gold', null, T0 + 5), tier('tc3', null, T0)] }]);
       t.same(await rm.tierHolders('env_a', 'tp_1'), { silver: 1, gold: 1 }, 'a check date alone never creates a holder');
-      t.same(await rm.tierHoldersOf('env_a', 'tp_1', ['gold', 'silver'], '', 10), ['tc1', 'tc2']);
-      t.same(await rm.tierHoldersOf('env_a', 'tp_1', ['gold', 'silver'], 'tc1', 10), ['tc2']);
+      t.same(await rm.tierHoldersOf('env_a', 'tp_1', { levels: ['gold', 'silver'] }, '', 10), ['tc1', 'tc2']);
+      t.same(await rm.tierHoldersOf('env_a', 'tp_1', { levels: ['gold', 'silver'] }, 'tc1', 10), ['tc2']);
+      t.same(await rm.tierHoldersOf('env_a', 'tp_1', { levels: ['gold'] }, '', 10), ['tc2']);
+      t.same(await rm.tierHoldersOf('env_a', 'tp_1', { checkAfterMs: T0 + 20 }, '', 10), ['tc2'], 'tc1 has a check at or before it, tc2 none');
+      t.same(await rm.tierHoldersOf('env_a', 'tp_1', { checkAfterMs: T0 + 19 }, '', 10), ['tc1', 'tc2'], 'a later check date counts as none');
+      t.same(await rm.tierLevelsHeldBesides('env_a', 'tp_1', ['silver']), ['gold']);
+      t.same(await rm.tierLevelsHeldBesides('env_a', 'tp_1', ['silver', 'gold']), []);
       await rm.applyMany([{ partition: p, offset: '3-0', projections: [tier('tc1', null, T0 + 30)] }]);
       const [moved] = await sql`select level, (extract(epoch from next_check_at) * 1000)::float8 as n from customer_tiers where customer_id = 'tc1'`;
       t.same([moved?.level, moved?.n], ['silver', T0 + 30], 'a batch of check dates alone moves the held level\'s check');
@@ -400,7 +405,8 @@ for (const kind of sqlKinds) {
       await rm.apply(p, '3-0', [{ kind: 'customer.merge', environmentId: 'env_a', id: 'dm2', into: 'dm3' }]);
       // then neither holds a level any more.
       t.same(await rm.tierHolders('env_a', 'tp_dm'), { base: 1 });
-      t.same(await rm.tierHoldersOf('env_a', 'tp_dm', ['base', 'star'], '', 10), ['dm3']);
+      t.same(await rm.tierHoldersOf('env_a', 'tp_dm', {}, '', 10), ['dm3']);
+      t.same(await rm.tierLevelsHeldBesides('env_a', 'tp_dm', ['base']), []);
       const rows = await sql`select customer_id from customer_tiers where environment_id = 'env_a' and program_id = 'tp_dm' order by customer_id`;
       t.same(
         rows.map((r) => r.customer_id),
@@ -410,7 +416,7 @@ for (const kind of sqlKinds) {
       // A row projected before deletes and merges dropped rows (kept by an older version) is not counted either.
       await sql`insert into customer_tiers (environment_id, customer_id, program_id, level, since) values ('env_a', 'dm1', 'tp_dm', 'star', now())`;
       t.same(await rm.tierHolders('env_a', 'tp_dm'), { base: 1 });
-      t.same(await rm.tierHoldersOf('env_a', 'tp_dm', ['star'], '', 10), []);
+      t.same(await rm.tierHoldersOf('env_a', 'tp_dm', { levels: ['star'] }, '', 10), []);
     });
 
     t.test('segment members: added and removed in one batch, the last change per member wins', async (t) => {

@@ -1,7 +1,8 @@
 // Given/when/then tests of rolling-window tiers: the ledger's earnings by day (what counts, when
 // a pending credit counts, the 366-day bound), placement on an earned_rolling_days program after
 // credits, the downgrade at the due check (tier.run_due) once earnings age out, reassignment of a
-// removed level's holders, and replay rebuilding identical state.
+// removed level's holders (to a named level, or the one the edit recorded), check dates for a
+// check added or shortened (tier.schedule_check), and replay rebuilding identical state.
 import t from 'tap';
 import { type Ctx, type CustomerState, decide, evolve, type Fact } from '../../src/domain/customer.js';
 import { type CurrencyConfig, earnedDaysKept, earnedInDays, emptyLedger, type LedgerState, decide as ledgerDecide, evolve as ledgerEvolve } from '../../src/domain/ledger.js';
@@ -96,6 +97,27 @@ t.test('given a rolling program, when credits arrive and days pass, then the cus
     { kind: 'tier.changed', previousLevel: 'gold', level: 'silver', direction: 'down' },
   ]);
   t.same(run(t0 + 9 * dayMs + 30, { kind: 'tier.reassign', program: edited, toLevel: 'bronze' }), [], 'a level the program keeps is not moved');
+  // A move owed by an edit names no level: the removed level's record says where (reassign_to).
+  t.equal(state!.tiers.tp_1!.level, 'silver');
+  const noSilver: TierProgram = {
+    ...season,
+    levels: [levels[0]!, levels[2]!],
+    retiredLevels: [{ key: 'silver', title: 'Silver', threshold: 1000, reassignTo: 'gold' }],
+    downgradeCheck: { everyDays: 30 },
+  };
+  const at = t0 + 9 * dayMs + 50;
+  t.match(run(at, { kind: 'tier.reassign', program: noSilver, toLevel: null }), [
+    { kind: 'tier.changed', previousLevel: 'silver', previousLevelTitle: 'Silver', level: 'gold', direction: 'up', nextDowngradeCheckMs: at + 30 * dayMs },
+  ]);
+  t.same(run(at + 10, { kind: 'tier.reassign', program: noSilver, toLevel: null }), [], 'a repeat moves nobody');
+
+  // The check shortened to 1 day: the holder's next check moves earlier, once.
+  const daily: TierProgram = { ...noSilver, retiredLevels: null, downgradeCheck: { everyDays: 1 } };
+  t.same(run(at + 20, { kind: 'tier.schedule_check', program: daily }), [
+    { kind: 'tier.downgrade_check_scheduled', programId: 'tp_1', nextDowngradeCheckMs: at + 20 + dayMs, atMs: at + 20 },
+  ]);
+  t.same(run(at + 30, { kind: 'tier.schedule_check', program: daily }), [], 'a repeat changes nothing');
+  t.equal(state!.tiers.tp_1!.nextDowngradeCheckMs, at + 20 + dayMs);
 
   let replayed: CustomerState | null = null;
   for (const facts of journal) for (const f of structuredClone(facts)) replayed = evolve(replayed, f);

@@ -12,7 +12,9 @@ import {
   evaluateTier,
   evolveTier,
   evolveTiers,
+  moveOffRemovedLevel,
   reassignTier,
+  scheduleDowngradeCheck,
   type TierFact,
   type TierMetrics,
   type TierProgram,
@@ -266,6 +268,24 @@ t.test('given a holder still on a removed level, an evaluation moves it as the e
   const checked = when(withoutSilver({ downgradeCheck: { everyDays: 30 } }), onSilver, metrics({ lifetimeEarned: 10 }), 5);
   matchList(t, changedFacts(checked.ev.facts), [{ level: 'gold', direction: 'up', nextDowngradeCheckMs: 5 + 30 * dayMs }]);
   t.equal(checked.ev.qualifiedLevel, 'bronze');
+});
+
+t.test('given a move owed by an edit, moveOffRemovedLevel moves only holders of removed levels', async (t) => {
+  const m = metrics({ lifetimeEarned: 10 });
+  matchList(t, moveOffRemovedLevel(withoutSilver(), onSilver, null, m, { nowMs: 3 }), [{ level: 'gold', direction: 'up' }], "to the retired level's reassign_to");
+  matchList(t, moveOffRemovedLevel(withoutSilver(), onSilver, 'bronze', m, { nowMs: 3 }), [{ level: 'bronze', direction: 'down' }], 'to a named level');
+  const noTarget = withoutSilver({ retiredLevels: [{ key: 'silver', title: 'Silver', threshold: 1000, reassignTo: null }] });
+  matchList(t, moveOffRemovedLevel(noTarget, onSilver, null, m, { nowMs: 3 }), [{ level: 'bronze', direction: 'down' }], 'no target: re-placed by its metric');
+  t.same(moveOffRemovedLevel(withoutSilver(), { ...onSilver, level: 'gold' }, null, m, { nowMs: 3 }), [], 'a kept level is not moved (a repeat)');
+});
+
+t.test('given a downgrade check added or shortened, holders get a check date unless theirs is earlier', async (t) => {
+  const p = program({ downgradeCheck: { everyDays: 2 } });
+  const held: TierState = { programId: 'tp_1', level: 'gold', sinceMs: 0, nextDowngradeCheckMs: null };
+  t.same(scheduleDowngradeCheck(p, held, { nowMs: 100 }), [{ kind: 'tier.downgrade_check_scheduled', programId: 'tp_1', nextDowngradeCheckMs: 100 + 2 * dayMs, atMs: 100 }]);
+  matchList(t, scheduleDowngradeCheck(p, { ...held, nextDowngradeCheckMs: 30 * dayMs }, { nowMs: 100 }), [{ nextDowngradeCheckMs: 100 + 2 * dayMs }], 'a later date moves earlier');
+  t.same(scheduleDowngradeCheck(p, { ...held, nextDowngradeCheckMs: dayMs }, { nowMs: 100 }), [], 'an earlier date stays');
+  t.same(scheduleDowngradeCheck(program(), held, { nowMs: 100 }), [], 'no check, no date');
 });
 
 t.test('given several programs, evolveTiers keeps one state per program', async (t) => {

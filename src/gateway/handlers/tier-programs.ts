@@ -1,7 +1,9 @@
 // Tier programs: POST /v1/tier_programs (idempotent), GET list and one (id or key, ETag = version),
 // PATCH with If-Match. Removing a held level without reassign_to, or changing the basis (or a rolling
 // basis's rolling_days) without reevaluate: true, is 409 resource_in_use. Holders are counted in
-// the projected customer_tiers table; with reassign_to they are moved before the answer.
+// the projected customer_tiers table (deleted and merged customers hold nothing); with reassign_to
+// they are moved before the answer. The move is stored with the edit: one that could not finish
+// answers 500 and is finished by a repeat of the PATCH or by the scheduler (catalog/tier-programs.ts).
 import { z } from 'zod';
 import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import type { TierProgramCatalog, TierProgramRecord } from '../../catalog/tier-programs.js';

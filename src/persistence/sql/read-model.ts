@@ -641,16 +641,41 @@ export class PgReadModel {
     return Object.fromEntries(rows.map((r) => [r.level as string, r.n as number]));
   }
 
-  /** Customer ids holding one of `levels` in a program, after `after`, a page at a time (not deleted or merged ones, see tierHolders). */
-  async tierHoldersOf(environmentId: string, programId: string, levels: string[], after: string, limit: number): Promise<string[]> {
+  /**
+   * Customer ids holding a level of a program, after `after`, a page at a time: with `levels`,
+   * one of those; with `checkAfterMs`, only those without a downgrade check date at or before it.
+   * Deleted and merged customers are left out (see tierHolders).
+   */
+  async tierHoldersOf(
+    environmentId: string,
+    programId: string,
+    filter: { levels?: string[]; checkAfterMs?: number },
+    after: string,
+    limit: number,
+  ): Promise<string[]> {
+    const levels = filter.levels ?? null;
+    const checkAfterMs = filter.checkAfterMs ?? null;
     const rows = await this.sql`
       select customer_id from customer_tiers t
-      where t.environment_id = ${environmentId} and t.program_id = ${programId} and t.level = any(${levels}::text[]) and t.customer_id > ${after}
+      where t.environment_id = ${environmentId} and t.program_id = ${programId} and t.customer_id > ${after}
+        and (${levels}::text[] is null or t.level = any(${levels}::text[]))
+        and (${checkAfterMs}::float8 is null or t.next_check_at is null or t.next_check_at > to_timestamp(${checkAfterMs}::float8 / 1000))
         and not exists (
           select 1 from customers c
           where c.environment_id = t.environment_id and c.id = t.customer_id and (c.deleted_at is not null or c.merged_into is not null))
       order by customer_id limit ${limit}`;
     return rows.map((r) => r.customer_id as string);
+  }
+
+  /** The levels customers hold in a program that are not among `levels` (a removed level whose holders have not all moved). */
+  async tierLevelsHeldBesides(environmentId: string, programId: string, levels: string[]): Promise<string[]> {
+    const rows = await this.sql`
+      select distinct level from customer_tiers t
+      where t.environment_id = ${environmentId} and t.program_id = ${programId} and t.level <> all(${levels}::text[])
+        and not exists (
+          select 1 from customers c
+          where c.environment_id = t.environment_id and c.id = t.customer_id and (c.deleted_at is not null or c.merged_into is not null))`;
+    return rows.map((r) => r.level as string);
   }
 
   /** In fact order: the last change of an entry in the batch wins. */
