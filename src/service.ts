@@ -87,6 +87,8 @@ export interface Service {
   placement: ClusterPlacement;
   /** The issuance sweep (expiry and stock reconciliation), for tests that cannot wait a minute. */
   rewardDue: RewardDueWork;
+  /** The due-work scheduler (sweep() is one minute's pass), for tests that cannot wait a minute. */
+  scheduler: Scheduler;
   stop(): Promise<void>;
 }
 
@@ -381,6 +383,8 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         drainProjector: () => projector.drain(),
         campaignExists: (env, id) => campaigns.exists(env, id),
         campaignGates: (env) => campaigns.gates(env),
+        // A reevaluation's completion requests rewards as an event's does: delivered after the ack.
+        afterCommand: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),
       }),
       ...rulesRoutes({
         rules,
@@ -462,6 +466,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
     engine,
     placement,
     rewardDue,
+    scheduler,
     // Stop accepting, let due work finish, hand the partitions back (flush, snapshot, release),
     // then close the projector, servers, caches and storage: the start's parts, newest first.
     stop: () => teardown.run(),

@@ -10,6 +10,7 @@ import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
 import type { Sql } from '../persistence/sql/db.js';
+import { environmentsDue } from '../persistence/sql/due-environments.js';
 
 export interface CampaignBudget {
   currency: string;
@@ -286,12 +287,9 @@ export class CampaignCatalog {
     return rows.length;
   }
 
-  /** Environments with an active or paused campaign past its ends_at by the real clock (a test clock only runs ahead). */
-  async environmentsWithEndsDue(nowMs: number): Promise<string[]> {
-    const rows = await this.sql`
-      select distinct environment_id from campaigns
-      where status in ('active', 'paused') and ends_at is not null and ends_at <= to_timestamp(${nowMs} / 1000.0)`;
-    return rows.map((r) => r.environment_id as string);
+  /** Environments with an active or paused campaign past its ends_at by their own clock at real time nowMs (a test clock runs ahead). */
+  environmentsWithEndsDue(nowMs: number): Promise<string[]> {
+    return environmentsDue(this.sql, nowMs, 'campaigns', (at) => this.sql`x.status in ('active', 'paused') and x.ends_at is not null and x.ends_at <= ${at}`);
   }
 
   /**

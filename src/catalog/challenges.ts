@@ -25,6 +25,7 @@ import type { ReferenceSources } from './rule-references.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
 import { jsonColumn, type Sql } from '../persistence/sql/db.js';
+import { environmentsDue } from '../persistence/sql/due-environments.js';
 
 export interface ChallengeRecord extends ChallengeConfig {
   campaignId: string | null;
@@ -304,12 +305,9 @@ export class ChallengeCatalog {
     return rows.length;
   }
 
-  /** Environments with a challenge past its ends_at by the real clock (a test clock only runs ahead). */
-  async environmentsWithEndsDue(nowMs: number): Promise<string[]> {
-    const rows = await this.sql`
-      select distinct environment_id from challenges
-      where status <> 'ended' and ends_at is not null and ends_at <= to_timestamp(${nowMs} / 1000.0)`;
-    return rows.map((r) => r.environment_id as string);
+  /** Environments with a challenge past its ends_at by their own clock at real time nowMs (a test clock runs ahead). */
+  environmentsWithEndsDue(nowMs: number): Promise<string[]> {
+    return environmentsDue(this.sql, nowMs, 'challenges', (at) => this.sql`x.status <> 'ended' and x.ends_at is not null and x.ends_at <= ${at}`);
   }
 
   private async changed(environmentId: string): Promise<void> {

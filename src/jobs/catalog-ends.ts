@@ -2,16 +2,17 @@
 // ends_at has passed becomes `ended` (progress already stops at ends_at inside the actor, which
 // compares with the event's time), and so does an active or paused campaign (its rules already
 // stop at ends_at, gated at processing time by the customer's step; ending it also gives back the
-// budget chunks nodes leased for it). This makes the status and the status filters say so. Runs on
-// the real clock every minute, and for one environment right after its test clock moves. Ending is
-// one conditional UPDATE per catalog, so overlapping sweeps (or nodes) are harmless.
+// budget chunks nodes leased for it). This makes the status and the status filters say so. Runs
+// every minute, each environment by its own clock (a test clock's offset counts), and for one
+// environment right after its test clock moves. Ending is one conditional UPDATE per catalog, so
+// overlapping sweeps (or nodes) are harmless.
 import type { DueJob, DueRun } from './scheduler.js';
 
 /** What the sweep needs of a catalog (ChallengeCatalog, CampaignCatalog). */
 export interface EndingCatalog {
   /** Ends the environment's items whose ends_at is at or before nowMs; counts them. */
   endDue(environmentId: string, nowMs: number): Promise<number>;
-  /** Environments with an item due to end by nowMs (the real clock). */
+  /** Environments with an item due to end by their own clock when the real clock reads nowMs (a test clock runs ahead). */
   environmentsWithEndsDue(nowMs: number): Promise<string[]>;
 }
 
@@ -24,7 +25,7 @@ export class CatalogEnds implements DueJob {
     private readonly report: (ended: number) => DueRun,
   ) {}
 
-  /** Everything due by the real clock (the scheduler calls it every minute). */
+  /** Everything due, each environment by its own clock (the scheduler calls it every minute). */
   async sweep(): Promise<void> {
     for (const env of await this.catalog.environmentsWithEndsDue(Date.now())) {
       await this.runForEnvironment(env, await this.now(env));

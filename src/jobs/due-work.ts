@@ -1,8 +1,9 @@
 // The due-work scheduler: finds customers whose ledger has work due (pending credits past their
 // confirm_after, lots past their expiry) through the ledger read model, and has each customer's
 // actor settle it (ledger.run_due, which journals the confirmation and expiry entries and
-// re-places the customer in its tiers). It runs on the real clock every minute and right after a
-// test clock moves. Settling is idempotent, so a customer found twice (or by two nodes) is harmless.
+// re-places the customer in its tiers). It runs every minute, each environment by its own clock (a
+// test clock's offset counts), and right after a test clock moves. Settling is idempotent, so a
+// customer found twice (or by two nodes) is harmless.
 // Tier downgrade checks that fall due (customer_tiers.next_check_at, projected from tier facts) are
 // run the same way (tier.run_due): that is how rolling-window programs drop customers whose
 // earnings aged out.
@@ -13,6 +14,7 @@ import { tierProgramOf } from '../catalog/rules-context.js';
 import type { TierProgram } from '../domain/tiers.js';
 import type { DueJob, DueRun } from './scheduler.js';
 import type { Sql } from '../persistence/sql/db.js';
+import { environmentsDue } from '../persistence/sql/due-environments.js';
 
 const concurrency = 32;
 
@@ -32,18 +34,25 @@ export class DueWork implements DueJob {
   constructor(private readonly deps: DueWorkDeps) {}
 
 
-  /** Every environment with work due by the real clock (a test clock only runs ahead of it). */
-  /** Everything due by the real clock (the scheduler calls it every minute). */
+  /**
+   * Everything due, each environment by its own clock (the scheduler calls it every minute): a
+   * test environment whose clock was advanced has its work run as a live one's does.
+   */
   async sweep(): Promise<void> {
+    const { sql } = this.deps;
     const nowMs = Date.now();
-    const envs = await this.deps.sql`
-      select distinct environment_id from ledger_entries
-      where (status = 'pending' and confirm_after <= to_timestamp(${nowMs} / 1000.0))
-         or (status = 'posted' and remaining > 0 and expires_at <= to_timestamp(${nowMs} / 1000.0))
-      union
-      select distinct environment_id from customer_tiers where next_check_at <= to_timestamp(${nowMs} / 1000.0)`;
-    for (const r of envs) {
-      const env = r.environment_id as string;
+    const [ledger, tiers] = await Promise.all([
+      environmentsDue(
+        sql,
+        nowMs,
+        'ledger_entries',
+        // As runLedger: a deleted customer's rows stay, but its actor settles nothing.
+        (at) => sql`((x.status = 'pending' and x.confirm_after <= ${at}) or (x.status = 'posted' and x.remaining > 0 and x.expires_at <= ${at}))
+          and not exists (select 1 from customers c where c.environment_id = x.environment_id and c.id = x.customer_id and c.deleted_at is not null)`,
+      ),
+      environmentsDue(sql, nowMs, 'customer_tiers', (at) => sql`x.next_check_at <= ${at}`),
+    ]);
+    for (const env of new Set([...ledger, ...tiers])) {
       await this.runForEnvironment(env, await this.deps.now(env));
     }
   }

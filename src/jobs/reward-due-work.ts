@@ -1,14 +1,16 @@
 // The issuance sweep of the due-work scheduler, beside the ledger's (due-work.ts): (1) issued
 // issuances past expires_at become expired (reward.expire_due on each customer's actor: no refund,
-// no unit released), on the real clock every minute and right after a test clock moves; (2) the
-// stock reconciler: a reservation still `reserved` after a few minutes (crash between reservation
-// and journal, or a lost confirm) is settled by the customer's actor, which either has the
-// issuance (confirm) or records the id as voided so it can never be issued (then the unit goes
-// back); units of issuances the read model shows cancelled or refused are given back. Everything
-// here is idempotent, so two nodes sweeping together are harmless. (3) The rule path's outbox:
-// fulfil() reserves the unit of a journaled `reward.issue_requested` and tells the actor (issued,
-// or refused with reward_unavailable); it runs right after the event's ack, and the sweep
-// re-drives requests still pending after a minute (a crash, a lost fulfilment).
+// no unit released), every minute (each environment by its own clock: a test clock's offset
+// counts) and right after a test clock moves; (2) the stock reconciler: a reservation still
+// `reserved` after a few minutes (crash between reservation and journal, or a lost confirm) is
+// settled by the customer's actor, which either has the issuance (confirm) or records the id as
+// voided so it can never be issued (then the unit goes back); units of issuances the read model
+// shows cancelled or refused are given back. Everything here is idempotent, so two nodes sweeping
+// together are harmless. (3) The rule path's outbox: fulfil() reserves the unit of a journaled
+// `reward.issue_requested` and tells the actor (issued, or refused with reward_unavailable); it
+// runs right after the ack of the event (or challenge reevaluation) that made the request, and the
+// sweep re-drives requests still pending after a minute of their environment's clock (a crash, a
+// lost fulfilment), and so does a test clock's advance.
 import type { Logger } from 'pino';
 import type { Engine } from '../actors/engine.js';
 import { type RewardCatalog, termsOf } from '../catalog/rewards.js';
@@ -17,6 +19,7 @@ import type { Effect } from '../domain/rule-effects.js';
 import { ApiError } from '../errors/api-error.js';
 import type { DueJob, DueRun } from './scheduler.js';
 import type { Sql } from '../persistence/sql/db.js';
+import { environmentsDue } from '../persistence/sql/due-environments.js';
 
 const concurrency = 32;
 /** A reservation older than this without a confirmed issuance is reconciled (a live request finishes far sooner). */
@@ -40,21 +43,20 @@ export class RewardDueWork implements DueJob {
   constructor(private readonly deps: RewardDueWorkDeps) {}
 
 
-  /** Everything due by the real clock (the scheduler calls it every minute). */
+  /**
+   * Everything due, each environment by its own clock (the scheduler calls it every minute): a
+   * test environment whose clock was advanced expires and re-drives by that clock. Stale
+   * reservations are a crash's leftovers, judged by the real clock their rows were written with.
+   */
   async sweep(): Promise<void> {
     const nowMs = Date.now();
-    const envs = await this.deps.sql`
-      select distinct environment_id from reward_issuances
-      where status = 'issued' and expires_at <= to_timestamp(${nowMs} / 1000.0)`;
-    for (const r of envs) {
-      const env = r.environment_id as string;
-      await this.expireForEnvironment(env, await this.deps.now(env));
-    }
+    const envs = await environmentsDue(this.deps.sql, nowMs, 'reward_issuances', (at) => this.deps.sql`x.status = 'issued' and x.expires_at <= ${at}`);
+    for (const env of envs) await this.expireForEnvironment(env, await this.deps.now(env));
     await this.redrive(nowMs - requestRedriveMs);
     await this.reconcile(nowMs - reservationStaleMs);
   }
 
-  /** After an event's ack: delivers the rewards its rules requested (errors are left to the sweep). */
+  /** After the ack of an event or a challenge command: delivers the rewards it requested (errors are left to the sweep). */
   afterEvent(environmentId: string, customerId: string, effects: readonly Effect[]): void {
     for (const e of effects) {
       // Rules' reward.issue actions and challenge completions' both journal a pending request.
@@ -94,25 +96,44 @@ export class RewardDueWork implements DueJob {
     return 'refused';
   }
 
-  /** Re-drives rule requests still pending that were created before `olderThanMs`; returns how many. */
+  /**
+   * Re-drives requests still pending that were created before `olderThanMs` of the real clock, in
+   * each environment by its own clock (created_at is written by it, so a test clock's offset is
+   * added). Returns how many.
+   */
   async redrive(olderThanMs: number): Promise<number> {
     await this.deps.drainProjector();
     const rows = await this.deps.sql`
+      select x.environment_id, x.id, x.customer_id, x.reward_id from reward_issuances x
+      join environments e on e.id = x.environment_id
+      where x.status = 'pending' and x.created_at < to_timestamp((${olderThanMs}::float8 + e.clock_offset_ms) / 1000)
+      order by x.created_at limit ${reconcileBatch}`;
+    await this.fulfilAll(rows);
+    return rows.length;
+  }
+
+  /**
+   * After a test clock moved: expires every issuance of the environment due at nowMs (its clock)
+   * and re-drives its requests pending for longer than a sweep leaves them; names the customers.
+   */
+  async runForEnvironment(environmentId: string, nowMs: number): Promise<DueRun> {
+    const expired = await this.expireForEnvironment(environmentId, nowMs);
+    await this.deps.drainProjector();
+    const pending = await this.deps.sql`
       select environment_id, id, customer_id, reward_id from reward_issuances
-      where status = 'pending' and created_at < to_timestamp(${olderThanMs} / 1000.0)
+      where environment_id = ${environmentId} and status = 'pending' and created_at < to_timestamp(${nowMs - requestRedriveMs}::float8 / 1000)
       order by created_at limit ${reconcileBatch}`;
-    await this.each(rows, async (r) => {
+    await this.fulfilAll(pending);
+    return { customerIds: [...expired, ...pending.map((r) => r.customer_id as string)], challengesEnded: 0 };
+  }
+
+  private async fulfilAll(rows: readonly Record<string, unknown>[]): Promise<void> {
+    await this.each([...rows], async (r) => {
       await this.fulfil(r.environment_id as string, r.customer_id as string, r.id as string, r.reward_id as string).catch((err: unknown) =>
         this.deps.logger.warn({ err, issuance: r.id }, 'reward request not fulfilled; next sweep retries'),
       );
     });
     if (rows.length > 0) await this.deps.drainProjector();
-    return rows.length;
-  }
-
-  /** Expires every issuance of the environment due at nowMs; names the customers settled. */
-  async runForEnvironment(environmentId: string, nowMs: number): Promise<DueRun> {
-    return { customerIds: await this.expireForEnvironment(environmentId, nowMs), challengesEnded: 0 };
   }
 
   async expireForEnvironment(environmentId: string, nowMs: number): Promise<string[]> {

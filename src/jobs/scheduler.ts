@@ -1,8 +1,9 @@
 // The one scheduler of due work. Every job that falls due with time (ledger confirmations and
 // expiries and the tier downgrade checks they drive, reward issuance expiry, re-drives and stock
-// reconciliation, challenge and campaign ends) runs from here: on the real clock every minute, and for one
-// environment right after its test clock moves. Jobs are idempotent (each settles through the
-// customers' actors or one conditional statement), so nodes sweeping together is harmless.
+// reconciliation, challenge and campaign ends) runs from here: every minute, each environment by its
+// own clock (a test clock's offset counts), and for one environment right after its test clock
+// moves. Jobs are idempotent (each settles through the customers' actors or one conditional
+// statement), so nodes sweeping together is harmless.
 import type { Logger } from 'pino';
 
 /** What one environment's run settled: the customers whose actors ran due work, challenges and campaigns ended. */
@@ -15,7 +16,7 @@ export interface DueRun {
 
 export interface DueJob {
   readonly name: string;
-  /** Everything due by the real clock, in every environment. */
+  /** Everything due, in every environment, each by its own clock. */
   sweep(): Promise<void>;
   /** Everything due in one environment at `nowMs` (a test clock's time), and what it settled. */
   runForEnvironment(environmentId: string, nowMs: number): Promise<DueRun>;

@@ -451,6 +451,39 @@ t.test('challenges over the API', async (t) => {
     t.same((await send('daily', 'app.opened')).body.effects, [], 'an ended challenge is not offered events');
   });
 
+  await t.test("a reevaluation's reward.issue completion is issued right after the ack, also in a test environment whose clock ran ahead", async (t) => {
+    // Given a test clock days ahead of the real one (the scheduler's re-drive compared with the real clock).
+    t.equal((await api.post('/v1/test_clock/advance', { seconds: 4 * 86_400 })).status, 200);
+    const reward = (await api.post('/v1/rewards', { name: 'Reeval mug', cost: 0, currency: 'coins', availability: 5, expiry_after: '7d' }, idem())).body;
+    const c = (
+      await api.post(
+        '/v1/challenges',
+        { name: 'Reeval reward', qualifying: { event: 'rr.done' }, target: 3, status: 'active', completion_actions: [{ type: 'reward.issue', reward_id: reward.id }] },
+        idem(),
+      )
+    ).body;
+    for (const n of [1, 2]) {
+      const e = await api.post('/v1/events', { id: `rr-${n}`, name: 'rr.done', customer_id: 'rr-p1', occurred_at: now(), mode: 'sync' });
+      t.match(e.body.effects, [{ type: 'challenge.progressed', count: n }]);
+    }
+    t.equal((await api.patch(`/v1/challenges/${c.id}`, { target: 2 })).status, 200);
+    // When the operator reevaluates.
+    const re = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: 'rr-p1', reason: 'target lowered' });
+    t.equal(re.status, 200, JSON.stringify(re.body));
+    t.equal(re.body.completed, 1);
+    const requested = re.body.effects.find((e: { type: string }) => e.type === 'challenge.reward_requested');
+    t.match(requested, { challenge_id: c.id, reward_id: reward.id, issuance_id: /^rwi_/ });
+    // Then the reward is issued right after the ack, as after an event (not a sweep minutes later, or never).
+    let got = await api.get(`/v1/reward_issuances/${requested.issuance_id}`);
+    for (let i = 0; i < 100 && got.status !== 200; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      got = await api.get(`/v1/reward_issuances/${requested.issuance_id}`);
+    }
+    t.equal(got.status, 200, 'issued within seconds of the reevaluation');
+    t.match(got.body, { status: 'issued', reward_id: reward.id, source_type: 'challenge_completion', source_id: c.id });
+    t.equal((await api.get(`/v1/rewards/${reward.id}`)).body.issued, 1, 'its unit is taken');
+  });
+
   // Last: the tier program made here would re-place the customers of the earlier subtests.
   await t.test('a completion reward or tier program that does not exist is 404 naming the field (create, PATCH, activation)', async (t) => {
     const relics = { name: 'Relics', qualifying: { event: 'relic.found' }, target: 2 };

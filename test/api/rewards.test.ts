@@ -371,3 +371,57 @@ t.test('rule action reward.issue: journaled request, delivered after the ack, re
   const dave = (await api.get('/v1/customers?external_id=dave')).body.data[0].id as string;
   t.same((await api.get(`/v1/customers/${dave}/state`)).body.issuances, [], 'no issuance for the refused request');
 });
+
+t.test("a test environment whose clock ran ahead: the minute sweep expires and re-drives by the environment's clock, and an advance re-drives", async (t) => {
+  const storage = storageFor(t);
+  const { anon, service } = await startForTest(t, { storage });
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  const sql = openSql({ url: databaseUrl, schema: storage.schema, max: 1 });
+  t.teardown(() => sql.end());
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  // Given a test clock four days ahead of the real one.
+  t.equal((await api.post('/v1/test_clock/advance', { seconds: 4 * 86_400 })).status, 200);
+  const clock = async () => Date.parse((await api.get('/v1/test_clock')).body.now);
+  const hourly = (await api.post('/v1/rewards', { name: 'Hourly', cost: 0, currency: 'coins', availability: 5, expiry_after: '1h' }, idem())).body.id as string;
+  const rule = await api.post(
+    '/v1/rules',
+    { name: 'win', definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'match.won' }, actions: [{ type: 'reward.issue', reward_id: hourly }] } },
+    idem(),
+  );
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+  let n = 0;
+  /** A request left pending (as by a crash between the event's ack and its delivery). */
+  const pendingRequest = async () => {
+    const deliver = service.rewardDue.afterEvent;
+    service.rewardDue.afterEvent = () => {};
+    const e = await api.post('/v1/events', { id: `w-${++n}`, name: 'match.won', customer_id: 'p1', occurred_at: new Date(Date.now() - 1000).toISOString(), mode: 'sync' });
+    service.rewardDue.afterEvent = deliver;
+    const id = e.body.effects.find((x: { type: string }) => x.type === 'reward.issue_requested').issuance_id as string;
+    t.equal((await api.get(`/v1/reward_issuances/${id}`)).status, 404, 'pending');
+    return id;
+  };
+
+  // When a request has been pending for 90 seconds of the environment's clock, the minute sweep re-drives it.
+  const late = await pendingRequest();
+  await sql`update reward_issuances set created_at = created_at - interval '90 seconds' where id = ${late}`;
+  await service.rewardDue.sweep();
+  t.match((await api.get(`/v1/reward_issuances/${late}`)).body, { status: 'issued' }, 're-driven by the environment clock');
+
+  // When the test clock moves past the re-drive delay, the advance re-drives a pending request itself.
+  const waiting = await pendingRequest();
+  const adv = await api.post('/v1/test_clock/advance', { seconds: 120 });
+  t.match(adv.body, { customers_settled: 1 });
+  t.match((await api.get(`/v1/reward_issuances/${waiting}`)).body, { status: 'issued' }, 're-driven by the advance');
+
+  // When an issuance's expires_at passes on the environment's clock without an advance, the next sweep expires it.
+  const issued = await api.post('/v1/reward_issuances', { reward_id: hourly, customer_id: 'p1' }, idem());
+  t.equal(issued.status, 201);
+  const expiresAt = Date.parse(issued.body.expires_at);
+  t.equal((await api.post('/v1/test_clock/advance', { seconds: Math.floor((expiresAt - (await clock())) / 1000) - 2 })).status, 200);
+  t.equal((await api.get(`/v1/reward_issuances/${issued.body.id}`)).body.status, 'issued', 'not due at the advance');
+  while ((await clock()) <= expiresAt) await new Promise((r) => setTimeout(r, 200));
+  await service.rewardDue.sweep();
+  t.equal((await api.get(`/v1/reward_issuances/${issued.body.id}`)).body.status, 'expired', 'expired by the sweep, by the environment clock');
+  t.ok((await api.get('/v1/reward_issuances?status=expired')).body.data.some((i: { id: string }) => i.id === issued.body.id));
+});

@@ -97,3 +97,33 @@ t.test('advance names what it settled: customers (once each), challenges and cam
   t.same([...schema.required].sort(), Object.keys(adv.body).sort());
   t.equal(schema.additionalProperties, false);
 });
+
+t.test("the minute sweep runs what falls due by an advanced test clock as it moves on: challenge and campaign ends, ledger confirmations", async (t) => {
+  const { anon, service } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  const clock = async () => Date.parse((await api.get('/v1/test_clock')).body.now);
+  // Given a test clock days ahead of the real one, and work falling due an hour later on it.
+  t.equal((await api.post('/v1/test_clock/advance', { seconds: 4 * 86_400 })).status, 200);
+  const due = (await clock()) + 3600_000 + 3000;
+  const ch = await api.post('/v1/challenges', { name: 'Ends', qualifying: { event: 'zzz' }, target: 1, status: 'active', ends_at: new Date(due).toISOString() }, idem());
+  t.equal(ch.status, 201, JSON.stringify(ch.body));
+  const cmp = await api.post('/v1/campaigns', { name: 'Ends', ends_at: new Date(due).toISOString() }, idem());
+  t.equal((await api.post(`/v1/campaigns/${cmp.body.id}/activate`, {})).status, 200);
+  await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  const customer = (await api.post('/v1/customers', { external_id: 'later' }, idem())).body;
+  await api.post('/v1/ledger_entries', { customer_id: customer.id, currency: 'coins', amount: 40, reason: 'later', confirm_after: new Date(due).toISOString() }, idem());
+  const adv = await api.post('/v1/test_clock/advance', { seconds: 3600 });
+  t.match(adv.body, { customers_settled: 0, challenges_ended: 0, campaigns_ended: 0 }, 'nothing due yet at the advance');
+
+  // When the environment's clock passes that instant (the real clock is still days behind) and the minute sweep runs.
+  while ((await clock()) <= due) await new Promise((r) => setTimeout(r, 200));
+  await service.scheduler.sweep();
+
+  // Then the sweep did it, as it would in a live environment.
+  t.equal((await api.get(`/v1/challenges/${ch.body.id}`)).body.status, 'ended');
+  t.notOk((await api.get('/v1/challenges?status=active')).body.data.some((c: { id: string }) => c.id === ch.body.id), 'no longer listed as active');
+  t.equal((await api.get(`/v1/campaigns/${cmp.body.id}`)).body.status, 'ended');
+  const entries = (await api.get(`/v1/customers/${customer.id}/ledger_entries`)).body.data;
+  t.same(entries.map((e: { amount: number; status: string }) => [e.amount, e.status]), [[40, 'posted']], 'the pending credit is confirmed (journaled by the sweep)');
+});

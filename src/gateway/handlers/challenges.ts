@@ -23,6 +23,7 @@ import { cursorInt, cursorInt4Max, pageQuerySchema, pageRequest, toPage } from '
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { customerTarget, iso, unwrap } from '../wire.js';
 import type { CampaignGate } from '../../domain/campaigns.js';
+import type { Effect } from '../../domain/rule-effects.js';
 import { effectWire } from './events.js';
 import { namesOneOf } from '../validation.js';
 import { challengeSchema, enrollmentSchema, pageOf, progressRevokedSchema, progressSchema, reevaluationSchema } from '../wire-schemas.js';
@@ -113,6 +114,11 @@ export interface ChallengeDeps {
   campaignExists?: (environmentId: string, id: string) => Promise<boolean>;
   /** The environment's campaigns: a reevaluated completion never awards a capped currency (no budget grant). */
   campaignGates?: (environmentId: string) => Promise<Readonly<Record<string, CampaignGate>>>;
+  /**
+   * Called with the effects of a journaled command (after the ack), as events do: the rewards a
+   * reevaluation's completion requested are delivered at once (RewardDueWork.afterEvent).
+   */
+  afterCommand?(environmentId: string, customerId: string, effects: readonly Effect[]): void;
 }
 
 async function checkCampaign(deps: ChallengeDeps, env: string, id: string | null | undefined): Promise<void> {
@@ -224,6 +230,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
     if (result.ok === false && result.code === 'resource_not_found' && result.param === 'id') result = { ...result, param: 'customer_id' };
     const reply = unwrap(result);
     if (reply.kind !== 'challenge') throw new ApiError('internal_error');
+    if (reply.effects.length > 0) deps.afterCommand?.(env, reply.customerId, reply.effects);
     return reply;
   }
 
