@@ -3,8 +3,9 @@
 // first run applied in a customer's actor is not applied again: the gateway gives every run of
 // the request the same call id (RequestContext.callId) and the actor answers a repeat with the
 // first answer (actors/calls.ts). Real gateway, real routes, an engine over in-memory storage.
-import t, { type Test } from 'tap';
+
 import { pino } from 'pino';
+import t, { type Test } from 'tap';
 import type { CurrencyCatalog } from '../../src/catalog/currencies.js';
 import type { RewardCatalog } from '../../src/catalog/rewards.js';
 import { type CustomerDeps, customerRoutes } from '../../src/gateway/handlers/customers.js';
