@@ -418,6 +418,9 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         eraseEventIds: (env, records) => storage.eventIds.erase(env, records),
         mergeLock: { locks: storage.locks, ttlMs: limits.mergeLockTtlMs, waitMs: limits.mergeLockWaitMs },
         tiers,
+        releaseIssuances: async (env, ids) => {
+          for (const id of ids) await rewards.release(env, id);
+        },
       }),
       ...matchRoutes({ profiles: matchProfiles, results: matchResults, nowMs: now, roleNow: (org, user) => roleNow(sql, org, user) }),
     ],

@@ -82,7 +82,7 @@ export type ReplyView =
   | { kind: 'erased'; mergedFrom: string[]; aliases: string[] }
   | { kind: 'events_to_erase'; records: number[] }
   | { kind: 'deletion_begun'; mergedFrom: string[] }
-  | { kind: 'deleted'; mergedFrom: string[]; aliases: string[] }
+  | { kind: 'deleted'; mergedFrom: string[]; aliases: string[]; released?: string[] }
   | ({ kind: 'handover' } & MergeHandover)
   | { kind: 'merged_from'; mergedFrom: string[]; aliases: AliasState[]; attributes: Record<string, unknown> }
   | { kind: 'done' };

@@ -487,6 +487,11 @@ export function evolve(state: ChallengesState, fact: ChallengeFact): ChallengesS
   }
 }
 
+/** A deleted customer's enrollments, removed with the delete (its progress records stay, as history). */
+export function unenrollAll(state: ChallengesState, nowMs: number): ChallengeFact[] {
+  return Object.keys(state.enrollments).map((challengeId) => ({ kind: 'challenge.unenrolled', challengeId, atMs: nowMs }));
+}
+
 /**
  * A merged customer's challenges joined into the survivor's, without completing anything (the
  * merge runs no completion actions) and without a period completing twice: its enrollments are

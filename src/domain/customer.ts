@@ -332,9 +332,10 @@ export type Reply =
   | { kind: 'deletion_begun'; mergedFrom: string[] }
   /**
    * customer.delete: what it held when erased, for the caller to finish with: the customers merged
-   * into it (one merged after the delete began is erased too) and its aliases (to release).
+   * into it (one merged after the delete began is erased too), its aliases (to release) and the
+   * issuances the delete ended whose reserved units go back (`released`).
    */
-  | { kind: 'deleted'; mergedFrom: string[]; aliases: string[] }
+  | { kind: 'deleted'; mergedFrom: string[]; aliases: string[]; released?: string[] }
   /** customer.delete: the recorded events past its eventsErased (SeenEvents records) to erase first. */
   | { kind: 'events_to_erase'; records: number[] }
   /**
@@ -422,6 +423,11 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
         ? { ok: true, facts: noFacts, reply: { kind: 'erased', mergedFrom: [...state.mergedFrom], aliases: [] } }
         : { ok: true, facts: noFacts, reply: { kind: 'merged_from', mergedFrom: [...state.mergedFrom], aliases: [], attributes: {} } };
     }
+    // An issuance it held can still be ended (a delete made before deletes ended them left it open).
+    if (cmd.kind === 'reward.run') {
+      const d = rewards.decideDeleted(state.rewards, cmd.command, ctx);
+      if (d !== null) return d.ok ? { ok: true, facts: d.facts, reply: { kind: 'reward', reply: d.reply, customerId: state.id } } : d;
+    }
     // A deleted customer keeps its id as a tombstone; its routing keys were released.
     return fail('resource_not_found', 'The customer was deleted.', 'id');
   }
@@ -489,13 +495,17 @@ export function decide(state: CustomerState | null, cmd: Command, ctx: Ctx): Dec
       if (cmd.expectedVersion !== undefined && cmd.expectedVersion !== state.version) return stale(state.version);
       return { ok: true, facts: [{ kind: 'customer.deletion_begun', atMs: ctx.nowMs }], reply };
     }
-    case 'customer.delete':
+    case 'customer.delete': {
       if (state.events.size > cmd.eventsErased) return eventsToErase(state, cmd.eventsErased);
+      // Its open issuances end and its enrollments are removed in the same record: nothing of a
+      // deleted customer holds reward stock or stays listed as enrolled.
+      const closed = rewards.closeForDeletion(state.rewards, ctx.nowMs);
       return {
         ok: true,
-        facts: [{ kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
-        reply: { kind: 'deleted', mergedFrom: [...state.mergedFrom], aliases: state.aliases.map((a) => a.alias) },
+        facts: [...closed.facts, ...challenges.unenrollAll(state.challenges, ctx.nowMs), { kind: 'customer.deleted', version: state.version + 1, atMs: ctx.nowMs }],
+        reply: { kind: 'deleted', mergedFrom: [...state.mergedFrom], aliases: state.aliases.map((a) => a.alias), released: closed.released },
       };
+    }
     case 'customer.erase_merged':
       if (state.mergedInto !== cmd.survivorId) return fail('invalid_state', 'The customer is not merged into this survivor.', 'id');
       // As customer.delete: its recorded events (those of a merge whose alias step never ran are

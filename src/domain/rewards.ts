@@ -252,6 +252,61 @@ export function decide(state: RewardsState, book: ledger.LedgerState, cmd: Rewar
   }
 }
 
+/** Why a deleted customer's open issuances ended (the cancel or refusal reason they record). */
+export const deletedReason = 'customer_deleted';
+
+/**
+ * A customer's open issuances, ended when it is deleted (in the delete's journal record): an issued
+ * issuance past its expires_at expires, as the sweep would have made it (no unit back); any other
+ * issued one is cancelled and a rule's pending request refused, both with reason customer_deleted.
+ * `released`: the ids whose unit (if one was reserved) goes back to its reward.
+ */
+export function closeForDeletion(state: RewardsState, nowMs: number): { facts: RewardFact[]; released: string[] } {
+  const facts: RewardFact[] = [];
+  const released: string[] = [];
+  for (const i of state.issuances) {
+    if (lapsed(i, nowMs)) {
+      facts.push({ kind: 'reward.expired', issuance: { ...i, status: 'expired', version: i.version + 1 } });
+    } else if (i.status === 'issued') {
+      facts.push({ kind: 'reward.cancelled', issuance: { ...i, status: 'cancelled', cancelledAtMs: nowMs, reason: deletedReason, version: i.version + 1 } });
+      released.push(i.id);
+    } else if (i.status === 'pending') {
+      facts.push({ kind: 'reward.issue_refused', issuance: { ...i, status: 'refused', reason: deletedReason, version: i.version + 1 } });
+      released.push(i.id);
+    }
+  }
+  return { facts, released };
+}
+
+/** Cancel and fulfil read no balance. */
+const emptyBook = ledger.emptyLedger();
+
+/**
+ * The reward commands a deleted customer still takes (null: none, it answers 404), so that an
+ * issuance it held never stays open: a delete made before deletes ended them (closeForDeletion)
+ * left them issued. The due expiry ends all of them as a delete now does; cancel works as for a
+ * live customer (its unit goes back); a request being fulfilled is refused.
+ */
+export function decideDeleted(state: RewardsState, cmd: RewardCommand, ctx: RewardCtx): RewardDecision | null {
+  switch (cmd.kind) {
+    case 'reward.expire_due': {
+      const { facts } = closeForDeletion(state, ctx.nowMs);
+      const ids = facts.filter((f) => f.kind === 'reward.expired').map((f) => (f as { issuance: Issuance }).issuance.id);
+      return { ok: true, facts, reply: { kind: 'reward.expired', ids } };
+    }
+    case 'reward.cancel':
+      return decide(state, emptyBook, cmd, ctx);
+    case 'reward.fulfil': {
+      const i = findIssuance(state, cmd.issuanceId);
+      if (i === undefined || i.status !== 'pending') return decide(state, emptyBook, cmd, ctx);
+      const issuance: Issuance = { ...i, status: 'refused', reason: deletedReason, version: i.version + 1 };
+      return { ok: true, facts: [{ kind: 'reward.issue_refused', issuance }], reply: { kind: 'reward.issuance', issuance } };
+    }
+    default:
+      return null;
+  }
+}
+
 /** Applies one reward fact (mutates and returns the state, like the other mechanics). */
 export function evolve(state: RewardsState, fact: RewardFact): RewardsState {
   if (fact.kind === 'reward.reservation_voided') {

@@ -250,7 +250,11 @@ t.test('challenges over the API', async (t) => {
     t.same(progress.body.data[0].contributions, ['m1', 'm2', 'm3'], 'spec 2.8: the distinct contribution_key values, in the order counted');
     t.same((await api.get(`/v1/challenges/${chl}/progress?status=active`)).body.data, []);
     t.equal((await api.get(`/v1/challenges/${chl}/progress?status=open`)).body.error.param, 'status');
-    t.equal((await api.get(`/v1/challenges/${chl}/progress?customer_id=cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ`)).body.error.code, 'resource_not_found');
+    // A filter naming no customer lists nothing, as the other lists' filters (issuances, rules' campaign_id).
+    for (const ref of ['cust_000ZZZZZZZZZZZZZZZZZZZZZZZZZZ', 'nobody-here']) {
+      const none = await api.get(`/v1/challenges/${chl}/progress?customer_id=${ref}`);
+      t.same([none.status, none.body], [200, { data: [], next_cursor: null, has_more: false }], `unknown customer ${ref}: an empty page`);
+    }
     t.equal((await api.get(`/v1/challenges/${chl}/progress?cursor=@@`)).body.error.code, 'invalid_cursor');
     // Nothing else counts once the challenge is paused.
     t.equal((await api.patch(`/v1/challenges/${chl}`, { status: 'paused' })).status, 200);
@@ -482,6 +486,20 @@ t.test('challenges over the API', async (t) => {
     t.equal(got.status, 200, 'issued within seconds of the reevaluation');
     t.match(got.body, { status: 'issued', reward_id: reward.id, source_type: 'challenge_completion', source_id: c.id });
     t.equal((await api.get(`/v1/rewards/${reward.id}`)).body.issued, 1, 'its unit is taken');
+  });
+
+  await t.test("a deleted customer's enrollment is removed with it; its progress stays listed, also filtered by its id", async (t) => {
+    const c = (await api.post('/v1/challenges', { name: 'Invite deleted', qualifying: { event: 'del.scored' }, target: 5, enrollment: 'explicit', status: 'active' }, idem())).body;
+    const gone = (await api.post('/v1/customers', { external_id: 'enr-gone' }, idem())).body.id as string;
+    const stays = (await api.post('/v1/customers', { external_id: 'enr-stays' }, idem())).body.id as string;
+    for (const id of [gone, stays]) t.equal((await api.post(`/v1/challenges/${c.id}/enrollments`, { customer_id: id })).status, 201);
+    t.match((await api.post('/v1/events', { id: 'del-1', name: 'del.scored', customer_id: 'enr-gone', occurred_at: now(), mode: 'sync' })).body.effects, [{ type: 'challenge.progressed', count: 1 }]);
+    t.equal((await api.delete(`/v1/customers/${gone}`)).status, 204);
+    const listed = (await api.get(`/v1/challenges/${c.id}/enrollments`)).body.data.map((e: { customer_id: string }) => e.customer_id);
+    t.same(listed, [stays], 'the deleted customer is not listed as enrolled');
+    const progress = await api.get(`/v1/challenges/${c.id}/progress?customer_id=${gone}`);
+    t.match(progress.body.data, [{ customer_id: gone, count: 1 }], "filtering by the deleted customer's id lists its records, as the unfiltered list does");
+    t.same((await api.get(`/v1/challenges/${c.id}/progress`)).body.data.map((p: { customer_id: string }) => p.customer_id), [gone]);
   });
 
   // Last: the tier program made here would re-place the customers of the earlier subtests.

@@ -372,6 +372,56 @@ t.test('rule action reward.issue: journaled request, delivered after the ack, re
   t.same((await api.get(`/v1/customers/${dave}/state`)).body.issuances, [], 'no issuance for the refused request');
 });
 
+t.test("deleting a customer ends its open issuances and gives their units back; its issuances stay listed, also filtered by its id", async (t) => {
+  const { anon, service } = await startForTest(t);
+  const tenant = await signUp(anon);
+  const api = tenant.server;
+  t.equal((await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem())).status, 201);
+  const pen = (await api.post('/v1/rewards', { name: 'Pen', cost: 10, currency: 'coins', availability: 10, expiry_after: '2d' }, idem())).body.id as string;
+  const rule = await api.post(
+    '/v1/rules',
+    { name: 'pen', definition: { schema: 'service.rule/v2', trigger: { kind: 'customer_event', event: 'pen.won' }, actions: [{ type: 'reward.issue', reward_id: pen }] } },
+    idem(),
+  );
+  t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
+  // Given a customer with two issued pens, one redeemed, and a request its rule made that is still pending.
+  const c4 = (await api.post('/v1/customers', { external_id: 'p4' }, idem())).body.id as string;
+  await api.post('/v1/ledger_entries', { customer_id: c4, currency: 'coins', amount: 100, reason: 'test' }, idem());
+  const issue = async () => (await api.post('/v1/reward_issuances', { reward_id: pen, customer_id: c4 }, idem())).body.id as string;
+  const [a, b, used] = [await issue(), await issue(), await issue()];
+  t.equal((await api.post(`/v1/reward_issuances/${used}/redeem`, {})).status, 200);
+  const deliver = service.rewardDue.afterEvent;
+  service.rewardDue.afterEvent = () => {};
+  const won = await api.post('/v1/events', { id: 'pen-1', name: 'pen.won', customer_id: 'p4', occurred_at: new Date(Date.now() - 1000).toISOString(), mode: 'sync' });
+  service.rewardDue.afterEvent = deliver;
+  const pending = won.body.effects.find((e: { type: string }) => e.type === 'reward.issue_requested').issuance_id as string;
+  t.equal((await api.get(`/v1/rewards/${pen}`)).body.issued, 3);
+
+  // When it is deleted.
+  t.equal((await api.delete(`/v1/customers/${c4}`)).status, 204);
+
+  // Then its issued pens are cancelled and their units are back at once; the redeemed one stays redeemed.
+  for (const id of [a, b]) t.match((await api.get(`/v1/reward_issuances/${id}`)).body, { status: 'cancelled', cancelled_at: String }, `${id} cancelled`);
+  t.equal((await api.get(`/v1/reward_issuances/${used}`)).body.status, 'redeemed');
+  t.equal((await api.get(`/v1/rewards/${pen}`)).body.issued, 1, 'only the redeemed pen still counts');
+  const again = await api.post(`/v1/reward_issuances/${a}/cancel`, {});
+  t.same([again.status, again.body.error.code], [409, 'invalid_state'], 'a cancelled issuance, like any other');
+  // Its pending request was refused: never issued, and the sweep does not re-drive it again and again.
+  t.equal(await service.rewardDue.redrive(Date.now() + 1000), 0, 'nothing left to re-drive');
+  t.equal((await api.get(`/v1/reward_issuances/${pending}`)).status, 404, 'a refused request is not an issuance');
+  t.equal((await api.get(`/v1/rewards/${pen}`)).body.issued, 1);
+  // Its issuances are listed by its id as in the whole list.
+  const all = (await api.get('/v1/reward_issuances?limit=200')).body.data.map((i: { id: string }) => i.id).sort();
+  const mine = await api.get(`/v1/reward_issuances?customer_id=${c4}&limit=200`);
+  t.equal(mine.status, 200);
+  t.same(mine.body.data.map((i: { id: string }) => i.id).sort(), all, "filtering by the deleted customer's id lists its issuances");
+  t.same((await api.get(`/v1/reward_issuances?customer_id=${c4}&status=issued`)).body.data, [], 'none left issued');
+  t.same((await api.get('/v1/reward_issuances?customer_id=p4')).body.data, [], 'its erased external id names nobody');
+  // And the expiry past their expires_at finds nothing to do for it.
+  const adv = await api.post('/v1/test_clock/advance', { seconds: 3 * 86_400 });
+  t.match(adv.body, { customers_settled: 0 }, 'no issuance of the deleted customer is left to expire');
+});
+
 t.test("a test environment whose clock ran ahead: the minute sweep expires and re-drives by the environment's clock, and an advance re-drives", async (t) => {
   const storage = storageFor(t);
   const { anon, service } = await startForTest(t, { storage });

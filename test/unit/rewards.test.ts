@@ -281,3 +281,81 @@ t.test('an issuance voided on the survivor while in transit is not taken over (i
   };
   t.same(takeOver(survivor, handed, 'cust_M', { nowMs: 2 }), []);
 });
+
+/** A pending request of the rule path (the outbox entry an event or a completion journaled). */
+function requestFact(id: string): Fact {
+  return {
+    kind: 'reward.issue_requested',
+    issuance: {
+      id,
+      rewardId: 'rw_mug',
+      status: 'pending',
+      sourceType: 'rule_execution',
+      sourceId: 'rule_1',
+      cost: null,
+      currency: null,
+      costEntryId: null,
+      expiresAtMs: null,
+      redeemedAtMs: null,
+      cancelledAtMs: null,
+      reason: null,
+      version: 1,
+      createdAtMs: 0,
+    },
+  };
+}
+
+t.test('a delete ends the open issuances in its own record: cancelled, expired when past expires_at, requests refused; units named', async (t) => {
+  // Given an issuance of each state, a pending request and an enrollment.
+  const w = given();
+  when(w, award(1000, null), 0);
+  when(w, issue('rwi_open'), 0);
+  when(w, issue('rwi_lapsed', { ...mug, expiryAfterMs: day }), 0);
+  when(w, issue('rwi_used'), 0);
+  when(w, redeem('rwi_used'), 1);
+  when(w, issue('rwi_gone'), 0);
+  when(w, cancel('rwi_gone'), 1);
+  evolve(w.state, requestFact('rwi_wait'));
+  evolve(w.state, { kind: 'challenge.enrolled', challengeId: 'ch_1', atMs: 0 });
+  // When the customer is deleted two days later.
+  const r = when(w, { kind: 'customer.delete', eventsErased: 0 }, 2 * day);
+  // Then its open issuances ended with the delete, and nothing else changed.
+  t.ok(r.d.ok);
+  t.same(r.d.ok && r.d.facts.map((f) => f.kind), ['reward.cancelled', 'reward.expired', 'reward.issue_refused', 'challenge.unenrolled', 'customer.deleted']);
+  t.match(issuance(w, 'rwi_open'), { status: 'cancelled', reason: 'customer_deleted', cancelledAtMs: 2 * day, version: 2 });
+  t.match(issuance(w, 'rwi_lapsed'), { status: 'expired', version: 2 });
+  t.match(issuance(w, 'rwi_wait'), { status: 'refused', reason: 'customer_deleted' });
+  t.match(issuance(w, 'rwi_used'), { status: 'redeemed', version: 2 });
+  t.match(issuance(w, 'rwi_gone'), { status: 'cancelled', reason: 'r', version: 2 });
+  t.same(r.d.ok && r.d.reply.kind === 'deleted' && r.d.reply.released, ['rwi_open', 'rwi_wait'], 'the units to give back: not the expired one (an expiry keeps it)');
+  t.same(w.state.challenges.enrollments, {}, 'the enrollment is removed');
+  t.equal(w.state.deletedAtMs, 2 * day);
+});
+
+t.test("a customer deleted before deletes ended its issuances: expiry ends them all, cancel works, redeem is 404, a request is refused", async (t) => {
+  // Given a tombstone that still holds open issuances (deleted by an earlier version).
+  const w = given();
+  when(w, issue('rwi_a', { ...mug, expiryAfterMs: day }), 0);
+  when(w, issue('rwi_b'), 0);
+  when(w, issue('rwi_c'), 0);
+  evolve(w.state, requestFact('rwi_p'));
+  evolve(w.state, { kind: 'customer.deleted', version: 2, atMs: 1 });
+  // Then redeem still answers that the customer was deleted.
+  const spend = when(w, redeem('rwi_b'), 2);
+  t.match(spend.d, { ok: false, code: 'resource_not_found', message: 'The customer was deleted.' });
+  // When an operator cancels one, it is cancelled as for a live customer.
+  const c = when(w, cancel('rwi_c'), 2);
+  t.match(c.d.ok && c.d.reply, { kind: 'reward', reply: { kind: 'reward.issuance', issuance: { id: 'rwi_c', status: 'cancelled' } } });
+  // When the expiry sweep finds its lapsed issuance, every open one ends (as a delete now does).
+  const sweep = when(w, reward({ kind: 'reward.expire_due' }), 2 * day);
+  t.match(sweep.d.ok && sweep.d.reply, { kind: 'reward', reply: { kind: 'reward.expired', ids: ['rwi_a'] } });
+  t.same(w.state.rewards.issuances.map((i) => [i.id, i.status]), [['rwi_a', 'expired'], ['rwi_b', 'cancelled'], ['rwi_c', 'cancelled'], ['rwi_p', 'refused']]);
+  const again = when(w, reward({ kind: 'reward.expire_due' }), 3 * day);
+  t.same(again.d.ok && again.d.facts, [], 'a second sweep records nothing (no issuance of it is open: the sweep finds it no more)');
+  // And a request re-driven meanwhile is refused, never issued to the deleted customer.
+  const w2 = given();
+  evolve(w2.state, requestFact('rwi_q'));
+  evolve(w2.state, { kind: 'customer.deleted', version: 2, atMs: 1 });
+  const f = when(w2, reward({ kind: 'reward.fulfil', issuanceId: 'rwi_q', terms: mug, reason: null }), 2);
+  t.match(f.d.ok && f.d.reply, { reply: { kind: 'reward.issuance', issuance: { status: 'refused', reason: 'customer_deleted' } } });
+});

@@ -234,13 +234,17 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
     return reply;
   }
 
-  /** A customer reference (service id or external id) -> service id; resource_not_found names `param`. */
-  async function resolveCustomer(env: string, ref: string, param: string): Promise<string> {
+  /**
+   * A list filter's customer (service id or external id) -> the id its records are under: a
+   * merged customer's survivor; a reference that names no live customer filters by itself (a
+   * deleted customer's id then lists its records, as the unfiltered list does; an unknown one lists
+   * nothing, as the other lists' filters do).
+   */
+  async function filterCustomer(env: string, ref: string): Promise<string> {
     const result = await deps.engine.execute({ env, target: customerTarget(ref), command: { kind: 'customer.view' }, nowMs: await deps.now(env) });
-    if (result.ok !== true || result.reply.kind !== 'customer') {
-      throw new ApiError('resource_not_found', { message: 'No customer with this id.', param });
-    }
-    return result.reply.customer.id;
+    if (result.ok === true && result.reply.kind === 'customer') return result.reply.customer.id;
+    if (result.ok === false && result.code !== 'resource_not_found') unwrap(result);
+    return ref;
   }
 
   async function audit(env: string, p: Principal, action: string, challengeId: string, customer: string, why: string, details: Record<string, unknown>) {
@@ -444,7 +448,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
           if (cust === undefined || period === undefined) throw new ApiError('invalid_cursor', { param: 'cursor' });
           after = [cust, period, cursorInt(cycle, 0, cursorInt4Max)];
         }
-        const customer = q.customer_id === undefined ? null : await resolveCustomer(env, q.customer_id, 'customer_id');
+        const customer = q.customer_id === undefined ? null : await filterCustomer(env, q.customer_id);
         await deps.drainProjector();
         const rows = await deps.readModel.listProgress(env, c.id, { customerId: customer, status: q.status ?? null, after, limit: page.limit + 1 });
         return { status: 200, body: toPage(rows, page, (r) => [r.customerId, r.periodKey, String(r.cycle)], progressWire) };

@@ -141,6 +141,11 @@ export interface CustomerDeps {
   mergeLock: { locks: Locks; ttlMs: number; waitMs: number };
   /** The environment's tier programs: a survivor taking over a merged customer's ledger is re-placed. */
   tiers: { all(environmentId: string): Promise<TierProgram[]> };
+  /**
+   * Gives back the reward units of issuances a delete ended (RewardCatalog.release: once each);
+   * absent, or a crash before it: the stock reconciler gives them back within minutes.
+   */
+  releaseIssuances?(environmentId: string, issuanceIds: readonly string[]): Promise<void>;
 }
 
 /** Events included in an export; older ones are summarized by events_since. */
@@ -515,10 +520,13 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
    * begun, in one step of the actor, before anything is erased (a 409 erased nothing); the
    * customers merged into it are erased (first, so that a delete stopped midway, repeated, finds
    * the survivor and finishes them; a delete begun is not checked against If-Match again); then
-   * the customer itself, whose answer names what it held then: its aliases are released, and a
+   * the customer itself, in the same record ending its open issuances (cancelled, or expired when
+   * past expires_at; pending requests refused) and removing its enrollments; its answer names what
+   * it held then: its aliases are released, the units of the issuances it ended go back, and a
    * customer merged into it after the delete began is erased too. A delete stopped after that step
    * cannot be repeated (404: the customer is gone): its keys are freed on next use (the engine's
-   * tombstone release), but its stored Idempotency-Key answers stay until they expire.
+   * tombstone release), units not given back are by the stock reconciler, but its stored
+   * Idempotency-Key answers stay until they expire.
    */
   const deleteCustomer = async (ctx: RequestContext, expected: number | undefined) => {
     const env = environmentIdOf(ctx.principal);
@@ -534,6 +542,8 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     const late = deleted.mergedFrom.filter((id) => !begun.mergedFrom.includes(id));
     if (late.length > 0) merged.push(...(await eraseMerged(deps, env, before.id, late)));
     await releaseAliases(deps, env, before.id, deleted.aliases);
+    // The delete cancelled its open issuances (and refused its pending requests): their units go back.
+    await deps.releaseIssuances?.(env, deleted.released ?? []);
     // Stored answers about these customers (creation, aliases, tokens, ledger entries, ...), under
     // any credential, can hold the erased data; a repeat of such a request now runs again.
     await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
@@ -648,7 +658,7 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     route({
       method: 'DELETE',
       path: '/v1/customers/:id',
-      summary: 'Delete a customer: erases personal data, keeps ids and amounts for ledger integrity',
+      summary: 'Delete a customer: erases personal data, keeps ids and amounts for ledger integrity, ends its open reward issuances and enrollments',
       tag: 'Customers',
       auth: { kind: 'credential', scopes: ['customers:write'], allow: [...read] },
       ifMatch: true,

@@ -310,8 +310,10 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
           try {
             customerId = await customerIdOf(env, ctx.query.customer_id, await deps.now(env), 'customer_id');
           } catch (err) {
-            if (err instanceof ApiError && err.code === 'resource_not_found') return { status: 200, body: { data: [], next_cursor: null, has_more: false } };
-            throw err;
+            if (!(err instanceof ApiError) || err.code !== 'resource_not_found') throw err;
+            // No live customer: the reference filters by itself, so a deleted customer's id lists
+            // its issuances (as the unfiltered list does) and an unknown one lists nothing.
+            customerId = ctx.query.customer_id;
           }
         }
         await deps.drainProjector();

@@ -303,10 +303,12 @@ export class ChallengeReadModel {
   async listEnrollments(environmentId: string, challengeId: string, q: { after: string | null; limit: number }): Promise<EnrollmentRow[]> {
     const rows = await this.sql.unsafe(
       // A customer merged into another is left out: its enrollments moved to the survivor (and
-      // its id now answers as the survivor, so it could not be unenrolled by it).
+      // its id now answers as the survivor, so it could not be unenrolled by it). So is a deleted
+      // one: a delete removes its enrollments (one deleted before deletes did keeps its rows).
       `select challenge_id, customer_id, ${ms('enrolled_at')} as enrolled_at_ms from challenge_enrollments x
        where environment_id = $1 and challenge_id = $2 and ($3::text is null or customer_id > $3)
-         and not exists (select 1 from customers c where c.environment_id = $1 and c.id = x.customer_id and c.merged_into is not null)
+         and not exists (
+           select 1 from customers c where c.environment_id = $1 and c.id = x.customer_id and (c.merged_into is not null or c.deleted_at is not null))
        order by customer_id limit $4`,
       [environmentId, challengeId, q.after, q.limit],
     );
