@@ -345,16 +345,10 @@ export function applyChallenges(
   const book = new Book(subject, earlier, context.budget);
   for (const { rt, byRule } of targets.values()) {
     // A challenge of a campaign progresses only while the campaign is live, for its audience.
-    if (rt.config.campaignId != null) {
-      const gate = context.campaigns?.[rt.config.campaignId];
-      if (campaignInactiveReason(gate, ctx.nowMs) !== null) {
-        effects.push({ type: 'challenge.skipped', challengeId: rt.config.id, reason: 'campaign_inactive' });
-        continue;
-      }
-      if (gate?.audienceSegment != null && !input.customer.segments.includes(gate.audienceSegment)) {
-        effects.push({ type: 'challenge.skipped', challengeId: rt.config.id, reason: 'segment_not_matched' });
-        continue;
-      }
+    const closed = campaignClosed(rt.config, context.campaigns, ctx.nowMs, () => input.customer.segments);
+    if (closed !== null) {
+      effects.push({ type: 'challenge.skipped', challengeId: rt.config.id, reason: closed });
+      continue;
     }
     const outcome = byRule ? null : evaluatePlan(rt.plan, input);
     const qualifies = outcome === null || outcome.fired;
@@ -394,16 +388,47 @@ export function applyChallenges(
 }
 
 /**
+ * Why a campaign's challenge is closed to the customer now: its campaign is not live
+ * (campaign_inactive) or the customer is outside its audience (segment_not_matched, `segments`
+ * read only then); null for a challenge without a campaign or one open to the customer.
+ */
+function campaignClosed(
+  config: ch.ChallengeConfig,
+  campaigns: ChallengeContext['campaigns'],
+  nowMs: number,
+  segments: () => readonly string[],
+): ch.CampaignClosed | null {
+  if (config.campaignId == null) return null;
+  const gate = campaigns?.[config.campaignId];
+  if (campaignInactiveReason(gate, nowMs) !== null) return 'campaign_inactive';
+  if (gate?.audienceSegment != null && !segments().includes(gate.audienceSegment)) return 'segment_not_matched';
+  return null;
+}
+
+/**
  * An operator command on one customer's challenge (enroll, unenroll, revoke, reevaluate). A
- * reevaluation that completes applies the completion actions in the same journal entry.
+ * reevaluation that completes applies the completion actions in the same journal entry; it is
+ * gated by the challenge's campaign as an event is (nothing completes while the campaign is not
+ * live, or for a customer outside its audience).
  */
 export function runChallengeCommand(
   context: ChallengeContext,
   runtime: ChallengeRuntime | null,
   command: ch.Command,
-  subject: Pick<RuleSubject, 'ledger' | 'tiers'> & { challenges: ch.ChallengesState; inventory?: InventoryState },
+  subject: Pick<RuleSubject, 'ledger' | 'tiers'> & {
+    challenges: ch.ChallengesState;
+    inventory?: InventoryState;
+    attributes?: Record<string, unknown>;
+    segmentIds?: readonly string[];
+  },
   ctx: ledger.LedgerCtx,
 ): { ok: true; facts: StepFact[]; effects: Effect[]; reply: ch.Reply } | Extract<ch.Decision, { ok: false }> {
+  if (command.kind === 'challenge.reevaluate') {
+    const closed = campaignClosed(command.challenge, context.campaigns, ctx.nowMs, () =>
+      segmentNames(context.segments ?? [], subject.segmentIds ?? noSegments, subject.attributes ?? {}),
+    );
+    command = { ...command, campaignClosed: closed };
+  }
   const d = ch.decide(subject.challenges, command, ctx);
   if (!d.ok) return d;
   const facts: StepFact[] = [];

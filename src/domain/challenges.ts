@@ -87,7 +87,19 @@ export type Command =
       /** Defaults to the latest record's period. */
       periodKey?: string | null;
     }
-  | { kind: 'challenge.reevaluate'; challenge: ChallengeConfig; timeZone: string };
+  | {
+      kind: 'challenge.reevaluate';
+      challenge: ChallengeConfig;
+      timeZone: string;
+      /**
+       * Why the challenge's campaign is closed to the customer now (not live, or the customer is
+       * outside its audience), as the caller judged it (challenge-effects): nothing completes.
+       */
+      campaignClosed?: CampaignClosed | null;
+    };
+
+/** Why a campaign challenge takes no progress from a customer now (as for an event: challenge.skipped). */
+export type CampaignClosed = 'campaign_inactive' | 'segment_not_matched';
 
 export type ChallengeFact =
   | { kind: 'challenge.enrolled'; challengeId: string; atMs: number }
@@ -143,6 +155,7 @@ export type ChallengeFact =
 
 /** Why a qualifying-looking event made no progress, in the order the checks run. */
 export type SkipReason =
+  | CampaignClosed
   | 'challenge_not_active'
   | 'challenge_not_started'
   | 'challenge_ended'
@@ -214,7 +227,7 @@ export function decide(state: ChallengesState, cmd: Command, ctx: ChallengeCtx):
     case 'challenge.revoke':
       return revoke(state, cmd, ctx);
     case 'challenge.reevaluate':
-      return reevaluate(state, cmd.challenge, cmd.timeZone, ctx);
+      return reevaluate(state, cmd.challenge, cmd.timeZone, cmd.campaignClosed ?? null, ctx);
   }
 }
 
@@ -401,10 +414,11 @@ function revoke(state: ChallengesState, cmd: Command & { kind: 'challenge.revoke
 
 /**
  * Operator action: completes the current period's record when it already reaches the target (for
- * example after the target was lowered) and the challenge may progress now. Completes at most
+ * example after the target was lowered) and the challenge may progress now (its campaign, when it
+ * has one, live and the customer in its audience: `campaignClosed` otherwise). Completes at most
  * once, like a contribution would; the caller sums `completed` over customers.
  */
-function reevaluate(state: ChallengesState, challenge: ChallengeConfig, timeZone: string, ctx: ChallengeCtx): Decision {
+function reevaluate(state: ChallengesState, challenge: ChallengeConfig, timeZone: string, campaignClosed: CampaignClosed | null, ctx: ChallengeCtx): Decision {
   const latest = get(state.progress, challenge.id) ?? null;
   const key = currentPeriodKey(state, challenge, ctx.nowMs, timeZone);
   // The answer shows the current period's record: one of an earlier period (or of the period
@@ -415,7 +429,8 @@ function reevaluate(state: ChallengesState, challenge: ChallengeConfig, timeZone
     facts: noFacts,
     reply: { kind: 'reevaluated', challengeId: challenge.id, completed: 0, reason, progress: current },
   });
-  const gated = gate(state, challenge, ctx.nowMs);
+  // The campaign first, as for an event (challenge-effects skips before the challenge's own gates).
+  const gated = campaignClosed ?? gate(state, challenge, ctx.nowMs);
   if (gated !== null) return none(gated);
   if (!challenge.repeatable && (state.completions[challenge.id] ?? 0) > 0) return none('already_completed');
   if (latest === null || latest.periodKey !== key) return none(null);

@@ -449,6 +449,8 @@ export const progressRevokedSchema = progressSchema.extend({ audit_entry_id: aud
 export const reevaluationSchema = z.object({
   completed: z.number().int().min(0).max(1).describe('Completions this reevaluation made.'),
   reason: allOf<SkipReason>()([
+    'campaign_inactive',
+    'segment_not_matched',
     'challenge_not_active',
     'challenge_not_started',
     'challenge_ended',

@@ -488,6 +488,54 @@ t.test('challenges over the API', async (t) => {
     t.equal((await api.get(`/v1/rewards/${reward.id}`)).body.issued, 1, 'its unit is taken');
   });
 
+  await t.test("reevaluate is gated by the challenge's campaign as events are: an ended campaign or a customer outside its audience completes nothing", async (t) => {
+    const vip = (await api.post('/v1/segments', { name: 'reeval-vip', kind: 'static' }, idem())).body;
+    const cmp = (await api.post('/v1/campaigns', { name: 'Reeval camp', audience_segment: 'reeval-vip' }, idem())).body;
+    t.equal((await api.post(`/v1/campaigns/${cmp.id}/activate`, {})).status, 200);
+    const c = (
+      await api.post(
+        '/v1/challenges',
+        {
+          name: 'Camp challenge',
+          qualifying: { event: 'cc.done' },
+          target: 3,
+          status: 'active',
+          campaign_id: cmp.id,
+          completion_actions: [{ type: 'points.award', currency: 'coins', amount: 99 }],
+        },
+        idem(),
+      )
+    ).body;
+    const out = (await api.post('/v1/customers', { external_id: 'cc-out' }, idem())).body.id as string;
+    t.equal((await api.post('/v1/customers', { external_id: 'cc-in' }, idem())).status, 201);
+    t.equal((await api.post(`/v1/segments/${vip.id}/members`, { customer_id: 'cc-in' }, idem())).status, 201);
+    let n = 0;
+    for (let i = 0; i < 2; i++) {
+      const e = await api.post('/v1/events', { id: `cc-${++n}`, name: 'cc.done', customer_id: 'cc-in', occurred_at: now(), mode: 'sync' });
+      t.match(e.body.effects, [{ type: 'challenge.progressed', challenge_id: c.id }]);
+    }
+    // cc-out made progress while it was in the audience, then left it.
+    t.equal((await api.post(`/v1/segments/${vip.id}/members`, { customer_id: 'cc-out' }, idem())).status, 201);
+    for (let i = 0; i < 2; i++) {
+      const e = await api.post('/v1/events', { id: `cc-${++n}`, name: 'cc.done', customer_id: 'cc-out', occurred_at: now(), mode: 'sync' });
+      t.match(e.body.effects, [{ type: 'challenge.progressed', challenge_id: c.id }]);
+    }
+    t.equal((await api.delete(`/v1/segments/${vip.id}/members/${out}`)).status, 204);
+    t.equal((await api.patch(`/v1/challenges/${c.id}`, { target: 2 })).status, 200);
+
+    const outside = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: 'cc-out', reason: 'lowered' });
+    t.equal(outside.status, 200, JSON.stringify(outside.body));
+    t.match(outside.body, { completed: 0, reason: 'segment_not_matched', effects: [], progress: { count: 2, status: 'active' } }, 'outside the audience: nothing completes');
+
+    t.equal((await api.post(`/v1/campaigns/${cmp.id}/end`, {})).status, 200);
+    const ended = await api.post(`/v1/challenges/${c.id}/reevaluate`, { customer_id: 'cc-in', reason: 'lowered' });
+    t.equal(ended.status, 200, JSON.stringify(ended.body));
+    t.match(ended.body, { completed: 0, reason: 'campaign_inactive', effects: [], progress: { count: 2, status: 'active' } }, 'the campaign ended: nothing completes');
+    t.equal(await balance(await customerId('cc-in')), 0, 'no award was paid');
+    const listed = (await api.get(`/v1/challenges/${c.id}/progress?customer_id=cc-in`)).body.data;
+    t.match(listed, [{ count: 2, status: 'active', completed_at: null }]);
+  });
+
   await t.test("a deleted customer's enrollment is removed with it; its progress stays listed, also filtered by its id", async (t) => {
     const c = (await api.post('/v1/challenges', { name: 'Invite deleted', qualifying: { event: 'del.scored' }, target: 5, enrollment: 'explicit', status: 'active' }, idem())).body;
     const gone = (await api.post('/v1/customers', { external_id: 'enr-gone' }, idem())).body.id as string;
@@ -500,6 +548,15 @@ t.test('challenges over the API', async (t) => {
     const progress = await api.get(`/v1/challenges/${c.id}/progress?customer_id=${gone}`);
     t.match(progress.body.data, [{ customer_id: gone, count: 1 }], "filtering by the deleted customer's id lists its records, as the unfiltered list does");
     t.same((await api.get(`/v1/challenges/${c.id}/progress`)).body.data.map((p: { customer_id: string }) => p.customer_id), [gone]);
+  });
+
+  await t.test('OpenAPI: completion_actions names every action a challenge accepts', async (t) => {
+    const doc = (await anon.get('/v1/openapi.json')).body;
+    const body = doc.paths['/v1/challenges'].post.requestBody.content['application/json'].schema;
+    const description = body.properties.completion_actions.description as string;
+    for (const type of ['points.award', 'item.grant', 'reward.issue', 'tier.evaluate']) t.match(description, type, `${type} is documented`);
+    const patch = doc.paths['/v1/challenges/{id}'].patch.requestBody.content['application/json'].schema;
+    t.match(patch.properties.completion_actions.description, 'reward.issue');
   });
 
   // Last: the tier program made here would re-place the customers of the earlier subtests.

@@ -24,6 +24,7 @@ import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, rou
 import { customerTarget, iso, unwrap } from '../wire.js';
 import type { CampaignGate } from '../../domain/campaigns.js';
 import type { Effect } from '../../domain/rule-effects.js';
+import type { SegmentDef } from '../../domain/segments.js';
 import { effectWire } from './events.js';
 import { namesOneOf } from '../validation.js';
 import { challengeSchema, enrollmentSchema, pageOf, progressRevokedSchema, progressSchema, reevaluationSchema } from '../wire-schemas.js';
@@ -46,7 +47,10 @@ const fields = {
   contribution_key: z.string().min(1).max(challengeLimits.contributionKeyCharsMax).nullable().describe('e.g. event.properties.match_id; null: every event counts.'),
   enrollment: z.enum(enrollmentModes as [string, ...string[]]),
   repeatable: z.boolean(),
-  completion_actions: z.array(z.unknown()).max(challengeLimits.completionActionsMax).describe('Rule actions: points.award {currency, amount}, tier.evaluate {program?}.'),
+  completion_actions: z
+    .array(z.unknown())
+    .max(challengeLimits.completionActionsMax)
+    .describe('Rule actions: points.award {currency, amount}, item.grant {item, quantity}, reward.issue {reward_id}, tier.evaluate {program?}.'),
   campaign_id: z.string().min(1).max(64).nullable(),
   starts_at: timestamp.nullable(),
   ends_at: timestamp.nullable(),
@@ -114,6 +118,8 @@ export interface ChallengeDeps {
   campaignExists?: (environmentId: string, id: string) => Promise<boolean>;
   /** The environment's campaigns: a reevaluated completion never awards a capped currency (no budget grant). */
   campaignGates?: (environmentId: string) => Promise<Readonly<Record<string, CampaignGate>>>;
+  /** The environment's segments (a campaign challenge's audience, for reevaluate). */
+  segments?: (environmentId: string) => Promise<SegmentDef[]>;
   /**
    * Called with the effects of a journaled command (after the ack), as events do: the rewards a
    * reevaluation's completion requested are delivered at once (RewardDueWork.afterEvent).
@@ -189,11 +195,12 @@ function auditReason(value: string | undefined): string {
 export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
   /** Everything a challenge command needs, loaded before the actor step. */
   async function context(env: string): Promise<ChallengeContext> {
-    const [all, programs, timeZone, campaigns] = await Promise.all([
+    const [all, programs, timeZone, campaigns, segments] = await Promise.all([
       deps.currencies.all(env),
       deps.tiers.all(env),
       deps.challenges.timeZone(env),
       deps.campaignGates?.(env),
+      deps.segments?.(env),
     ]);
     return {
       challenges: [],
@@ -201,6 +208,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
       currencies: all.map((c) => ({ key: c.key, negativeBalance: c.negativeBalance, expiryDays: c.expiryDays })),
       tierPrograms: programs.map(tierProgramOf),
       campaigns,
+      segments,
     };
   }
 
