@@ -28,6 +28,7 @@ import { ChallengeReadModel } from './persistence/sql/challenge-read-model.js';
 import { CounterCatalog, CountersContexts } from './catalog/counters.js';
 import { counterRoutes } from './gateway/handlers/counters.js';
 import { CounterBackfill } from './jobs/counter-backfill.js';
+import { CountersBarrier } from './cluster/counters-barrier.js';
 import { BudgetAllowances } from './catalog/campaign-budgets.js';
 import { CampaignCatalog } from './catalog/campaigns.js';
 import { SegmentCatalog } from './catalog/segments.js';
@@ -269,10 +270,28 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   // holds leases; it advertises the port it bound (GRPC_PORT 0: one the kernel picked). A call
   // that arrives before the engine exists fails, and the peer routes it again.
   let engineOrNull: Engine | null = null;
+  // A new counter definition's barrier (every node settles the events sent before it, then the
+  // read tables catch up with the journal): node messages share the forwarding stream.
+  const countersBarrier = new CountersBarrier({
+    nodeId: config.NODE_ID,
+    membership: storage.membership,
+    forwarder: forwardClient,
+    settleLocal: async (env) => {
+      counters.forget(env);
+      // No engine yet: no event command was sent here.
+      if (engineOrNull !== null) await engineOrNull.settled();
+    },
+    partitions: config.PARTITIONS,
+    journal: storage.journal,
+    projectedOffsets: async () =>
+      new Map((await sql`select partition, "offset" from projection_offsets`).map((r) => [r.partition as number, r.offset as string])),
+    drainProjector: () => projector.drain(),
+  });
   const forwardServer = new ForwardServer({
     host: config.HOST,
     port: config.GRPC_PORT,
     handler: (payload) => {
+      if (CountersBarrier.isMessage(payload)) return countersBarrier.handle(payload);
       if (engineOrNull === null) throw new Error('this node is still starting');
       return engineOrNull.executeForwarded(payload);
     },
@@ -305,7 +324,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   teardown.add('projector', () => projector.stop());
   // The moves tier program edits owe their holders: run by the edit, finished by the scheduler when one stopped.
   const tierMoves: TierMoves = new TierMoves({ engine, readModel, catalog: tiers, now, drainProjector: () => projector.drain(), logger });
-  const backfill = new CounterBackfill({ sql, engine, counters, pool, drainProjector: () => projector.drain(), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX, inlineScanMax: config.COUNTER_BACKFILL_INLINE_SCAN_MAX });
+  const backfill = new CounterBackfill({ sql, engine, counters, pool, barrier: (env) => countersBarrier.pass(env), now, logger, inlineEventsMax: config.COUNTER_BACKFILL_INLINE_MAX, inlineScanMax: config.COUNTER_BACKFILL_INLINE_SCAN_MAX });
   const dueWork = new DueWork({ sql, engine, currencies, tiers, now, drainProjector: () => projector.drain(), logger });
   const rewardDue = new RewardDueWork({ sql, engine, rewards, now, drainProjector: () => projector.drain(), logger });
   const challengeEnds = new CatalogEnds('challenge ends', challenges, now, (n) => ({ customerIds: [], challengesEnded: n }));
@@ -335,7 +354,7 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
     profiles: matchProfiles,
     nowMs: now,
     rules: (env) => rulesContexts.get(env),
-    counters: async (env) => countersContexts.get(env, await challenges.timeZone(env)),
+    counters: { timeZone: (env) => challenges.timeZone(env), context: (env, timeZone) => countersContexts.get(env, timeZone) },
     budgets,
     sharedLimits,
     afterEvent: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),
@@ -359,9 +378,14 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
       ...counterRoutes({
         counters,
         backfill,
-        hasEvents: async (env) => {
-          await projector.drain();
-          return (await sql`select exists (select 1 from events where environment_id = ${env}) as e`)[0]!.e === true;
+        provenEmpty: async (env) => {
+          try {
+            await countersBarrier.pass(env);
+          } catch (err) {
+            logger.warn({ err }, 'a new counter definition stays backfilling: the barrier did not pass');
+            return false;
+          }
+          return (await sql`select exists (select 1 from events where environment_id = ${env}) as e`)[0]!.e !== true;
         },
       }),
       ...segmentRoutes({ segments, engine, now, members: readModel, drainProjector: () => projector.drain() }),

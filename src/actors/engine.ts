@@ -8,6 +8,7 @@ import { limits } from '../limits.js';
 import type { Journal } from '../persistence/ports.js';
 import { callTag, newCallId } from './calls.js';
 import { ownString, packMessage, sharedEnvironmentId, unpackMessage } from './codec.js';
+import { InFlight } from './in-flight.js';
 import { type Call, type CallResult, closedResult, type Partition, type Target } from './partition.js';
 
 export interface Forwarder {
@@ -54,6 +55,14 @@ const projectionBehindResult: CallResult = {
   retryAfterSeconds: 1,
 };
 
+/**
+ * Commands that record an event, each with the counters context its sender read in the same tick
+ * (catalog/counters.ts, withCountersContext): counted in flight until they settle (settled()).
+ */
+function recordsEvent(kind: string): boolean {
+  return kind === 'event.record' || kind === 'match.admit' || kind === 'match.review';
+}
+
 const movedRetryMs = 50;
 /** How long a forwarded call waits for the owner's answer before it is sent again. */
 const forwardDeadlineMs = 5000;
@@ -65,6 +74,8 @@ export class Engine {
   private flushScheduled = false;
   /** Journal calls in flight; at most limits.journalCallsInFlightMax, later records wait and join the next. */
   private appending = 0;
+  /** Event commands sent from here or forwarded here, until they settle (see settled). */
+  private readonly events = new InFlight();
 
   constructor(
     readonly partitions: number,
@@ -101,6 +112,36 @@ export class Engine {
    * instead of answering 404 for good.
    */
   execute(call: Call): Promise<CallResult> {
+    if (!recordsEvent(call.command.kind)) return this.dispatch(call);
+    const epoch = this.events.enter();
+    const leave = () => this.events.leave(epoch);
+    let pending: Promise<CallResult>;
+    try {
+      pending = this.dispatch(call);
+    } catch (err) {
+      leave();
+      throw err;
+    }
+    pending.then(leave, leave);
+    return pending;
+  }
+
+  /**
+   * Resolves once every event command this node had in flight when called has settled: sent from
+   * here (whoever owns its customer) or forwarded here by another node, and answered, so
+   * journaled unless it failed. The barrier of a new counter definition (cluster/counters-barrier.ts):
+   * the commands it waits for are those whose counters context may predate the definition.
+   */
+  settled(): Promise<void> {
+    return this.events.settled();
+  }
+
+  /** Event commands in flight on this node (tests). */
+  get eventsInFlight(): number {
+    return this.events.size;
+  }
+
+  private dispatch(call: Call): Promise<CallResult> {
     // Fast path: a local partition, no redirect (one promise, no async frames).
     const local = this.placement.local(this.partitionOfTarget(call.env, call.target));
     if (local === undefined) return this.executeRouted(call, true);
@@ -171,6 +212,17 @@ export class Engine {
   /** Entry point for calls forwarded by other nodes. */
   async executeForwarded(payload: Uint8Array): Promise<Uint8Array> {
     const call = unpackMessage<Call>(payload);
+    if (!recordsEvent(call.command.kind)) return this.runForwarded(call);
+    // In flight here from its arrival to its answer (settled()).
+    const epoch = this.events.enter();
+    try {
+      return await this.runForwarded(call);
+    } finally {
+      this.events.leave(epoch);
+    }
+  }
+
+  private async runForwarded(call: Call): Promise<Uint8Array> {
     // A customer created here keeps these strings: own copies, not slices of the message (codec.ts).
     call.env = sharedEnvironmentId(call.env);
     const target = call.target;

@@ -1,7 +1,9 @@
 // Counter definitions of an environment (spec 2.9): {name, event, window, filter?} with a status,
 // backfilling until the history is counted, then ready. Rows live in PostgreSQL; every node caches
 // each environment's definitions with their compiled filters (dropped on a bus message when any
-// node changes one), and hands them to the customer actors with each event (CountersContext).
+// node changes one, and by the barrier of cluster/counters-barrier.ts), and hands them to the
+// customer actors with each event (CountersContext), read in the same tick as the event's command
+// goes to the engine (withCountersContext).
 // A definition that a non-archived rule or the qualifying conditions of a challenge not ended read
 // cannot be deleted (409 resource_in_use naming them). Definitions have no rename (no PATCH).
 import {
@@ -80,10 +82,13 @@ export class CounterCatalog {
   }
 
   /**
-   * Creates a definition: `backfilling` when the environment already has events (hasEvents, after
-   * the projector drained), `ready` otherwise. Live counting starts as soon as it is cached.
+   * Creates a definition. Live counting starts as soon as a node's cache holds it, so an event
+   * sent just before (its counters context read without it) is counted by no one but a backfill:
+   * the definition is stored `backfilling`, and made `ready` only when `provenEmpty` shows that
+   * no such event can still appear (the barrier of every node's events sent before, then the
+   * environment has no event at all). The version stays 1: that is part of the creation.
    */
-  async create(environmentId: string, input: CounterInput, hasEvents: () => Promise<boolean>): Promise<CounterRecord> {
+  async create(environmentId: string, input: CounterInput, provenEmpty: () => Promise<boolean>): Promise<CounterRecord> {
     const w = validateWindow(input.window);
     if (w !== null) throw invalid(w.param, w.message);
     if (input.filter !== undefined && input.filter !== null) {
@@ -94,17 +99,31 @@ export class CounterCatalog {
     if (n >= counterLimits.perEnvironmentMax) {
       throw invalid('name', `An environment has at most ${counterLimits.perEnvironmentMax} counter definitions.`);
     }
-    const status: CounterStatus = (await hasEvents()) ? 'backfilling' : 'ready';
     const filter = input.filter === undefined || input.filter === null ? null : JSON.stringify(input.filter);
     const rows = await this.sql`
       insert into counter_definitions (environment_id, id, name, event, time_window, filter, status)
       values (${environmentId}, ${newId('ctr')}, ${input.name}, ${input.event}, (${JSON.stringify(input.window)}::text)::jsonb,
-        (${filter}::text)::jsonb, ${status})
+        (${filter}::text)::jsonb, 'backfilling')
       on conflict (environment_id, name) do nothing
       returning *`;
     if (rows.length === 0) throw new ApiError('already_exists', { message: `A counter named ${input.name} already exists.`, param: 'name' });
+    const created = row(rows[0]!);
     await this.changed(environmentId);
-    return row(rows[0]!);
+    // A failure to show it leaves the definition backfilling (stored already: the create answers).
+    if (!(await provenEmpty().catch(() => false))) return created;
+    const ready = await this.sql`
+      update counter_definitions set status = 'ready'
+      where environment_id = ${environmentId} and id = ${created.id} and status = 'backfilling'
+      returning *`;
+    // Gone or ready meanwhile (a DELETE, a backfill): answered as it is now.
+    if (ready.length === 0) return this.get(environmentId, created.id);
+    await this.changed(environmentId);
+    return row(ready[0]!);
+  }
+
+  /** Drops the environment's cached definitions on this node (the barrier; the bus does it too). */
+  forget(environmentId: string): void {
+    this.cache.delete(environmentId);
   }
 
   async list(environmentId: string, q: { limit: number; after: string | null }): Promise<CounterRecord[]> {
@@ -205,6 +224,27 @@ export class CounterCatalog {
     this.cache.delete(environmentId);
     await this.bus.publish(channel, environmentId).catch(() => {});
   }
+}
+
+/** Load rounds withCountersContext allows before it gives up (each round: the definitions changed meanwhile). */
+const contextRoundsMax = 20;
+
+/**
+ * Calls `send` with the counters context `read` gives, read in the same tick as `send` runs: a
+ * command that records an event carries a context no older than its entry into the engine, which
+ * counts it in flight from then on (Engine.settled), so a new definition's barrier waits for every
+ * event sent without it. `read` answers synchronously once the catalog is cached (CountersContexts);
+ * a Promise is awaited and the context read again.
+ */
+export function withCountersContext<T>(
+  read: () => CountersContext | null | Promise<CountersContext | null>,
+  send: (counters: CountersContext | null) => Promise<T>,
+  rounds = 0,
+): Promise<T> {
+  const c = read();
+  if (!(c instanceof Promise)) return send(c);
+  if (rounds >= contextRoundsMax) return Promise.reject(new Error('the counter definitions keep changing'));
+  return c.then(() => withCountersContext(read, send, rounds + 1));
 }
 
 /**

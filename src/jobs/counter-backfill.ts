@@ -3,7 +3,9 @@
 // its historical base (counter.backfill -> counter.backfilled fact), then marks the definition
 // ready. The boundary is exact per event: an event counted live carries the counter's id in its
 // row (events.counted, projected from the counter.counted fact journaled with it), and the
-// backfill counts only rows that do not name the counter, after draining the projector. An actor
+// backfill counts only rows that do not name the counter, after the barrier (every event sent,
+// on any node, without the definition in its counters context is in the read tables:
+// cluster/counters-barrier.ts), so none it did not count live can appear after its scan. An actor
 // applies at most one base per counter, so a retried or concurrent backfill never counts twice.
 // Small histories run inline (the request answers with the ready definition); larger ones run as
 // a job whose per-customer counting goes to the piscina pool (the request answers 202).
@@ -11,6 +13,7 @@ import type { Logger } from 'pino';
 import type { Engine } from '../actors/engine.js';
 import type { CounterCatalog, CounterRecord } from '../catalog/counters.js';
 import { type CounterState, historicalBasesOf } from '../domain/counters.js';
+import { ApiError } from '../errors/api-error.js';
 import type { Sql } from '../persistence/sql/db.js';
 import type { WorkerPool } from '../workers/pool.js';
 import type { BackfillCustomer, CounterDefSource } from '../workers/tasks.worker.js';
@@ -33,7 +36,11 @@ export interface CounterBackfillDeps {
   engine: Engine;
   counters: CounterCatalog;
   pool: WorkerPool;
-  drainProjector(): Promise<void>;
+  /**
+   * Resolves once every event sent without the definition in its counters context is in the read
+   * tables (CountersBarrier.pass); rejects when that cannot be shown in time.
+   */
+  barrier(environmentId: string): Promise<void>;
   now(environmentId: string): number | Promise<number>;
   logger: Logger;
   inlineEventsMax?: number;
@@ -51,7 +58,15 @@ export class CounterBackfill {
   async run(environmentId: string, id: string, timeZone: string): Promise<BackfillOutcome> {
     const record = await this.deps.counters.get(environmentId, id);
     if (record.status === 'ready') return { done: true, record };
-    await this.deps.drainProjector();
+    try {
+      await this.deps.barrier(environmentId);
+    } catch (err) {
+      this.deps.logger.warn({ err, counter: id }, 'counter backfill: the barrier did not pass');
+      throw new ApiError('rate_limited', {
+        message: 'Events sent before this counter was defined may still be on their way into the read tables; retry.',
+        retryAfterSeconds: 1,
+      });
+    }
     const scanMax = this.deps.inlineScanMax ?? inlineScanMaxDefault;
     const [{ n, scanned }] = (await this.deps.sql`
       select count(*) filter (where name = ${record.event} and not (${record.id} = any(coalesce(counted, '{}'))))::int as n,

@@ -19,6 +19,7 @@ import type { Engine } from '../actors/engine.js';
 import type { CallResult, EngineCommand } from '../actors/partition.js';
 import { eventFingerprint } from '../domain/event-fingerprint.js';
 import { type MatchEventSpec, type MatchPlayerReply, matchEventProperties } from '../domain/match/actor.js';
+import { withCountersContext } from '../catalog/counters.js';
 import { type BudgetAllowance, grantFor, settleGrant } from '../catalog/event-grants.js';
 import { type HeldSlots, reserveSharedLimits, settleSharedLimits } from '../catalog/shared-limit-slots.js';
 import { preAdmit, checkProfileOpen } from '../domain/match/admission.js';
@@ -58,8 +59,14 @@ export interface MatchResultsDeps {
   profiles: MatchProfileStore;
   nowMs(environmentId: string): number | Promise<number>;
   rules(environmentId: string): RulesContext | null | Promise<RulesContext | null>;
-  /** The environment's counter definitions: match events are counted like any other event. */
-  counters?(environmentId: string): CountersContext | null | Promise<CountersContext | null>;
+  /**
+   * The environment's counter definitions in its time zone: match events are counted like any
+   * other event. `context` answers synchronously once cached (read as each player's event is sent).
+   */
+  counters?: {
+    timeZone(environmentId: string): Promise<string>;
+    context(environmentId: string, timeZone: string): CountersContext | null | Promise<CountersContext | null>;
+  };
   /** The node's campaign budget allowance: capped campaigns' awards on match events (rule 6, as for POST /v1/events). */
   budgets?: BudgetAllowance;
   /** Rule limits shared by every customer: a player's event reserves its slots as POST /v1/events does. */
@@ -150,7 +157,8 @@ export class MatchResults {
 
   /** What a player's event is evaluated with (loaded before the actor's step), as for POST /v1/events. */
   private async eventContext(env: string): Promise<EventContext> {
-    const [rules, counters] = await Promise.all([this.deps.rules(env), this.deps.counters?.(env) ?? null]);
+    const c = this.deps.counters;
+    const [rules, counters] = await Promise.all([this.deps.rules(env), c === undefined ? null : c.timeZone(env).then((tz) => c.context(env, tz))]);
     return { rules, counters };
   }
 
@@ -549,7 +557,22 @@ export class MatchResults {
 
   /** An engine call carrying a player's event: the unused part of its budget grant and its unused shared limit slots go back after the reply. */
   private execute(env: string, target: { by: 'id'; id: string } | { by: 'key'; key: string }, command: EngineCommand & { event: MatchEventSpec }, nowMs: number): Promise<CallResult> {
-    const pending = this.deps.engine.execute({ env, target, command, nowMs });
+    const c = this.deps.counters;
+    const send = () => this.deps.engine.execute({ env, target, command, nowMs });
+    // The event carries the counter definitions as they are when it enters the engine, as on
+    // POST /v1/events (withCountersContext): the context read with the report may be older.
+    const pending =
+      c === undefined
+        ? send()
+        : c.timeZone(env).then((tz) =>
+            withCountersContext(
+              () => c.context(env, tz),
+              (counters) => {
+                command.event.counters = counters;
+                return send();
+              },
+            ),
+          );
     settleGrant(this.deps.budgets, env, command.event.rules?.budget ?? null, pending);
     settleSharedLimits(this.deps.sharedLimits, this.heldSlots.get(command.event) ?? null, pending);
     return pending;

@@ -5,6 +5,7 @@
 // counting history exactly once (inline and as a job on the worker pool), and replay rebuilding
 // identical counters.
 import t from 'tap';
+import type { Call, CallResult } from '../../src/actors/partition.js';
 import { idem, signUp, startForTest, storageFor } from '../helpers/service.js';
 
 const ago = (ms: number) => new Date(Date.now() - ms).toISOString();
@@ -245,6 +246,50 @@ t.test('ETag: create, GET and backfill answer the version; DELETE takes it as If
   t.equal(stale.status, 409);
   t.equal(stale.body.error.code, 'stale_write');
   t.equal((await api.request('DELETE', `/v1/counter_definitions/${ctr.body.id}`, undefined, { 'if-match': bf.headers.get('etag')! })).status, 204);
+});
+
+t.test('a counter defined while the first events are still in flight counts each of them once, live or by the backfill', async (t) => {
+  const { anon, service } = await startForTest(t);
+  const api = (await signUp(anon)).server;
+  // The actors' steps are held: each event has read its counters context (none yet) and is in
+  // the engine, but not applied, journaled or projected.
+  let held = 0;
+  let release!: () => void;
+  const gate = new Promise<void>((r) => {
+    release = r;
+  });
+  t.teardown(() => release());
+  for (let p = 0; p < service.engine.partitions; p++) {
+    const partition = service.placement.local(p);
+    if (partition === undefined) continue;
+    const submit = partition.submit.bind(partition);
+    partition.submit = (call: Call): Promise<CallResult> => {
+      if (call.command.kind !== 'event.record') return submit(call);
+      held++;
+      return gate.then(() => submit(call));
+    };
+  }
+  const n = 12;
+  const events = Array.from({ length: n }, (_, i) =>
+    api.post('/v1/events', { id: `first-${i}`, name: 'first.visit', customer_id: `fv-${i % 4}`, occurred_at: ago(1000), properties: {} }),
+  );
+  while (held < n) await new Promise((r) => setTimeout(r, 5));
+
+  // The definition is created while they are in flight; they are let go a moment later.
+  const creating = api.post('/v1/counter_definitions', { name: 'visits', event: 'first.visit', window: { kind: 'lifetime' } }, idem());
+  const letGo = setTimeout(release, 150);
+  t.teardown(() => clearTimeout(letGo));
+  const ctr = await creating;
+  release();
+  t.same((await Promise.all(events)).map((r) => r.status), Array(n).fill(202));
+  t.equal(ctr.status, 201);
+  t.equal(ctr.body.status, 'backfilling', 'events the definition did not count live were recorded: it is not ready');
+
+  const bf = await api.post(`/v1/counter_definitions/${ctr.body.id}/backfill`, {});
+  t.equal(bf.body.status, 'ready');
+  let sum = 0;
+  for (let c = 0; c < 4; c++) sum += (await counters(api, `fv-${c}`)).visits ?? 0;
+  t.equal(sum, n, 'every event counted once');
 });
 
 t.test("backfill after merges counts the merged customers' events too, each once", async (t) => {

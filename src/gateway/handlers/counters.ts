@@ -36,8 +36,11 @@ const createBody = z.strictObject({
 export interface CounterDeps {
   counters: CounterCatalog;
   backfill: CounterBackfill;
-  /** Whether the environment has recorded events (after draining the projector). */
-  hasEvents(environmentId: string): Promise<boolean>;
+  /**
+   * True when a new definition can be ready at once: after the barrier (every event sent without
+   * it is in the read tables), the environment has no event. False too when the barrier fails.
+   */
+  provenEmpty(environmentId: string): Promise<boolean>;
 }
 
 export function counterWire(c: CounterRecord) {
@@ -71,7 +74,7 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const b = ctx.body;
-        const c = await deps.counters.create(env, { name: b.name, event: b.event, window: b.window, filter: b.filter }, () => deps.hasEvents(env));
+        const c = await deps.counters.create(env, { name: b.name, event: b.event, window: b.window, filter: b.filter }, () => deps.provenEmpty(env));
         return { status: 201, body: counterWire(c), headers: etagHeader(c.version) };
       },
     }),

@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { CallResult } from '../../actors/partition.js';
+import { withCountersContext } from '../../catalog/counters.js';
 import { type BudgetAllowance, grantFor, settleGrant } from '../../catalog/event-grants.js';
 import { type Reserved, reserveSharedLimits, settleSharedLimits } from '../../catalog/shared-limit-slots.js';
 import type { Effect, RulesContext } from '../../domain/rule-effects.js';
@@ -163,8 +164,10 @@ async function recordOne(
   }
   const loaded = deps.rules(env);
   let rules = loaded instanceof Promise ? await loaded : loaded;
+  // Loaded here, so a storage failure fails the event before it takes slots or a grant; read
+  // again as the command is sent (below).
   const countersLoaded = deps.counters?.(env, timeZone) ?? null;
-  const counters = countersLoaded instanceof Promise ? await countersLoaded : countersLoaded;
+  if (countersLoaded instanceof Promise) await countersLoaded;
   // Limits shared by every customer: slots reserved before the step (first: a failure here has
   // taken no budget grant); null, with no await, for events no such rule is triggered by.
   const reserving = reserveSharedLimits(deps.sharedLimits, env, ev.id, rules, { name: ev.name, properties: ev.properties, trust }, nowMs);
@@ -181,25 +184,32 @@ async function recordOne(
   const g = grantFor(deps.budgets, env, rules, ev, nowMs);
   const granted = g instanceof Promise ? await g : g;
   rules = granted.rules;
-  const pending = deps.engine.execute({
-    env,
-    target: { by: 'key', key: ev.customer_id },
-    command: {
-      kind: 'event.record',
-      externalId: ev.customer_id,
-      clientEventId: ev.id,
-      name: ev.name,
-      occurredAtMs,
-      properties: ev.properties,
-      fp,
-      trust,
-      source,
-      rules,
-      counters,
-      ...(sync ? { sync: true } : {}),
-    },
-    nowMs,
-  });
+  // The counter definitions as they are when the command enters the engine (withCountersContext):
+  // a definition created before is counted live, one created after waits for this event (its
+  // barrier) before anything decides it is ready.
+  const pending = withCountersContext(
+    () => deps.counters?.(env, timeZone) ?? null,
+    (counters) =>
+      deps.engine.execute({
+        env,
+        target: { by: 'key', key: ev.customer_id },
+        command: {
+          kind: 'event.record',
+          externalId: ev.customer_id,
+          clientEventId: ev.id,
+          name: ev.name,
+          occurredAtMs,
+          properties: ev.properties,
+          fp,
+          trust,
+          source,
+          rules,
+          counters,
+          ...(sync ? { sync: true } : {}),
+        },
+        nowMs,
+      }),
+  );
   settleGrant(deps.budgets, env, granted.grant, pending);
   settleSharedLimits(deps.sharedLimits, slots?.held ?? null, pending);
   let result: CallResult;
