@@ -407,7 +407,6 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         drainProjector: () => projector.drain(),
         campaignExists: (env, id) => campaigns.exists(env, id),
         campaignGates: (env) => campaigns.gates(env),
-        budgets,
         segments: (env) => segments.all(env),
         // A reevaluation's completion requests rewards as an event's does: delivered after the ack.
         afterCommand: (env, customerId, effects) => rewardDue.afterEvent(env, customerId, effects),

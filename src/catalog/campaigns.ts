@@ -1,9 +1,7 @@
 // Campaigns of an environment: name, description, status (campaignTransitions in
 // domain/campaigns.ts), audience_segment (a segment name or null), schedule (starts_at, ends_at)
-// and budgets (a cap per currency; `reserved` = what nodes leased, at least what was awarded;
-// `spent` = what was awarded, projected). Every currency the campaign awards in keeps its
-// campaign_budgets row, capped or not (amount null: no cap; see campaign-budgets.ts), so a cap
-// added later starts from a transactional total, never from the lagging projection. Rows live in PostgreSQL; every node caches each environment's gates (dropped on a
+// and budgets (a cap per currency; `reserved` = what nodes leased, `spent` = what was awarded,
+// projected). Rows live in PostgreSQL; every node caches each environment's gates (dropped on a
 // bus message when any node changes a campaign). Rules and challenges join a campaign through
 // their campaign_id; a campaign that a non-archived rule names cannot be deleted. Campaigns past
 // their ends_at are ended by the scheduler's sweep (endDue), which also gives their budget back.
@@ -176,7 +174,7 @@ export class CampaignCatalog {
     const ids = rows.map((r) => r.id as string);
     const budgets = await db`
       select campaign_id, currency, amount::float8 as amount, reserved::float8 as reserved from campaign_budgets
-      where environment_id = ${environmentId} and campaign_id = any(${ids}::text[]) and amount is not null order by currency`;
+      where environment_id = ${environmentId} and campaign_id = any(${ids}::text[]) order by currency`;
     const spend = await db`
       select campaign_id, currency, spent::float8 as spent from campaign_spend
       where environment_id = ${environmentId} and campaign_id = any(${ids}::text[]) order by currency`;
@@ -209,12 +207,8 @@ export class CampaignCatalog {
 
   /**
    * PATCH (If-Match): name, description, audience, schedule, budgets (the list replaces the old
-   * one). A budget cannot be lowered below what nodes already reserved (409 invalid_state naming
-   * the reserved amount: pause the campaign, whose nodes then give unused chunks back, and retry).
-   * A currency left out loses its cap (the row stays, uncapped, with its running total). A new cap
-   * starts from that total (what the campaign awarded, at least, and what nodes hold of it: they
-   * give that back on the change this PATCH makes); set below what was already awarded, it awards
-   * nothing more.
+   * one). A budget cannot go below what nodes already reserved (409 invalid_state naming the
+   * reserved amount: pause the campaign, whose nodes then give unused chunks back, and retry).
    */
   async update(environmentId: string, id: string, expected: number | undefined, patch: CampaignPatch): Promise<Campaign> {
     // Other catalogs are read before the transaction (embedded mode has one connection).
@@ -226,13 +220,12 @@ export class CampaignCatalog {
       checkSchedule(patch.startsAtMs !== undefined ? patch.startsAtMs : c.startsAtMs, patch.endsAtMs !== undefined ? patch.endsAtMs : c.endsAtMs);
       if (patch.budgets !== undefined) {
         const existing = await tx`
-          select currency, amount::float8 as amount, reserved::float8 as reserved from campaign_budgets
+          select currency, reserved::float8 as reserved from campaign_budgets
           where environment_id = ${environmentId} and campaign_id = ${id} for update`;
         for (const [i, b] of patch.budgets.entries()) {
           const held = existing.find((e) => e.currency === b.currency);
-          const cap = (held?.amount as number | null | undefined) ?? null;
           const reserved = (held?.reserved as number | undefined) ?? 0;
-          if (cap !== null && b.amount < cap && b.amount < reserved) {
+          if (b.amount < reserved) {
             throw new ApiError('invalid_state', {
               message: `budgets[${i}].amount: ${reserved} ${b.currency} is already reserved or awarded; the budget cannot go below it (pause the campaign and retry).`,
               param: `budgets[${i}].amount`,
@@ -241,19 +234,14 @@ export class CampaignCatalog {
           }
         }
         const keep = patch.budgets.map((b) => b.currency);
-        // A cap removed keeps the row and its running total (a cap added again starts from it).
-        await tx`
-          update campaign_budgets set amount = null
-          where environment_id = ${environmentId} and campaign_id = ${id} and amount is not null and not (currency = any(${keep}::text[]))`;
+        await tx`delete from campaign_budgets where environment_id = ${environmentId} and campaign_id = ${id} and not (currency = any(${keep}::text[]))`;
         for (const b of patch.budgets) {
-          // A new cap starts from the running total; the projection (lagging) can only raise it,
-          // for awards from before every currency kept a row.
+          // A new cap starts from what the campaign already awarded in that currency.
           await tx`
             insert into campaign_budgets (environment_id, campaign_id, currency, amount, reserved)
             values (${environmentId}, ${id}, ${b.currency}, ${b.amount},
-              coalesce((select spent from campaign_spend where environment_id = ${environmentId} and campaign_id = ${id} and currency = ${b.currency}), 0))
-            on conflict (environment_id, campaign_id, currency)
-            do update set amount = excluded.amount, reserved = greatest(campaign_budgets.reserved, excluded.reserved)`;
+              least(${b.amount}, coalesce((select spent from campaign_spend where environment_id = ${environmentId} and campaign_id = ${id} and currency = ${b.currency}), 0)))
+            on conflict (environment_id, campaign_id, currency) do update set amount = excluded.amount`;
         }
       }
       return {
@@ -342,7 +330,7 @@ export class CampaignCatalog {
     if (!cached) {
       cached = (async () => {
         const rows = await this.sql`select * from campaigns where environment_id = ${environmentId}`;
-        const budgets = await this.sql`select campaign_id, currency from campaign_budgets where environment_id = ${environmentId} and amount is not null`;
+        const budgets = await this.sql`select campaign_id, currency from campaign_budgets where environment_id = ${environmentId}`;
         const out: Record<string, CampaignGate> = {};
         for (const r of rows) {
           const id = r.id as string;

@@ -1,6 +1,6 @@
 // The campaign budget around one event step, shared by POST /v1/events and match admissions (rule
 // 6: a match player's event runs as if sent through POST /v1/events). Before the step: a grant for
-// what the campaigns' rules could award on this event (capped currencies or not), from the node's allowance
+// what the capped campaigns' rules could award on this event, from the node's allowance
 // (campaign-budgets.ts), carried in the step's rules context. After the reply: the unused part
 // goes back; an outcome that may have been journaled (internal_error) keeps all of it, so a
 // budget is under-used at worst, never exceeded.
@@ -20,7 +20,7 @@ export interface Granted {
 
 /**
  * The rules context for one event step with its budget grant: the same context, synchronously,
- * when no campaign could award on this event (the hot path takes no extra turn).
+ * when no capped campaign could award on this event (the hot path takes no extra turn).
  */
 export function grantFor(
   allowance: BudgetAllowance | undefined,
@@ -29,11 +29,11 @@ export function grantFor(
   event: { name: string; properties: Record<string, unknown> },
   nowMs: number,
 ): Granted | Promise<Granted> {
-  if (allowance === undefined || rules?.campaigns === undefined || rules.campaignPlans === undefined || rules.campaignPlans.length === 0) {
+  if (allowance === undefined || rules?.campaigns === undefined || rules.cappedPlans === undefined || rules.cappedPlans.length === 0) {
     return { rules, grant: null };
   }
   // Rules' awards and the completion awards of the campaign challenges this event may complete.
-  const wants = budgetWants(rules.campaignPlans, rules.campaigns, event, nowMs);
+  const wants = budgetWants(rules.cappedPlans, rules.campaigns, event, nowMs);
   if (Object.keys(wants).length === 0) return { rules, grant: null };
   const g = allowance.grant(environmentId, wants);
   // Object.assign, not { ...rules, budget }: `budget` is usually a new key, and a key added to a

@@ -106,8 +106,7 @@ export class RulesContexts {
     }
     return Promise.all([plans, currencies, tiers, challenges, segments, campaigns]).then(([p, c, t, ch, s, g]) => {
       const configs: CurrencyConfig[] = c.map((x) => ({ key: x.key, negativeBalance: x.negativeBalance, expiryDays: x.expiryDays }));
-      // Every award of a campaign is leased, capped or not (catalog/campaign-budgets.ts).
-      const ofCampaign = (plan: RulePlan) => plan.campaignId != null && g[plan.campaignId] !== undefined;
+      const capped = (plan: RulePlan) => plan.campaignId != null && (g[plan.campaignId]?.capped.length ?? 0) > 0;
       const shared = (plan: RulePlan) => plan.limits.some((l) => isSharedScope(l.scope));
       const ordered = p.map((x) => withAudience(x, g));
       const value: RulesContext | null =
@@ -115,7 +114,7 @@ export class RulesContexts {
           ? null
           : {
               plans: ordered,
-              campaignPlans: [...p.filter(ofCampaign), ...ch.challenges.map((c) => c.plan).filter(ofCampaign)],
+              cappedPlans: [...p.filter(capped), ...ch.challenges.map((c) => c.plan).filter(capped)],
               // Only events these plans trigger reserve shared limit slots before the step.
               sharedPlans: ordered.filter(shared),
               currencies: configs,

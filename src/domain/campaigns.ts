@@ -1,12 +1,10 @@
 // Campaigns: a status machine, a schedule and budgets (a cap per currency on what the campaign's
 // rules award across all customers). What the customer's step needs is a CampaignGate per
 // campaign (loaded before the step) and, per command, a budget grant: plain data saying how much
-// of each (campaign, currency) this one command may award. Every award of a campaign takes a
-// grant, capped currency or not: the grant was leased from the currency's budget row before the
-// step (catalog/campaign-budgets.ts), so the row's `reserved` is a transactional running total a
-// cap added later starts from. The step stays pure: an award beyond the grant is skipped with
-// `budget_exhausted`, and what is awarded is journaled as a `campaign.spent` fact next to the
-// ledger entry. Pure; never throws.
+// of each capped (campaign, currency) this one command may award. The grant was taken from the
+// node's allowance before the step (src/campaigns/budget-allowance.ts), so the step stays pure:
+// an award beyond the grant is skipped with `budget_exhausted`, and what is awarded is journaled
+// as a `campaign.spent` fact next to the ledger entry. Pure; never throws.
 import { PathSource } from './rules/paths.js';
 
 export const campaignStatuses = ['draft', 'active', 'paused', 'ended'] as const;
@@ -45,7 +43,7 @@ export interface CampaignGate {
   startsAtMs: number | null;
   endsAtMs: number | null;
   audienceSegment: string | null;
-  /** Currencies with a cap (simulate's budget steps). Every award of the campaign needs a grant, capped or not. */
+  /** Currencies with a budget (awards in them need a grant). */
   capped: readonly string[];
 }
 
@@ -68,8 +66,8 @@ export type BudgetGrant = Record<string, number>;
 export type CampaignFact = { kind: 'campaign.spent'; campaignId: string; currency: string; amount: number; atMs: number };
 
 /**
- * Consumes `amount` of the grant for an award of a campaign currency. Mutates `left` (the step's
- * private copy of the grant). False: the grant does not cover it (budget_exhausted).
+ * Consumes `amount` of the grant for an award of a capped campaign currency. Mutates `left` (the
+ * step's private copy of the grant). False: the grant does not cover it (budget_exhausted).
  */
 export function consumeGrant(left: BudgetGrant, key: string, amount: number): boolean {
   const have = left[key] ?? 0;
@@ -99,10 +97,10 @@ function walk(v: unknown, seg: readonly string[]): unknown {
 }
 
 /**
- * The most each (campaign, currency) could award for this event, capped or not: the sum of the
- * awards of every live campaign rule the event triggers (conditions are not evaluated here, so this
- * may be more than will be awarded; the unused part goes back to the node's allowance after the
- * step). amount_from an event property is computed (rounded up); from a customer path it is wantAll.
+ * The most each capped (campaign, currency) could award for this event: the sum of the awards of
+ * every live campaign rule the event triggers (conditions are not evaluated here, so this may be
+ * more than will be awarded; the unused part goes back to the node's allowance after the step).
+ * amount_from an event property is computed (rounded up); from a customer path it is wantAll.
  */
 export function budgetWants(
   plans: readonly WantPlan[],
@@ -114,7 +112,7 @@ export function budgetWants(
   for (const p of plans) {
     if (p.event !== event.name || p.campaignId == null) continue;
     const c = campaigns[p.campaignId];
-    if (c === undefined || campaignInactiveReason(c, nowMs) !== null) continue;
+    if (c === undefined || c.capped.length === 0 || campaignInactiveReason(c, nowMs) !== null) continue;
     for (const a of p.actions) {
       let amount: number;
       let currency: string;
@@ -129,6 +127,7 @@ export function budgetWants(
           amount = typeof v === 'number' && Number.isFinite(v) ? Math.max(0, Math.ceil(v * a.multiplier)) : 0;
         } else amount = wantAll;
       } else continue;
+      if (!c.capped.includes(currency)) continue;
       const k = budgetKey(c.id, currency);
       wants[k] = (wants[k] ?? 0) + amount;
     }

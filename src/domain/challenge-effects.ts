@@ -225,10 +225,9 @@ function complete(
       effects.push({ type: 'challenge.action_skipped', challengeId: fact.challengeId, action: action.type, reason: 'action_not_available' });
       continue;
     }
-    // A campaign's award, capped or not, must fit in what is left of the command's grant: every
-    // award is leased first, so the budget row's total never misses one (catalog/campaign-budgets.ts).
-    const metered = campaign !== undefined;
-    if (metered && (book.grant === null || !consumeGrant(book.grant, budgetKey(campaign.id, action.currency), action.amount))) {
+    // A capped campaign currency: the award must fit in what is left of the command's grant.
+    const capped = campaign?.capped.includes(action.currency) === true;
+    if (capped && (book.grant === null || !consumeGrant(book.grant, budgetKey(campaign.id, action.currency), action.amount))) {
       effects.push({ type: 'challenge.action_skipped', challengeId: fact.challengeId, action: action.type, reason: 'budget_exhausted' });
       continue;
     }
@@ -246,7 +245,7 @@ function complete(
       ctx,
     );
     if (!d.ok) {
-      if (metered && book.grant !== null) book.grant[budgetKey(campaign.id, action.currency)]! += action.amount;
+      if (capped && book.grant !== null) book.grant[budgetKey(campaign.id, action.currency)]! += action.amount;
       effects.push({ type: 'challenge.action_skipped', challengeId: fact.challengeId, action: action.type, reason: d.code });
       continue;
     }
@@ -257,7 +256,7 @@ function complete(
     }
     book.setLedger(b);
     book.credited.add(action.currency);
-    if (metered) facts.push({ kind: 'campaign.spent', campaignId: campaign.id, currency: action.currency, amount: action.amount, atMs: ctx.nowMs });
+    if (capped) facts.push({ kind: 'campaign.spent', campaignId: campaign.id, currency: action.currency, amount: action.amount, atMs: ctx.nowMs });
     if (d.reply.kind === 'ledger.entry') {
       effects.push({
         type: 'challenge.points_awarded',
@@ -265,7 +264,7 @@ function complete(
         currency: action.currency,
         amount: action.amount,
         entryId: d.reply.entry.id,
-        ...(metered ? { campaignId: campaign.id } : {}),
+        ...(capped ? { campaignId: campaign.id } : {}),
       });
     }
   }
@@ -434,10 +433,10 @@ export function runChallengeCommand(
   if (!d.ok) return d;
   const facts: StepFact[] = [];
   const effects: Effect[] = [];
-  // A reevaluation's completion awards use the grant the handler leased for them (context.budget).
-  const book = new Book(subject, [], context.budget);
+  const book = new Book(subject, []);
   for (const f of d.facts) {
     facts.push(f);
+    // An operator's reevaluation takes no budget grant: capped campaign awards are skipped (budget_exhausted).
     if (f.kind === 'challenge.completed' && runtime !== null) complete(f, runtime, context, book, facts, effects, ctx);
   }
   finish(book, context.tierPrograms, facts, effects, ctx);

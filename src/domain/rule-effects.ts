@@ -38,11 +38,11 @@ export interface RulesContext {
   /** Campaigns by id: a plan with a campaignId runs only while its campaign is live. */
   campaigns?: Readonly<Record<string, CampaignGate>>;
   /**
-   * The rule plans and challenge plans of a campaign (computed once per context): only events they
-   * trigger take a budget grant before the step; empty, no event pays anything.
+   * The rule plans and challenge plans whose campaign caps a currency (computed once per context):
+   * only events they trigger take a budget grant before the step; empty, no event pays anything.
    */
-  campaignPlans?: readonly RulePlan[];
-  /** Per command (never cached): what this command may award of each campaign currency, capped or not. */
+  cappedPlans?: readonly RulePlan[];
+  /** Per command (never cached): what this command may award of each capped campaign currency. */
   budget?: BudgetGrant;
   /**
    * The published plans with a limit shared by every customer (computed once per context): only
@@ -312,12 +312,11 @@ export function applyRules(
         continue;
       }
       // points.award (every other action type was handled above).
-      // A campaign's award, capped or not, must fit in this command's grant: every award is leased
-      // first, so the budget row's total never misses one (catalog/campaign-budgets.ts).
-      const awardKey = campaign !== undefined ? budgetKey(campaign.id, action.currency) : null;
-      if (awardKey !== null) {
+      // A capped campaign currency: the award must fit in this command's grant.
+      const cappedKey = campaign?.capped.includes(action.currency) ? budgetKey(campaign.id, action.currency) : null;
+      if (cappedKey !== null) {
         grant ??= { ...(rules.budget ?? noGrant) };
-        if (!consumeGrant(grant, awardKey, action.amount)) {
+        if (!consumeGrant(grant, cappedKey, action.amount)) {
           effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: 'budget_exhausted' });
           (short ??= []).push({ currency: action.currency, amount: action.amount });
           continue;
@@ -338,7 +337,7 @@ export function applyRules(
       );
       if (!d.ok) {
         // Not awarded: the grant keeps the amount for later awards of this event.
-        if (awardKey !== null && grant !== null) grant[awardKey] = (grant[awardKey] ?? 0) + action.amount;
+        if (cappedKey !== null && grant !== null) grant[cappedKey] = (grant[cappedKey] ?? 0) + action.amount;
         effects.push({ type: 'action.skipped', ruleId: plan.ruleId, action: action.type, reason: d.code });
         continue;
       }

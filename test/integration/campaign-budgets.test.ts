@@ -66,37 +66,3 @@ t.test('remaining: what an event on this node could be granted, read without lea
     t.same(await node.remaining('env_1', []), {});
   }
 });
-
-t.test('an uncapped campaign currency is leased too: its row is the running total a cap added later starts from', async (t) => {
-  for (const kind of ['postgres', 'pglite'] as const) {
-    const { sql } = await sqlForTest(t, kind);
-    await sql`insert into campaigns (environment_id, id, name, status) values ('env_1', 'cmp_1', 'Spring', 'active')`;
-    // What the projection counted before rows were kept for every currency seeds a new row.
-    await sql`insert into campaign_spend (environment_id, campaign_id, currency, spent) values ('env_1', 'cmp_1', 'coins', 40)`;
-    const node = new BudgetAllowances(sql, { uncappedChunkWants: 8 });
-    const row = async () => (await sql`select amount::float8 as amount, reserved::float8 as reserved from campaign_budgets where currency = 'coins'`)[0];
-
-    // Given no row, when an event wants 5, then the first lease makes the uncapped row and leases.
-    t.same(await node.grant('env_1', { [key]: 5 }), { [key]: 5 }, `${kind}: granted`);
-    t.match(await row(), { amount: null, reserved: 45 }, `${kind}: seeded from the projection (40) plus the lease`);
-    // Chunks grow from one want by doubling, up to uncappedChunkWants of it.
-    let granted = 5;
-    for (let i = 0; i < 40; i++) granted += (await node.grant('env_1', { [key]: 5 }))[key]!;
-    const r = (await row())!;
-    t.equal(granted, 205, `${kind}: an uncapped currency never runs dry`);
-    t.equal(r.reserved, 40 + granted + node.holds('env_1', key), `${kind}: reserved = seed + granted + held`);
-    t.ok(node.holds('env_1', key) <= 2 * 8 * 5, `${kind}: a chunk stays a few wants (${node.holds('env_1', key)} held)`);
-
-    // A want only the step knows (wantAll) leases the most one award can be; what is unused goes back at once.
-    const all = await node.grant('env_1', { [key]: wantAll });
-    t.ok(all[key]! >= 1e12, `${kind}: wantAll is covered on an uncapped row`);
-    node.giveBack('env_1', all, { [key]: 7 });
-    for (let i = 0; i < 50 && (await row())!.reserved > 1e9; i++) await new Promise((res) => setTimeout(res, 10));
-    t.ok((await row())!.reserved < 1e9, `${kind}: the excess went back to PostgreSQL`);
-    t.equal((await row())!.reserved, 40 + granted + 7 + node.holds('env_1', key), `${kind}: reserved = seed + granted + used + held`);
-
-    // When nodes give back, reserved is what was awarded: the floor of a cap added now.
-    await node.release('env_1');
-    t.match(await row(), { amount: null, reserved: 40 + granted + 7 }, `${kind}: released`);
-  }
-});

@@ -49,11 +49,7 @@ const patchBody = z
     audience_segment: z.string().min(1).max(64).nullable().optional(),
     starts_at: timestamp.optional(),
     ends_at: timestamp.optional(),
-    budgets: budgets
-      .optional()
-      .describe(
-        'Replaces the list: a currency left out loses its cap (its running total stays for a cap added again); a new cap starts from what the campaign already awarded; lowering a cap below what is already reserved is 409 invalid_state.',
-      ),
+    budgets: budgets.optional().describe('Replaces the list; an amount below what is already reserved is 409 invalid_state.'),
   })
   .refine((b) => Object.keys(b).length > 0, 'Name at least one field to change.');
 const listQuery = pageQuerySchema.extend({ status: z.enum(campaignStatuses).optional() });

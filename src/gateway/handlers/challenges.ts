@@ -9,8 +9,7 @@ import type { CallResult, ReplyView } from '../../actors/partition.js';
 import type { ChallengeCatalog, ChallengeRecord } from '../../catalog/challenges.js';
 import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
-import { type BudgetAllowance, settleGrant } from '../../catalog/event-grants.js';
-import { type ChallengeContext, type ChallengeRuntime, compileChallenge } from '../../domain/challenge-effects.js';
+import { type ChallengeContext, compileChallenge } from '../../domain/challenge-effects.js';
 import { challengeLimits, challengeStatuses, type Command as ChallengeCommand, type ChallengeProgress, enrollmentModes } from '../../domain/challenges.js';
 import { periodKey, periodKinds } from '../../domain/periods.js';
 import type { TierProgram } from '../../domain/tiers.js';
@@ -23,7 +22,7 @@ import { etagHeader, expectedVersion } from '../etag.js';
 import { cursorInt, cursorInt4Max, pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
 import { customerTarget, iso, unwrap } from '../wire.js';
-import { type BudgetGrant, budgetWants, type CampaignGate } from '../../domain/campaigns.js';
+import type { CampaignGate } from '../../domain/campaigns.js';
 import type { Effect } from '../../domain/rule-effects.js';
 import type { SegmentDef } from '../../domain/segments.js';
 import { effectWire } from './events.js';
@@ -117,13 +116,8 @@ export interface ChallengeDeps {
   drainProjector(): Promise<void>;
   /** campaign_id must name a campaign of the environment (404 resource_not_found otherwise). */
   campaignExists?: (environmentId: string, id: string) => Promise<boolean>;
-  /** The environment's campaigns (a campaign challenge's gate and budget keys). */
+  /** The environment's campaigns: a reevaluated completion never awards a capped currency (no budget grant). */
   campaignGates?: (environmentId: string) => Promise<Readonly<Record<string, CampaignGate>>>;
-  /**
-   * The node's campaign budget allowance: a reevaluation's completion awards in a campaign take a
-   * grant before the step, as an event's do (every campaign award is leased; the rest goes back).
-   */
-  budgets?: BudgetAllowance;
   /** The environment's segments (a campaign challenge's audience, for reevaluate). */
   segments?: (environmentId: string) => Promise<SegmentDef[]>;
   /**
@@ -218,39 +212,23 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
     };
   }
 
-  /** The command's context; a reevaluation's also carries a budget grant for its campaign's completion awards. */
-  async function granted(env: string, runtime: ChallengeRuntime, command: ChallengeCommand, nowMs: number): Promise<{ context: ChallengeContext; grant: BudgetGrant | null }> {
-    const base = await context(env);
-    if (command.kind !== 'challenge.reevaluate' || deps.budgets === undefined || base.campaigns === undefined) return { context: base, grant: null };
-    const wants = budgetWants([runtime.plan], base.campaigns, { name: runtime.plan.event, properties: {} }, nowMs);
-    if (Object.keys(wants).length === 0) return { context: base, grant: null };
-    const g = deps.budgets.grant(env, wants);
-    const grant = g instanceof Promise ? await g : g;
-    return { context: { ...base, budget: grant }, grant };
-  }
-
   /**
    * Runs a challenge command on the customer's actor. The engine and the actor name a customer they
    * do not hold (unknown, deleted, malformed id) as `id`; here `id` is the challenge in the path, so
    * that answer names customer_id, the field that holds the customer.
    */
   async function run(env: string, customer: string, challenge: ChallengeRecord, command: ChallengeCommand, callId?: string): Promise<ChallengeReplyView> {
-    const runtime = compileChallenge(challenge, challenge.version);
-    const nowMs = await deps.now(env);
-    const { context: commandContext, grant } = await granted(env, runtime, command, nowMs);
     const call = {
       env,
       target: customerTarget(customer),
-      command: { kind: 'challenge.run', command, challenge: runtime, context: commandContext },
-      nowMs,
+      command: { kind: 'challenge.run', command, challenge: compileChallenge(challenge, challenge.version), context: await context(env) },
+      nowMs: await deps.now(env),
       // The request's under an Idempotency-Key: a run again is answered what the first applied.
       callId,
     } as const;
     let result: CallResult;
     try {
-      const pending = deps.engine.execute(call);
-      settleGrant(deps.budgets, env, grant, pending);
-      result = await pending;
+      result = await deps.engine.execute(call);
     } catch (err) {
       if (err instanceof ApiError && err.code === 'resource_not_found' && err.param === 'id') {
         throw new ApiError('resource_not_found', { message: err.message, param: 'customer_id' });
