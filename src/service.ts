@@ -271,7 +271,8 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   // that arrives before the engine exists fails, and the peer routes it again.
   let engineOrNull: Engine | null = null;
   // A new counter definition's barrier (every node settles the events sent before it, then the
-  // read tables catch up with the journal): node messages share the forwarding stream.
+  // read tables catch up with the journal), also passed by a campaign PATCH that adds a budget:
+  // node messages share the forwarding stream.
   const countersBarrier = new CountersBarrier({
     nodeId: config.NODE_ID,
     membership: storage.membership,
@@ -389,7 +390,16 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
         },
       }),
       ...segmentRoutes({ segments, engine, now, members: readModel, drainProjector: () => projector.drain() }),
-      ...campaignRoutes({ campaigns, drainProjector: () => projector.drain(), now }),
+      ...campaignRoutes({
+        campaigns,
+        drainProjector: () => projector.drain(),
+        now,
+        eventsSettled: (env) =>
+          countersBarrier.pass(env).catch((err: unknown) => {
+            logger.warn({ err }, 'a campaign budget was not added: the barrier did not pass');
+            throw err;
+          }),
+      }),
       ...attributeRoutes({ attributes }),
       ...ledgerRoutes({ engine, now, currencies, tiers, readModel, drainProjector: () => projector.drain() }),
       ...testClockRoutes({

@@ -80,6 +80,14 @@ async function lockAudience(tx: Sql, environmentId: string, name: string | null 
   if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No segment named ${name}.`, param: 'audience_segment' });
 }
 
+/** How often an update reads the caps again when a concurrent edit removed one it adds back. */
+const updateAttemptsMax = 3;
+
+/** A cap this update adds was not added when it passed the barrier (a concurrent edit removed it). */
+class CapsMoved extends Error {
+  override readonly name = 'CapsMoved';
+}
+
 function requireState(c: Campaign, op: CampaignOperation): void {
   if (allowed(c.status, op)) return;
   const allowedFrom: readonly CampaignStatus[] = campaignTransitions[op].from;
@@ -209,11 +217,42 @@ export class CampaignCatalog {
    * PATCH (If-Match): name, description, audience, schedule, budgets (the list replaces the old
    * one). A budget cannot go below what nodes already reserved (409 invalid_state naming the
    * reserved amount: pause the campaign, whose nodes then give unused chunks back, and retry).
+   *
+   * A cap added for a currency (not capped before, or removed and added again) starts from what
+   * the campaign already awarded in it, read from the projected campaign_spend. `eventsSettled` is
+   * passed first so that holds every award made before this call: it resolves once every event
+   * command sent before it (on any node) is in the read tables, and rejects when that cannot be
+   * shown in time (then nothing is stored: the caller answers 429). An uncapped award is granted
+   * nothing, so nothing else records it until it is projected.
    */
-  async update(environmentId: string, id: string, expected: number | undefined, patch: CampaignPatch): Promise<Campaign> {
-    // Other catalogs are read before the transaction (embedded mode has one connection).
-    await this.get(environmentId, id);
-    await this.checkRefs(environmentId, patch);
+  async update(
+    environmentId: string,
+    id: string,
+    expected: number | undefined,
+    patch: CampaignPatch,
+    eventsSettled: () => Promise<void>,
+  ): Promise<Campaign> {
+    for (let attempt = 1; ; attempt++) {
+      // Other catalogs are read before the transaction (embedded mode has one connection), and so
+      // is the barrier (it reads the read tables and waits for the projector).
+      const before = await this.get(environmentId, id);
+      await this.checkRefs(environmentId, patch);
+      const capped = new Set(before.budgets.map((b) => b.currency));
+      const settledFor = (patch.budgets ?? []).map((b) => b.currency).filter((cur) => !capped.has(cur));
+      if (settledFor.length > 0) await eventsSettled();
+      try {
+        return await this.store(environmentId, id, expected, patch, settledFor);
+      } catch (err) {
+        // A concurrent PATCH removed a cap this one keeps, after the read above: pass the barrier for it too.
+        if (!(err instanceof CapsMoved)) throw err;
+        if (attempt >= updateAttemptsMax) {
+          throw new ApiError('rate_limited', { message: `The budgets of campaign ${id} keep changing under this edit; retry.`, retryAfterSeconds: 1 });
+        }
+      }
+    }
+  }
+
+  private store(environmentId: string, id: string, expected: number | undefined, patch: CampaignPatch, settledFor: string[]): Promise<Campaign> {
     return this.mutate(environmentId, id, expected, async (c, tx) => {
       await lockAudience(tx, environmentId, patch.audienceSegment);
       requireState(c, 'edit');
@@ -222,6 +261,8 @@ export class CampaignCatalog {
         const existing = await tx`
           select currency, reserved::float8 as reserved from campaign_budgets
           where environment_id = ${environmentId} and campaign_id = ${id} for update`;
+        const added = patch.budgets.filter((b) => !existing.some((e) => e.currency === b.currency));
+        if (added.some((b) => !settledFor.includes(b.currency))) throw new CapsMoved();
         for (const [i, b] of patch.budgets.entries()) {
           const held = existing.find((e) => e.currency === b.currency);
           const reserved = (held?.reserved as number | undefined) ?? 0;
@@ -236,7 +277,8 @@ export class CampaignCatalog {
         const keep = patch.budgets.map((b) => b.currency);
         await tx`delete from campaign_budgets where environment_id = ${environmentId} and campaign_id = ${id} and not (currency = any(${keep}::text[]))`;
         for (const b of patch.budgets) {
-          // A new cap starts from what the campaign already awarded in that currency.
+          // A new cap starts from what the campaign already awarded in that currency (projected:
+          // complete up to the barrier passed before this transaction; see update).
           await tx`
             insert into campaign_budgets (environment_id, campaign_id, currency, amount, reserved)
             values (${environmentId}, ${id}, ${b.currency}, ${b.amount},

@@ -392,3 +392,43 @@ t.test('simulate meets the budget as the event does: a budget step per capped aw
     [['actions[1]', false]],
   );
 });
+
+t.test('a cap added to a campaign that has awarded starts from every award made before it, however far the projection lags', async (t) => {
+  // Given a slow projector (one cycle in 10 s): the awards below are journaled, not yet projected
+  const { anon } = await startForTest(t, { env: { PROJECTOR_CYCLE_MS: '10000' } });
+  const { server: api } = await signUp(anon);
+  await api.post('/v1/currencies', { key: 'coins', name: 'Coins' }, idem());
+  const c = await api.post('/v1/campaigns', { name: 'Lagging' }, idem());
+  await api.post(`/v1/campaigns/${c.body.id}/activate`, {});
+  const rule = await api.post('/v1/rules', { name: 'r', definition: awardRule(10), campaign_id: c.body.id }, idem());
+  await api.post(`/v1/rules/${rule.body.id}/publish`, {});
+  const send = (prefix: string) =>
+    Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        api.post('/v1/events', { id: `${prefix}-${i}`, name: 'order.completed', customer_id: `${prefix}-c${i}`, occurred_at: now(), mode: 'sync' }),
+      ),
+    );
+  const awardedIn = (rs: Array<{ body: any }>) =>
+    rs.flatMap((r) => r.body.effects ?? []).reduce((n: number, e: { type: string; amount?: number }) => n + (e.type === 'points.awarded' ? e.amount! : 0), 0);
+  // and 10 awards of 10 coins while the campaign has no cap
+  t.equal(awardedIn(await send('before')), 100);
+
+  // When a cap of 100 coins is added at once
+  const patched = await api.patch(`/v1/campaigns/${c.body.id}`, { budgets: [{ currency: 'coins', amount: 100 }] });
+
+  // Then it starts from all 100 awarded (none of it was projected when the PATCH came)
+  t.equal(patched.status, 200);
+  t.match(patched.body.budgets, [{ currency: 'coins', amount: 100, spent: 100, reserved: 100 }]);
+  // and no later event awards past the cap
+  t.equal(awardedIn(await send('after')), 0, 'the cap is used up');
+  const got = (await api.get(`/v1/campaigns/${c.body.id}`)).body.budgets[0];
+  t.ok(got.spent <= got.amount, `spent ${got.spent} <= amount ${got.amount}`);
+  t.match(got, { spent: 100, reserved: 100 });
+
+  // And a cap removed and added again starts from what was awarded too
+  t.equal((await api.patch(`/v1/campaigns/${c.body.id}`, { budgets: [] })).status, 200);
+  t.equal(awardedIn(await send('uncapped')), 100);
+  const again = await api.patch(`/v1/campaigns/${c.body.id}`, { budgets: [{ currency: 'coins', amount: 150 }] });
+  t.match(again.body.budgets, [{ currency: 'coins', amount: 150, spent: 200, reserved: 150 }]);
+  t.equal(awardedIn(await send('last')), 0, 'the cap added again is used up');
+});

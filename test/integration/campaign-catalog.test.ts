@@ -26,3 +26,45 @@ t.test('other users of a campaign (challenges) block its deletion', async (t) =>
   await catalog.delete('env_1', c.id);
   t.equal(await catalog.exists('env_1', c.id), false);
 });
+
+t.test('a PATCH passes the events barrier only when it adds a cap, and stores nothing when the barrier fails', async (t) => {
+  // Given a campaign capped in coins and a barrier that can be made to fail
+  const { sql } = await sqlForTest(t, 'postgres');
+  const catalog = new CampaignCatalog(sql, new MemoryBus(), { segmentExists: async () => true, currencyExists: async () => true });
+  const c = await catalog.create('env_1', {
+    name: 'Spring',
+    description: null,
+    audienceSegment: null,
+    startsAtMs: null,
+    endsAtMs: null,
+    budgets: [{ currency: 'coins', amount: 100 }],
+  });
+  let passed = 0;
+  let fails = false;
+  const barrier = async () => {
+    passed++;
+    if (fails) throw new ApiError('rate_limited', { message: 'retry', retryAfterSeconds: 1 });
+  };
+
+  // When the PATCH keeps or changes existing caps only, then no barrier is passed
+  await catalog.update('env_1', c.id, undefined, { name: 'Renamed' }, barrier);
+  await catalog.update('env_1', c.id, undefined, { budgets: [{ currency: 'coins', amount: 200 }] }, barrier);
+  t.equal(passed, 0);
+
+  // When it adds a cap (gems) and the barrier fails, then it answers 429 and nothing is stored
+  fails = true;
+  const err = await catalog.update('env_1', c.id, undefined, { budgets: [{ currency: 'gems', amount: 5 }] }, barrier).catch((e: unknown) => e);
+  t.match(err, { code: 'rate_limited', retryAfterSeconds: 1 });
+  t.equal(passed, 1);
+  const kept = await catalog.get('env_1', c.id);
+  t.match(kept, { name: 'Renamed', version: 3, budgets: [{ currency: 'coins', amount: 200 }] });
+  t.equal(kept.budgets.length, 1);
+
+  // When the barrier passes, then the cap is added (a removed cap added again passes it too)
+  fails = false;
+  t.match((await catalog.update('env_1', c.id, undefined, { budgets: [{ currency: 'gems', amount: 5 }] }, barrier)).budgets, [
+    { currency: 'gems', amount: 5, reserved: 0 },
+  ]);
+  await catalog.update('env_1', c.id, undefined, { budgets: [{ currency: 'gems', amount: 5 }, { currency: 'coins', amount: 50 }] }, barrier);
+  t.equal(passed, 3);
+});

@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import type { Campaign, CampaignCatalog, CampaignPatch } from '../../catalog/campaigns.js';
 import { campaignStatuses } from '../../domain/campaigns.js';
+import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
@@ -20,6 +21,12 @@ export interface CampaignDeps {
   drainProjector(): Promise<void>;
   /** The environment's clock (a test environment's test clock): activate refuses a campaign past ends_at. */
   now(environmentId: string): number | Promise<number>;
+  /**
+   * Resolves once every event command of the environment sent before the call (on any node) is in
+   * the read tables (cluster/counters-barrier.ts); rejects when that cannot be shown in time. A
+   * PATCH adding a cap passes it first: the cap starts from everything already awarded (429 when it fails).
+   */
+  eventsSettled(environmentId: string): Promise<void>;
 }
 
 const budget = z.strictObject({
@@ -172,7 +179,15 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
         if (b.starts_at !== undefined) patch.startsAtMs = msOf(b.starts_at);
         if (b.ends_at !== undefined) patch.endsAtMs = msOf(b.ends_at);
         if (b.budgets !== undefined) patch.budgets = b.budgets;
-        return reply(await campaigns.update(environmentIdOf(ctx.principal), ctx.params.id ?? '', expectedVersion(ctx.headers), patch));
+        const env = environmentIdOf(ctx.principal);
+        const eventsSettled = () =>
+          deps.eventsSettled(env).catch(() => {
+            throw new ApiError('rate_limited', {
+              message: 'Awards made before this new budget may still be on their way into the read tables; retry.',
+              retryAfterSeconds: 1,
+            });
+          });
+        return reply(await campaigns.update(env, ctx.params.id ?? '', expectedVersion(ctx.headers), patch, eventsSettled));
       },
     }),
     route({
