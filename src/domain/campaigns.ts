@@ -5,6 +5,7 @@
 // node's allowance before the step (src/campaigns/budget-allowance.ts), so the step stays pure:
 // an award beyond the grant is skipped with `budget_exhausted`, and what is awarded is journaled
 // as a `campaign.spent` fact next to the ledger entry. Pure; never throws.
+import { ledgerLimits } from './ledger.js';
 import { PathSource } from './rules/paths.js';
 
 export const campaignStatuses = ['draft', 'active', 'paused', 'ended'] as const;
@@ -123,8 +124,11 @@ export function budgetWants(
         currency = a.currency;
         if (a.from.src === PathSource.eventProperty) {
           const v = walk(event.properties, a.from.seg);
-          // An invalid amount is skipped by the step (amount_invalid): it needs no budget.
-          amount = typeof v === 'number' && Number.isFinite(v) ? Math.max(0, Math.ceil(v * a.multiplier)) : 0;
+          // An invalid amount is skipped by the step (amount_invalid): it needs no budget. So is
+          // one past the ledger's largest amount (a huge property would otherwise ask the
+          // allowance for more than a bigint holds, and the event would fail with a 500).
+          const x = typeof v === 'number' && Number.isFinite(v) ? Math.ceil(v * a.multiplier) : 0;
+          amount = x > 0 && x <= ledgerLimits.amountMinorMax ? x : 0;
         } else amount = wantAll;
       } else continue;
       if (!c.capped.includes(currency)) continue;

@@ -122,6 +122,8 @@ t.test('budget wants: live campaign rules the event triggers, per capped currenc
   t.same(budgetWants(plans.slice(0, 1), campaigns, event, ctx.nowMs), { 'cmp_1|coins': 5 + 25 }, 'static + event amount (rounded up)');
   t.same(budgetWants(plans, campaigns, event, ctx.nowMs), { 'cmp_1|coins': wantAll }, 'a customer-path amount wants what the node holds');
   t.same(budgetWants(plans.slice(2), campaigns, event, ctx.nowMs), {}, 'paused campaigns, other triggers and loose rules want nothing');
+  const huge = { ...event, properties: { ...event.properties, total: 1e300 } };
+  t.same(budgetWants(plans.slice(0, 1), campaigns, huge, ctx.nowMs), { 'cmp_1|coins': 5 }, 'an amount past the ledger maximum wants nothing (the step refuses it)');
 });
 
 t.test('given a per-customer limit, when every award of a firing is skipped for budget, then the firing is not counted; a top-up awards it later', async (t) => {
