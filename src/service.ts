@@ -216,6 +216,8 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
       return readModel.tierHolders(env, program.id);
     },
     (env, program, move): Promise<void> => tierMoves.move(env, program, move),
+    // One SQL connection (embedded mode): a move's claim is this process's alone (see claimMove).
+    { oneConnection: storageMode(config) !== 'external' },
   );
   await tiers.start();
   const rewards = new RewardCatalog(sql, currencies);
@@ -331,7 +333,8 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   const challengeEnds = new CatalogEnds('challenge ends', challenges, now, (n) => ({ customerIds: [], challengesEnded: n }));
   const campaignEnds = new CatalogEnds('campaign ends', campaigns, now, (n) => ({ customerIds: [], challengesEnded: 0, campaignsEnded: n }));
   // One scheduler for all due work; a test clock's advance runs the same jobs for its environment.
-  const scheduler = new Scheduler([challengeEnds, campaignEnds, tierMoves, dueWork, rewardDue], logger);
+  // Tier moves run last: a long move of a big program does not hold up ledger and reward due work.
+  const scheduler = new Scheduler([challengeEnds, campaignEnds, dueWork, rewardDue, tierMoves], logger);
   // Campaign budget chunks leased by this node go back once its partitions are released.
   // A failed release is only logged: its chunks stay reserved, so the budget is under-used, never
   // exceeded (as after a crash).

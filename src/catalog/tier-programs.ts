@@ -6,7 +6,9 @@
 // its holders a move (removed levels, a reevaluation, a new or shorter downgrade check) stores it
 // as `pending_move` in the same UPDATE as the edit; `moveHolders` carries it out and it is cleared
 // once done. A move that stopped (a crash, a failed customer) is finished by the next PATCH of the
-// program (before its own edit), or by the scheduler's sweep (finishPendingMoves).
+// program (before its own edit), or by the scheduler's sweep (finishPendingMoves). One run at a
+// time per program, on every node (claimMove): the sweep skips a program being moved, a PATCH
+// waits for it; a move also stops once the stored program moved past the version it serves.
 import {
   checkTierProgramEdit,
   needsReevaluation,
@@ -83,11 +85,31 @@ export const noHolders: HoldersByLevel = async () => ({});
 
 /**
  * Carries out a stored program's pending move (every step of `move`) through the holders' actors;
- * throws when a customer could not be moved, so the move stays owed.
+ * throws when a customer could not be moved, so the move stays owed, and MoveSuperseded when the
+ * stored program is no longer at `program.version` (checked before each page of holders).
  */
 export type MoveHolders = (environmentId: string, program: TierProgramRecord, move: PendingMove) => Promise<void>;
 
 const channel = 'tier_programs.changed';
+
+/** How long a PATCH waits for another node's move of the same program before 429 rate_limited. */
+const moveWaitMs = 30_000;
+
+/**
+ * Thrown by a move that finds the stored program at another version than the one it serves (a
+ * later edit stored its own move): it stops, owing nothing more (see MoveHolders).
+ */
+export class MoveSuperseded extends Error {
+  override readonly name = 'MoveSuperseded';
+}
+
+export interface TierProgramCatalogOptions {
+  /**
+   * The SQL client has one connection (embedded mode, a single node): a move's claim is then this
+   * process's alone, since a transaction held for the move would hold the connection it needs.
+   */
+  oneConnection?: boolean;
+}
 
 
 function row(r: Record<string, unknown>): TierProgramRecord {
@@ -154,7 +176,11 @@ export class TierProgramCatalog {
     private readonly currencies: Pick<CurrencyCatalog, 'all'>,
     private readonly holdersByLevel: HoldersByLevel = noHolders,
     private readonly moveHolders: MoveHolders | null = null,
+    private readonly options: TierProgramCatalogOptions = {},
   ) {}
+
+  /** Programs whose move this process is running or waiting for, by environment and id. */
+  private readonly moving = new Map<string, Promise<void>>();
 
   async start(): Promise<void> {
     await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
@@ -202,8 +228,17 @@ export class TierProgramCatalog {
    * the answer is internal_error (the edit stays stored and its move owed, see finishMove).
    */
   async update(environmentId: string, ref: string, patch: TierProgramPatch, opts: TierProgramEditOptions = {}): Promise<TierProgramRecord> {
-    let before = await this.get(environmentId, ref);
-    if (before.pendingMove !== null) before = await this.finishMove(environmentId, before);
+    const { id } = await this.get(environmentId, ref);
+    // The whole edit holds the program's move claim (waiting while another run moves it): no
+    // sweep starts the move this edit stores, and no earlier move still runs beside it.
+    const claimed = await this.claimMove(environmentId, id, true, () => this.updateClaimed(environmentId, id, patch, opts));
+    if (!claimed.ran) throw new Error('a claim that waits always runs');
+    return claimed.value;
+  }
+
+  private async updateClaimed(environmentId: string, id: string, patch: TierProgramPatch, opts: TierProgramEditOptions): Promise<TierProgramRecord> {
+    let before = await this.get(environmentId, id);
+    if (before.pendingMove !== null) before = await this.runMove(environmentId, before);
     if (opts.expectedVersion !== undefined && opts.expectedVersion !== before.version) {
       throw new ApiError('stale_write', { details: { current_version: before.version } });
     }
@@ -237,19 +272,73 @@ export class TierProgramCatalog {
     }
     await this.changed(environmentId);
     const stored = row(rows[0]!);
-    return stored.pendingMove === null ? stored : this.finishMove(environmentId, stored);
+    return stored.pendingMove === null ? stored : this.runMove(environmentId, stored);
   }
 
   /**
-   * Carries out the move a stored edit owes, then clears it (only while the program is still at
-   * that version: a later edit stores its own). Answers the program as stored after that. A move
-   * that cannot finish stays owed and is internal_error here; the next PATCH or sweep runs it again.
+   * Finishes the move a program owes, unless another run (this node's or another's) holds its
+   * claim: then null at once. Answers the program as stored after the move (see runMove).
    */
-  async finishMove(environmentId: string, program: TierProgramRecord): Promise<TierProgramRecord> {
+  async finishMove(environmentId: string, programId: string): Promise<TierProgramRecord | null> {
+    const claimed = await this.claimMove(environmentId, programId, false, async () => {
+      const program = await this.get(environmentId, programId);
+      return this.runMove(environmentId, program);
+    });
+    return claimed.ran ? claimed.value : null;
+  }
+
+  /**
+   * Runs `work` holding the program's move claim: in this process a chain per program, and (more
+   * than one SQL connection) a transaction-scoped PostgreSQL advisory lock on a connection of its
+   * own, held by a transaction left open for the work's length. The work's writes never go through
+   * that transaction (actor commands, the projector, this catalog's own statements), so with one
+   * connection (embedded mode, one node) the chain alone excludes. `wait` false: { ran: false } at
+   * once when another run holds the claim; true: waits for it (moveWaitMs for another node's, then
+   * 429 rate_limited).
+   */
+  private async claimMove<T>(environmentId: string, programId: string, wait: boolean, work: () => Promise<T>): Promise<{ ran: true; value: T } | { ran: false; value?: undefined }> {
+    const key = `${environmentId}:${programId}`;
+    for (let held = this.moving.get(key); held !== undefined; held = this.moving.get(key)) {
+      if (!wait) return { ran: false };
+      await held;
+    }
+    let release!: () => void;
+    this.moving.set(key, new Promise<void>((r) => (release = r)));
+    try {
+      if (this.options.oneConnection === true) return { ran: true, value: await work() };
+      let out: { ran: true; value: T } | { ran: false } = { ran: false };
+      await this.sql.begin(async (tx) => {
+        if (wait) {
+          await tx.unsafe(`set local lock_timeout = ${moveWaitMs}`);
+          await tx`select pg_advisory_xact_lock(hashtext('tier_program_move'), hashtext(${key}))`.catch((err: unknown) => {
+            if ((err as { code?: string }).code !== '55P03') throw err;
+            throw new ApiError('rate_limited', { message: `Another edit is moving the customers of tier program ${programId}; retry.`, retryAfterSeconds: 1 });
+          });
+        } else {
+          const [r] = await tx`select pg_try_advisory_xact_lock(hashtext('tier_program_move'), hashtext(${key})) as got`;
+          if (r!.got !== true) return;
+        }
+        out = { ran: true, value: await work() };
+      });
+      return out;
+    } finally {
+      this.moving.delete(key);
+      release();
+    }
+  }
+
+  /**
+   * Carries out the move a stored edit owes (under its claim), then clears it (only while the
+   * program is still at that version: a later edit stores its own). Answers the program as stored
+   * after that. A move that cannot finish stays owed and is internal_error here; the next PATCH or
+   * sweep runs it again. A move the stored program moved past stops and owes nothing.
+   */
+  private async runMove(environmentId: string, program: TierProgramRecord): Promise<TierProgramRecord> {
     if (program.pendingMove === null || this.moveHolders === null) return program;
     try {
       await this.moveHolders(environmentId, program, program.pendingMove);
     } catch (err) {
+      if (err instanceof MoveSuperseded) return this.get(environmentId, program.id);
       throw new ApiError('internal_error', {
         message:
           `Tier program ${program.id} version ${program.version} is stored, but moving its customers did not finish ` +
@@ -268,12 +357,19 @@ export class TierProgramCatalog {
   /** Finishes every owed move (the scheduler's sweep, all environments; a test clock's advance, one); a failure waits for the next run. */
   async finishPendingMoves(environmentId: string | null, onError: (err: unknown, programId: string) => void): Promise<void> {
     const rows = await this.sql`
-      select * from tier_programs where pending_move is not null and (${environmentId}::text is null or environment_id = ${environmentId})
+      select environment_id, id from tier_programs where pending_move is not null and (${environmentId}::text is null or environment_id = ${environmentId})
       order by environment_id, id`;
+    // A program another run is moving (a PATCH, or another node's sweep) is skipped.
     for (const r of rows) {
-      const program = row(r);
-      await this.finishMove(r.environment_id as string, program).catch((err: unknown) => onError(err, program.id));
+      const id = r.id as string;
+      await this.finishMove(r.environment_id as string, id).catch((err: unknown) => onError(err, id));
     }
+  }
+
+  /** The stored version of a program, null when it is gone (a move checks it is still current). */
+  async storedVersion(environmentId: string, id: string): Promise<number | null> {
+    const rows = await this.sql`select version from tier_programs where environment_id = ${environmentId} and id = ${id}`;
+    return rows.length === 0 ? null : (rows[0]!.version as number);
   }
 
   /** Every program of the environment, cached (for evaluation on the actors). */

@@ -4,11 +4,13 @@
 // date when a check was added or shortened. The catalog runs a move right after its edit and
 // before the next edit of the program; this job finishes, every minute (so also after a restart)
 // and when a test clock is advanced, any move that stopped. Every step is harmless to repeat: the
-// actor commands change nothing the first run changed.
+// actor commands change nothing the first run changed. One run at a time per program (the
+// catalog's claim), and a run stops (MoveSuperseded) before any page of holders once the stored
+// program is past the version it carries out: a stale run never moves a later edit's holders.
 import type { Logger } from 'pino';
 import type { Engine } from '../actors/engine.js';
 import { tierProgramOf } from '../catalog/rules-context.js';
-import type { PendingMove, TierProgramRecord } from '../catalog/tier-programs.js';
+import { MoveSuperseded, type PendingMove, type TierProgramRecord } from '../catalog/tier-programs.js';
 import { dayMs, type TierProgram } from '../domain/tiers.js';
 import type { DueJob, DueRun } from './scheduler.js';
 
@@ -25,7 +27,10 @@ export interface TierMoveDeps {
     tierHoldersOf(environmentId: string, programId: string, filter: { levels?: string[]; checkAfterMs?: number }, after: string, limit: number): Promise<string[]>;
     tierLevelsHeldBesides(environmentId: string, programId: string, levels: string[]): Promise<string[]>;
   };
-  catalog: { finishPendingMoves(environmentId: string | null, onError: (err: unknown, programId: string) => void): Promise<void> };
+  catalog: {
+    finishPendingMoves(environmentId: string | null, onError: (err: unknown, programId: string) => void): Promise<void>;
+    storedVersion(environmentId: string, id: string): Promise<number | null>;
+  };
   now(environmentId: string): number | Promise<number>;
   drainProjector(): Promise<void>;
   logger: Logger;
@@ -54,11 +59,16 @@ export class TierMoves implements DueJob {
 
   /**
    * Carries out one program's pending move, in order: removed levels, reevaluation, check dates.
-   * Throws when a customer could not be moved (after one retry), leaving the move owed.
+   * Throws when a customer could not be moved (after one retry), leaving the move owed, and
+   * MoveSuperseded when the stored program is no longer at record.version.
    */
   async move(environmentId: string, record: TierProgramRecord, move: PendingMove): Promise<void> {
     const program = tierProgramOf(record);
     const current = record.levels.map((l) => l.key);
+    const stillCurrent = async () => {
+      const version = await this.deps.catalog.storedVersion(environmentId, record.id);
+      if (version !== record.version) throw new MoveSuperseded(`tier program ${record.id} is at version ${version ?? 'none'}, not ${record.version}`);
+    };
     await this.deps.drainProjector();
     const nowMs = await this.deps.now(environmentId);
     // Every level held that the program no longer has, not only the recorded ones (a holder placed
@@ -68,25 +78,32 @@ export class TierMoves implements DueJob {
     for (let pass = 0; pass < strandedPassesMax; pass++) {
       const stranded = await this.deps.readModel.tierLevelsHeldBesides(environmentId, record.id, current);
       if (stranded.length === 0) break;
-      const moved = await this.each(environmentId, record.id, { levels: stranded }, { kind: 'tier.reassign', program, toLevel: null }, nowMs);
+      const moved = await this.each(environmentId, record.id, { levels: stranded }, { kind: 'tier.reassign', program, toLevel: null }, nowMs, stillCurrent);
       if (moved === 0) {
         this.deps.logger.warn({ programId: record.id, levels: stranded }, 'tier program move: removed levels still listed, but no holder moved');
         break;
       }
     }
-    if (move.reevaluate) await this.each(environmentId, record.id, {}, { kind: 'tier.reevaluate', program }, nowMs);
+    if (move.reevaluate) await this.each(environmentId, record.id, {}, { kind: 'tier.reevaluate', program }, nowMs, stillCurrent);
     const check = record.downgradeCheck;
     if (move.scheduleChecks && check !== null) {
-      await this.each(environmentId, record.id, { checkAfterMs: nowMs + check.everyDays * dayMs }, { kind: 'tier.schedule_check', program }, nowMs);
+      await this.each(environmentId, record.id, { checkAfterMs: nowMs + check.everyDays * dayMs }, { kind: 'tier.schedule_check', program }, nowMs, stillCurrent);
     }
   }
 
   /**
    * Runs `command` for every holder the filter selects, a page at a time, and answers how many
    * changed; the projector is drained after. A customer whose call failed is tried once more, then
-   * this throws (the move stays owed).
+   * this throws (the move stays owed). `stillCurrent` runs before each page (and the retry): it throws to stop.
    */
-  private async each(environmentId: string, programId: string, filter: { levels?: string[]; checkAfterMs?: number }, command: MoveCommand, nowMs: number): Promise<number> {
+  private async each(
+    environmentId: string,
+    programId: string,
+    filter: { levels?: string[]; checkAfterMs?: number },
+    command: MoveCommand,
+    nowMs: number,
+    stillCurrent: () => Promise<void>,
+  ): Promise<number> {
     const run = async (id: string): Promise<Outcome> => {
       try {
         const result = await this.deps.engine.execute({ env: environmentId, target: { by: 'id', id }, command, nowMs });
@@ -107,12 +124,14 @@ export class TierMoves implements DueJob {
         else if (o.changed) changed++;
       });
     for (;;) {
+      await stillCurrent();
       const ids = await this.deps.readModel.tierHoldersOf(environmentId, programId, filter, after, pageSize);
       if (ids.length === 0) break;
       after = ids[ids.length - 1]!;
       count(ids, await Promise.all(ids.map(run)), failed);
     }
     // One more try for the customers whose call failed (a partition moving between nodes).
+    if (failed.length > 0) await stillCurrent();
     const retried = await Promise.all(failed.map(run));
     const still: string[] = [];
     count(failed, retried, still);
