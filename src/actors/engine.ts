@@ -69,6 +69,12 @@ const forwardDeadlineMs = 5000;
 const routeAttemptsMax = 60;
 const redirectsMax = 4;
 
+/** An event command counted in flight before it is sent (Engine.enterEvent). */
+export interface EventEntry {
+  readonly epoch: number;
+  left: boolean;
+}
+
 export class Engine {
   private readonly pendingFlush = new Set<Partition>();
   private flushScheduled = false;
@@ -111,10 +117,18 @@ export class Engine {
    * again, once: the key is free after a delete, so an event for it creates a new customer
    * instead of answering 404 for good.
    */
-  execute(call: Call): Promise<CallResult> {
-    if (!recordsEvent(call.command.kind)) return this.dispatch(call);
-    const epoch = this.events.enter();
-    const leave = () => this.events.leave(epoch);
+  execute(call: Call, entered?: EventEntry): Promise<CallResult> {
+    if (!recordsEvent(call.command.kind)) {
+      if (entered !== undefined) this.leaveEvent(entered);
+      return this.dispatch(call);
+    }
+    let leave: () => void;
+    if (entered === undefined) {
+      const epoch = this.events.enter();
+      leave = () => this.events.leave(epoch);
+    } else {
+      leave = () => this.leaveEvent(entered);
+    }
     let pending: Promise<CallResult>;
     try {
       pending = this.dispatch(call);
@@ -124,6 +138,23 @@ export class Engine {
     }
     pending.then(leave, leave);
     return pending;
+  }
+
+  /**
+   * Counts an event command in flight from now, ahead of its execute(call, entry): for a sender
+   * that must read its counters context before it can send (a match review reads it before its
+   * transaction, which may hold the only SQL connection). Pass the entry to execute, or to
+   * leaveEvent when the command is not sent.
+   */
+  enterEvent(): EventEntry {
+    return { epoch: this.events.enter(), left: false };
+  }
+
+  /** Ends an entry of enterEvent (once: later calls do nothing). */
+  leaveEvent(entry: EventEntry): void {
+    if (entry.left) return;
+    entry.left = true;
+    this.events.leave(entry.epoch);
   }
 
   /**

@@ -6,6 +6,7 @@
 // goes to the engine (withCountersContext).
 // A definition that a non-archived rule or the qualifying conditions of a challenge not ended read
 // cannot be deleted (409 resource_in_use naming them). Definitions have no rename (no PATCH).
+import type { CallResult } from '../actors/partition.js';
 import {
   type CounterDef,
   type CounterStatus,
@@ -234,18 +235,40 @@ const contextRoundsMax = 20;
  * command that records an event carries a context no older than its entry into the engine, which
  * counts it in flight from then on (Engine.settled), so a new definition's barrier waits for every
  * event sent without it. `read` answers synchronously once the catalog is cached (CountersContexts);
- * a Promise is awaited and the context read again.
+ * a Promise is awaited and the context read again. When the definitions cannot be read (a storage
+ * failure, or they keep changing) `send` is not called and the answer is `unavailable`: nothing
+ * was sent, so whatever the caller took for the command can go back.
  */
 export function withCountersContext<T>(
   read: () => CountersContext | null | Promise<CountersContext | null>,
   send: (counters: CountersContext | null) => Promise<T>,
+  unavailable: T,
   rounds = 0,
 ): Promise<T> {
-  const c = read();
+  let c: CountersContext | null | Promise<CountersContext | null>;
+  try {
+    c = read();
+  } catch {
+    return Promise.resolve(unavailable);
+  }
   if (!(c instanceof Promise)) return send(c);
-  if (rounds >= contextRoundsMax) return Promise.reject(new Error('the counter definitions keep changing'));
-  return c.then(() => withCountersContext(read, send, rounds + 1));
+  if (rounds >= contextRoundsMax) return Promise.resolve(unavailable);
+  return c.then(
+    () => withCountersContext(read, send, unavailable, rounds + 1),
+    () => unavailable,
+  );
 }
+
+/**
+ * What an event command answers when its counter definitions cannot be read (withCountersContext):
+ * retryable, and not internal_error, so its budget grant and shared limit slots go back.
+ */
+export const countersUnavailable: CallResult = {
+  ok: false,
+  code: 'rate_limited',
+  message: 'The counter definitions could not be read; retry.',
+  retryAfterSeconds: 1,
+};
 
 /**
  * The CountersContext handed to the actor with each event; answered synchronously while the

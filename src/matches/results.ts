@@ -14,15 +14,16 @@
 // stored. A repeat with the same body is a replay that also completes players an
 // interrupted request left pending (rule 5); the actor step is idempotent (rate book + event id
 // dedup), so a player is admitted exactly once however often the report is retried or a node dies.
-import type { CountersContext } from '../domain/counters.js';
-import type { Engine } from '../actors/engine.js';
+
+import type { Engine, EventEntry } from '../actors/engine.js';
 import type { CallResult, EngineCommand } from '../actors/partition.js';
-import { eventFingerprint } from '../domain/event-fingerprint.js';
-import { type MatchEventSpec, type MatchPlayerReply, matchEventProperties } from '../domain/match/actor.js';
-import { withCountersContext } from '../catalog/counters.js';
+import { countersUnavailable, withCountersContext } from '../catalog/counters.js';
 import { type BudgetAllowance, grantFor, settleGrant } from '../catalog/event-grants.js';
 import { type HeldSlots, reserveSharedLimits, settleSharedLimits } from '../catalog/shared-limit-slots.js';
-import { preAdmit, checkProfileOpen } from '../domain/match/admission.js';
+import type { CountersContext } from '../domain/counters.js';
+import { eventFingerprint } from '../domain/event-fingerprint.js';
+import { type MatchEventSpec, type MatchPlayerReply, matchEventProperties } from '../domain/match/actor.js';
+import { checkProfileOpen, preAdmit } from '../domain/match/admission.js';
 import type { MatchProfile } from '../domain/match/profile.js';
 import {
   checkReportMetrics,
@@ -40,9 +41,9 @@ import type { EventIdClaims } from '../gateway/event-id-claims.js';
 import { newId } from '../ids.js';
 import type { ErasedEvent, SharedLimits } from '../persistence/ports.js';
 import type { Sql } from '../persistence/sql/db.js';
-import { type AdmissionError, type MatchRow, MatchRecords, type PlayerRow } from '../persistence/sql/match-records.js';
-import type { MatchProfileStore } from './change-sets.js';
+import { type AdmissionError, MatchRecords, type MatchRow, type PlayerRow } from '../persistence/sql/match-records.js';
 import { isoTime } from '../util/iso-time.js';
+import type { MatchProfileStore } from './change-sets.js';
 
 export type { AdmissionError, MatchRow, PlayerRow } from '../persistence/sql/match-records.js';
 
@@ -555,27 +556,66 @@ export class MatchResults {
     return spec;
   }
 
-  /** An engine call carrying a player's event: the unused part of its budget grant and its unused shared limit slots go back after the reply. */
-  private execute(env: string, target: { by: 'id'; id: string } | { by: 'key'; key: string }, command: EngineCommand & { event: MatchEventSpec }, nowMs: number): Promise<CallResult> {
+  /**
+   * An engine call carrying a player's event: the unused part of its budget grant and its unused
+   * shared limit slots go back after the reply. Without `entered` the event's counters context is
+   * read as it is sent; with it (enterWithCounters), the event already carries the context read
+   * when the entry was taken, and nothing is read here (a review sends from inside its transaction).
+   */
+  private execute(
+    env: string,
+    target: { by: 'id'; id: string } | { by: 'key'; key: string },
+    command: EngineCommand & { event: MatchEventSpec },
+    nowMs: number,
+    entered?: EventEntry,
+  ): Promise<CallResult> {
     const c = this.deps.counters;
-    const send = () => this.deps.engine.execute({ env, target, command, nowMs });
+    const send = () => this.deps.engine.execute({ env, target, command, nowMs }, entered);
     // The event carries the counter definitions as they are when it enters the engine, as on
-    // POST /v1/events (withCountersContext): the context read with the report may be older.
+    // POST /v1/events (withCountersContext): the context read with the report may be older. When
+    // they cannot be read nothing is sent, and the grant and slots go back (countersUnavailable).
     const pending =
-      c === undefined
+      c === undefined || entered !== undefined
         ? send()
-        : c.timeZone(env).then((tz) =>
-            withCountersContext(
-              () => c.context(env, tz),
-              (counters) => {
-                command.event.counters = counters;
-                return send();
-              },
-            ),
+        : c.timeZone(env).then(
+            (tz) =>
+              withCountersContext(
+                () => c.context(env, tz),
+                (counters) => {
+                  command.event.counters = counters;
+                  return send();
+                },
+                countersUnavailable,
+              ),
+            () => countersUnavailable,
           );
     settleGrant(this.deps.budgets, env, command.event.rules?.budget ?? null, pending);
     settleSharedLimits(this.deps.sharedLimits, this.heldSlots.get(command.event) ?? null, pending);
     return pending;
+  }
+
+  /**
+   * The environment's counters context, read with no await between the read and the entry it
+   * comes with (Engine.enterEvent): the event is counted in flight from the read, as if it were
+   * sent then, so a review can read it before its transaction and send from inside it without a
+   * catalog load there. Hand the entry to execute, or give it back (Engine.leaveEvent).
+   * Definitions that cannot be read answer 429 (nothing was taken yet).
+   */
+  private async enterWithCounters(env: string): Promise<{ counters: CountersContext | null; entry: EventEntry }> {
+    const c = this.deps.counters;
+    const engine = this.deps.engine;
+    if (c === undefined) return { counters: null, entry: engine.enterEvent() };
+    const tz = await c.timeZone(env).catch(() => null);
+    const entered =
+      tz === null
+        ? null
+        : await withCountersContext(
+            () => c.context(env, tz),
+            (counters) => Promise.resolve({ counters, entry: engine.enterEvent() }),
+            null,
+          );
+    if (entered === null) throw new ApiError('rate_limited', { message: 'The counter definitions could not be read; retry.', retryAfterSeconds: 1 });
+    return entered;
   }
 
   /** An event prepared by grantedEventSpec that no engine call will carry: its grant and slots go back. */
@@ -687,20 +727,26 @@ export class MatchResults {
     // No customer to ask (deleted, or never created by an unfinished admission): only a reject
     // gets here (decideNow refuses such an admit), and it is recorded without the actor.
     let event: MatchEventSpec | null = null;
-    if (!customerGone && prepared.customerId !== null) {
-      const { spec, properties } = this.eventSpec(pm, pm.event, prepared, rules, await this.eventCustomerId(env, prepared, nowMs));
-      if (decision === 'admit') {
-        // As in a report, the id is bound before the actor records the event; bound to other
-        // content, the admit is refused and the player stays held (it can still be rejected).
-        const refused = await this.claimEventId(env, clientEventId(pm.matchId, prepared.customerId), spec.fp);
-        if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
-      }
-      event = await this.grantedEventSpec(env, spec, properties, nowMs, decision === 'admit' ? clientEventId(pm.matchId, prepared.customerId) : null);
-    }
+    // The event's entry in flight, taken with its counters context before the transaction (no
+    // catalog load may run inside it); handed to the engine call, or given back in the finally.
+    let entry: EventEntry | null = null;
     // The prepared event's grant and slots are settled once: by the engine call that carries it, or
     // given back (a replay, or any way out before that call).
     let settled = false;
     try {
+      if (!customerGone && prepared.customerId !== null) {
+        const { spec, properties } = this.eventSpec(pm, pm.event, prepared, rules, await this.eventCustomerId(env, prepared, nowMs));
+        if (decision === 'admit') {
+          // As in a report, the id is bound before the actor records the event; bound to other
+          // content, the admit is refused and the player stays held (it can still be rejected).
+          const refused = await this.claimEventId(env, clientEventId(pm.matchId, prepared.customerId), spec.fp);
+          if (refused !== null) throw new ApiError(refused.code, { message: refused.message });
+        }
+        const entered = await this.enterWithCounters(env);
+        entry = entered.entry;
+        spec.counters = entered.counters;
+        event = await this.grantedEventSpec(env, spec, properties, nowMs, decision === 'admit' ? clientEventId(pm.matchId, prepared.customerId) : null);
+      }
       return await this.deps.sql.begin(async (txn) => {
         const tx = txn as unknown as Sql;
         const { p, m, d, matchRef } = await decideNow(tx, await this.records.lockPlayer(tx, env, playerId));
@@ -721,6 +767,7 @@ export class MatchResults {
                 { by: 'id', id: p.customerId ?? '' },
                 { kind: 'match.review', decision, customerId: p.customerId ?? '', profileId: m.profileId, event },
                 nowMs,
+                entry ?? undefined,
               );
         let next: PlayerRow;
         if (r === null || (r.ok === false && r.code === 'resource_not_found' && decision === 'reject')) {
@@ -744,6 +791,9 @@ export class MatchResults {
     } catch (err) {
       if (!settled && event !== null) this.giveBack(env, event);
       throw err;
+    } finally {
+      // Left by the engine call when it was made (leaveEvent is idempotent).
+      if (entry !== null) this.deps.engine.leaveEvent(entry);
     }
   }
 

@@ -3,6 +3,8 @@
 // shared by every customer, a match report with a held player and its review admit (it used to
 // hang the whole service: the review's transaction held the only connection while the event id's
 // claim waited for one), then a restart on the same data directory that finds everything again.
+// And a reject and an admit review each as the first request after a restart (every catalog cache
+// cold): the review used to read the time zone and counter definitions inside its transaction.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -113,4 +115,61 @@ t.test('embedded mode end to end, and again after a restart', async (t) => {
   t.equal(stored.body.players[0].status, 'admitted', 'the review survives');
   const dup = await after.post('/v1/events', first);
   t.match([dup.status, dup.body], [202, { id: ev.body.id, duplicate: true }], 'the event id is still known');
+});
+
+t.test('embedded mode: a review right after a restart, with every catalog cache cold', async (t) => {
+  // Given a report with two held players and a counter definition (the catalog a player's event
+  // is counted with), and a restart that leaves every cache cold
+  const dataDir = await mkdtemp(join(tmpdir(), 'embedded-api-'));
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }));
+  let service = await startEmbedded(dataDir);
+  t.teardown(() => service.stop());
+  const anon = new Client(`http://127.0.0.1:${service.httpPort}`);
+  const tenant = await signUp(anon);
+  const cs = await tenant.server.post('/v1/change_sets', { commands: [arena] }, idem());
+  t.equal(cs.status, 201, JSON.stringify(cs.body));
+  t.equal((await tenant.server.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem())).status, 201);
+  const counter = await tenant.server.post('/v1/counter_definitions', { name: 'matches', event: 'match.completed', window: { kind: 'lifetime' } }, idem());
+  t.equal(counter.status, 201, JSON.stringify(counter.body));
+  const ended = Date.now() - 10 * 60_000;
+  const reported = await within(
+    10_000,
+    'report',
+    tenant.server.post('/v1/match_results', {
+      profile: 'arena',
+      match_id: 'emb-cold-1',
+      started_at: new Date(ended - 10 * 60_000).toISOString(),
+      ended_at: new Date(ended).toISOString(),
+      players: [
+        { customer: { external_id: 'cold-1' }, metrics: { kills: 1, score: 60000 } },
+        { customer: { external_id: 'cold-2' }, metrics: { kills: 2, score: 70000 } },
+      ],
+    }),
+  );
+  t.equal(reported.status, 201, JSON.stringify(reported.body));
+  const [rejected, admitted] = reported.body.players;
+  t.match([rejected.status, admitted.status], ['held', 'held']);
+
+  const restart = async () => {
+    await service.stop();
+    service = await startEmbedded(dataDir);
+    const base = `http://127.0.0.1:${service.httpPort}`;
+    return { admin: new Client(base).with({ authorization: `Bearer ${tenant.secretKey}` }) };
+  };
+  // When a reject review is the first request after the restart
+  let c = await restart();
+  const reject = await within(10_000, 'review reject after a restart', c.admin.post(`/v1/match_result_players/${rejected.id}/reviews`, { decision: 'reject' }, idem()));
+  // Then it answers (it used to hang the service: its transaction read the cold catalogs over the only connection)
+  t.equal(reject.status, 200, JSON.stringify(reject.body));
+  t.equal(reject.body.player.status, 'rejected');
+  t.equal((await within(5_000, 'a read after the reject', c.admin.get(`/v1/match_results/${reported.body.id}`))).status, 200, 'the service still answers');
+
+  // When an admit review is the first request after another restart
+  c = await restart();
+  const admit = await within(10_000, 'review admit after a restart', c.admin.post(`/v1/match_result_players/${admitted.id}/reviews`, { decision: 'admit' }, idem()));
+  // Then it answers
+  t.equal(admit.status, 200, JSON.stringify(admit.body));
+  t.equal(admit.body.player.status, 'admitted');
+  const stored = await within(5_000, 'a read after the admit', c.admin.get(`/v1/match_results/${reported.body.id}`));
+  t.match(stored.body.players, [{ status: 'rejected' }, { status: 'admitted' }], 'the service still answers, with both reviews');
 });

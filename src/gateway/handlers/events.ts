@@ -5,17 +5,17 @@
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { CallResult } from '../../actors/partition.js';
-import { withCountersContext } from '../../catalog/counters.js';
+import { countersUnavailable, withCountersContext } from '../../catalog/counters.js';
 import { type BudgetAllowance, grantFor, settleGrant } from '../../catalog/event-grants.js';
 import { type Reserved, reserveSharedLimits, settleSharedLimits } from '../../catalog/shared-limit-slots.js';
-import type { Effect, RulesContext } from '../../domain/rule-effects.js';
+import type { CountersContext } from '../../domain/counters.js';
 import type { EventSource } from '../../domain/customer.js';
-import type { CredentialKind } from '../../tenancy/types.js';
+import { eventFingerprint } from '../../domain/event-fingerprint.js';
+import type { Effect, RulesContext } from '../../domain/rule-effects.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
-import type { CountersContext } from '../../domain/counters.js';
-import { eventFingerprint } from '../../domain/event-fingerprint.js';
 import type { ErasedEvent, SharedLimits } from '../../persistence/ports.js';
+import type { CredentialKind } from '../../tenancy/types.js';
 import type { EventIdClaims } from '../event-id-claims.js';
 import { type AnyRoute, type RequestContext, route } from '../route.js';
 import { zodToApiError } from '../validation.js';
@@ -164,8 +164,8 @@ async function recordOne(
   }
   const loaded = deps.rules(env);
   let rules = loaded instanceof Promise ? await loaded : loaded;
-  // Loaded here, so a storage failure fails the event before it takes slots or a grant; read
-  // again as the command is sent (below).
+  // Loaded here, so a storage failure usually fails the event before it takes slots or a grant;
+  // read again as the command is sent (below), where a failure gives them back and answers 429.
   const countersLoaded = deps.counters?.(env, timeZone) ?? null;
   if (countersLoaded instanceof Promise) await countersLoaded;
   // Limits shared by every customer: slots reserved before the step (first: a failure here has
@@ -209,6 +209,7 @@ async function recordOne(
         },
         nowMs,
       }),
+    countersUnavailable,
   );
   settleGrant(deps.budgets, env, granted.grant, pending);
   settleSharedLimits(deps.sharedLimits, slots?.held ?? null, pending);
