@@ -29,6 +29,8 @@ export interface CustomerRoutesOptions {
   step?: (call: Call) => Promise<void>;
   /** Receives every batch of erased event records written to the register (a throw fails the write). */
   eraseEventIds?: (records: ReadonlyArray<ErasedEventRecord>) => Promise<void>;
+  /** Gives back the units of the issuances a delete ended (absent: the routes have none). */
+  releaseIssuances?: (issuanceIds: readonly string[]) => Promise<void>;
 }
 
 export async function customerRoutesOver(t: Test, opts: CustomerRoutesOptions = {}) {
@@ -59,6 +61,7 @@ export async function customerRoutesOver(t: Test, opts: CustomerRoutesOptions = 
     },
     mergeLock: { locks: new MemoryLocks(), ttlMs: 10_000, waitMs: 5000 },
     tiers: { all: async () => [] },
+    ...(opts.releaseIssuances === undefined ? {} : { releaseIssuances: (_env: string, ids: readonly string[]) => opts.releaseIssuances!(ids) }),
   });
 
   /** Calls a route as the gateway would; an ApiError becomes its status and code. */

@@ -213,3 +213,18 @@ t.test('a customer whose delete began and stopped takes no new alias until the d
   t.match(await h.addAlias(s, 'dl-anon'), { status: 200 }, 'an alias it holds is answered as before');
   t.equal((await h.remove(s)).status, 204, 'the repeated delete finishes');
 });
+
+t.test('a DELETE whose issuance release fails has already forgotten the stored answers naming the erased customers', async (t) => {
+  // Given a survivor with a merged customer, and a release of the ended issuances' units that fails
+  const h = await customerRoutesOver(t, {
+    releaseIssuances: async () => {
+      throw new Error('stock unavailable');
+    },
+  });
+  const { m, s } = await mergedPair(t, h, 'release');
+  // When the survivor is deleted
+  await t.rejects(h.remove(s), /stock unavailable/, 'the release fails after the erasure');
+  // Then both are erased and no stored answer naming either stays replayable (the stock reconciler gives the units back)
+  t.equal((await h.get(s)).status, 404, 'the survivor is erased');
+  t.ok(h.forgotten.includes(m) && h.forgotten.includes(s), 'stored answers mentioning either are forgotten');
+});

@@ -8,9 +8,9 @@ import type { EngineCommand, ReplyView, Target } from '../../actors/partition.js
 import type { CustomerView } from '../../actors/views.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
 import type { MergeHandover } from '../../domain/customer.js';
-import type { TierProgram } from '../../domain/tiers.js';
-import { type SegmentDef, segmentNames } from '../../domain/segments.js';
 import { recordCount, recordedEvents } from '../../domain/seen-events.js';
+import { type SegmentDef, segmentNames } from '../../domain/segments.js';
+import type { TierProgram } from '../../domain/tiers.js';
 import { ApiError } from '../../errors/api-error.js';
 import { customerIdPartition } from '../../ids.js';
 import { limits } from '../../limits.js';
@@ -522,11 +522,12 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
    * the survivor and finishes them; a delete begun is not checked against If-Match again); then
    * the customer itself, in the same record ending its open issuances (cancelled, or expired when
    * past expires_at; pending requests refused) and removing its enrollments; its answer names what
-   * it held then: its aliases are released, the units of the issuances it ended go back, and a
-   * customer merged into it after the delete began is erased too. A delete stopped after that step
-   * cannot be repeated (404: the customer is gone): its keys are freed on next use (the engine's
-   * tombstone release), units not given back are by the stock reconciler, but its stored
-   * Idempotency-Key answers stay until they expire.
+   * it held then: a customer merged into it after the delete began is erased too, the stored
+   * Idempotency-Key answers naming these customers are forgotten, its aliases are released, and
+   * the units of the issuances it ended go back. A delete stopped after that step cannot be
+   * repeated (404: the customer is gone): its keys are freed on next use (the engine's tombstone
+   * release), units not given back are by the stock reconciler, but stored answers not yet
+   * forgotten stay until they expire.
    */
   const deleteCustomer = async (ctx: RequestContext, expected: number | undefined) => {
     const env = environmentIdOf(ctx.principal);
@@ -541,12 +542,14 @@ export function customerRoutes(deps: CustomerDeps): AnyRoute[] {
     if (deleted.kind !== 'deleted') throw new ApiError('internal_error');
     const late = deleted.mergedFrom.filter((id) => !begun.mergedFrom.includes(id));
     if (late.length > 0) merged.push(...(await eraseMerged(deps, env, before.id, late)));
+    // Stored answers about these customers (creation, aliases, tokens, ledger entries, ...), under
+    // any credential, can hold the erased data; a repeat of such a request now runs again. First
+    // after the erasure: the steps below have fallbacks of their own, and a failure in one of them
+    // must not leave these answers replayable.
+    await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
     await releaseAliases(deps, env, before.id, deleted.aliases);
     // The delete cancelled its open issuances (and refused its pending requests): their units go back.
     await deps.releaseIssuances?.(env, deleted.released ?? []);
-    // Stored answers about these customers (creation, aliases, tokens, ledger entries, ...), under
-    // any credential, can hold the erased data; a repeat of such a request now runs again.
-    await deps.forgetIdempotentAnswers?.(env, [before.id, ...merged]);
     // The 204 comes once this node's projector caught up: the erasure of customers on its
     // partitions is in the read tables (another node's partitions follow within a cycle).
     await deps.drainProjector();
