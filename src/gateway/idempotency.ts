@@ -123,6 +123,7 @@ export async function claimIdempotency(
 
 /** A customer's service id: `cust_` + partition (3) + time (10) + random (16), Crockford base32. */
 const customerIdPattern = /cust_[0-9A-HJKMNP-TV-Z]{29}/g;
+const customerIdExact = /^cust_[0-9A-HJKMNP-TV-Z]{29}$/;
 
 /**
  * The customers a stored answer is about, kept with it so erasing one of them forgets the answer
@@ -130,8 +131,11 @@ const customerIdPattern = /cust_[0-9A-HJKMNP-TV-Z]{29}/g;
  * show the id, such as a ledger entry's) and every customer id the answer's text shows (a
  * creation, an alias and the customer it merged in, an issuance). Sorted, without repeats.
  */
-export function answerCustomerIds(text: string, named: readonly string[] | undefined): string[] {
-  const ids = new Set<string>(named);
+export function answerCustomerIds(text: string, named: readonly (string | null | undefined)[] | undefined): string[] {
+  const ids = new Set<string>();
+  // Only ids: an owner on the previous version answers a ledger entry without its customer
+  // (undefined), and an array holding undefined cannot be stored (postgres.js refuses it).
+  for (const id of named ?? []) if (typeof id === 'string' && customerIdExact.test(id)) ids.add(id);
   for (const m of text.matchAll(customerIdPattern)) ids.add(m[0]);
   return [...ids].sort();
 }

@@ -7,8 +7,8 @@ import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { Currency, CurrencyCatalog } from '../../catalog/currencies.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
-import type { TierProgram } from '../../domain/tiers.js';
 import { ledgerLimits } from '../../domain/ledger.js';
+import type { TierProgram } from '../../domain/tiers.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
 import type { LedgerRow } from '../../persistence/sql/read-model.js';
@@ -150,8 +150,9 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
         return {
           status: 201,
           body: { ...ledgerEntryWire(reply.reply.entry), balance: balanceWire(reply.reply.balance) },
-          // The entry does not show its customer: named so that erasing the customer forgets this answer.
-          customerIds: [reply.customerId],
+          // The entry does not show its customer: named so that erasing the customer forgets this answer
+          // (an owner on the previous version names none: answerCustomerIds keeps only ids).
+          customerIds: typeof reply.customerId === 'string' ? [reply.customerId] : undefined,
         };
       },
     }),
