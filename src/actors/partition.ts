@@ -5,19 +5,13 @@
 // cannot be encoded), memory may be ahead of the journal, so the partition is poisoned and rebuilt
 // from snapshots + journal.
 // Never reply before the ack; never await between load and apply.
-import type { ErrorCode } from '../errors/codes.js';
-import { encodePartition, newCustomerId, newId, random53 } from '../ids.js';
-import { eventId } from '../domain/seen-events.js';
-import { limits } from '../limits.js';
-import type { LedgerReply } from '../domain/ledger.js';
-import type { RewardReply } from '../domain/rewards.js';
+
 import type { Reply as ChallengeReply } from '../domain/challenges.js';
-import type { Effect } from '../domain/rule-effects.js';
 import {
   type AliasState,
   type Command,
-  type CustomerState,
   type Ctx,
+  type CustomerState,
   decide,
   evolve,
   type Fact,
@@ -28,14 +22,21 @@ import {
   type RememberedReply,
   type Reply,
 } from '../domain/customer.js';
-import { callTag } from './calls.js';
-import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
+import type { LedgerReply } from '../domain/ledger.js';
+import type { MatchPlayerReply } from '../domain/match/actor.js';
+import type { RewardReply } from '../domain/rewards.js';
+import type { Effect } from '../domain/rule-effects.js';
+import { eventId } from '../domain/seen-events.js';
+import type { TierProgram } from '../domain/tiers.js';
+import type { ErrorCode } from '../errors/codes.js';
+import { encodePartition, newCustomerId, newId, random53 } from '../ids.js';
+import { limits } from '../limits.js';
 import { mailboxDepth } from '../observability/metrics.js';
+import { compareOffsets, type Journal, type KeyRow, type Offset, offsetZero, type SnapshotRow, type SnapshotSave, type SnapshotStore } from '../persistence/ports.js';
+import { callTag } from './calls.js';
 import { decodeEntryToKeep, decodeSnapshot, encodeEntry, encodeSnapshot, type JournalRecord, type KeyFact } from './codec.js';
 import { KeyFilter } from './key-filter.js';
 import { type CustomerView, toView } from './views.js';
-import type { MatchPlayerReply } from '../domain/match/actor.js';
-import type { TierProgram } from '../domain/tiers.js';
 
 export type Target = { by: 'id'; id: string } | { by: 'key'; key: string };
 
@@ -570,7 +571,9 @@ export class Partition {
     // is answered as the first was: asked before a merge or delete since then would redirect or refuse it.
     if (call.callId !== undefined) {
       const tag = callTag(cmd);
-      const seen = tag === null ? undefined : findCall(state.recentCalls, `${tag} ${call.callId}`, call.nowMs);
+      // By the real clock, as the answer was remembered (remembering): a test clock moved forward
+      // must not forget it while its Idempotency-Key claim (real time) can still run it again.
+      const seen = tag === null ? undefined : findCall(state.recentCalls, `${tag} ${call.callId}`, Date.now());
       if (seen !== undefined) {
         const reply: ReplyView = seen.reply.kind === 'customer' ? { kind: 'customer', customer: toView(state, call.nowMs) } : seen.reply;
         return this.reply({ ok: true, reply }, actor, resolve);
@@ -993,12 +996,14 @@ function refusal(d: Extract<ReturnType<typeof decide>, { ok: false }>): CallResu
 
 /**
  * The facts of a call with a call id, followed by its answer (call.answered) when its command is
- * remembered (calls.ts): in the same record, so the answer is durable exactly when they are.
+ * remembered (calls.ts): in the same record, so the answer is durable exactly when they are. Its
+ * time is the real clock's, not the environment's (call.nowMs, a test clock in test environments):
+ * the retention matches the stored Idempotency-Key answers', which use the real clock.
  */
 function remembering(facts: Fact[], call: Call, callId: string, reply: Reply): Fact[] {
   const tag = callTag(call.command);
   if (tag === null) return facts;
-  return [...facts, { kind: 'call.answered', call: `${tag} ${callId}`, atMs: call.nowMs, reply: remembered(reply) }];
+  return [...facts, { kind: 'call.answered', call: `${tag} ${callId}`, atMs: Date.now(), reply: remembered(reply) }];
 }
 
 /** What is kept of an answer: a customer's as its kind (answered as it is then); a delete's without its aliases (erased). */

@@ -5,20 +5,20 @@
 // the journal (evolve only) rebuilds exactly the same state. A throw in here is a bug.
 import type { ErrorCode } from '../errors/codes.js';
 import { limits } from '../limits.js';
+import { canonicalJson, hash53 } from '../util/canonical-json.js';
+import type { CampaignFact } from './campaigns.js';
 import { applyChallenges, type ChallengeContext, type ChallengeRuntime, runChallengeCommand } from './challenge-effects.js';
 import * as challenges from './challenges.js';
-import { applyBump, cloneCounterState, type CounterFact, type CounterState, type CountersContext, type CountersState, counterBumps, counterValue, evolveCounters, hasBase } from './counters.js';
+import { applyBump, type CounterFact, type CounterState, type CountersContext, type CountersState, cloneCounterState, counterBumps, counterValue, evolveCounters, hasBase } from './counters.js';
 import { emptyInventory, evolveInventory, type InventoryFact, type InventoryState, inventoryPairs } from './inventory.js';
 import * as ledger from './ledger.js';
-import { applyRules, boundLimitKey, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
-import * as rewards from './rewards.js';
-import { SeenEvents } from './seen-events.js';
-import { canonicalJson, hash53 } from '../util/canonical-json.js';
-import { evaluateTier, evolveTiers, moveOffRemovedLevel, scheduleDowngradeCheck, type TierFact, type TierProgram, type TiersState } from './tiers.js';
-import { type MatchCommand, type MatchFact, type MatchPlayerReply, decideMatch, evolveMatch } from './match/actor.js';
+import { decideMatch, evolveMatch, type MatchCommand, type MatchFact, type MatchPlayerReply } from './match/actor.js';
 import type { RateState } from './match/rate.js';
-import type { CampaignFact } from './campaigns.js';
+import * as rewards from './rewards.js';
+import { applyRules, boundLimitKey, dueTierFacts, type Effect, type RuleCounters, type RuleFact, type RulesContext, tierFacts, tierMetrics } from './rule-effects.js';
+import { SeenEvents } from './seen-events.js';
 import { decideMembership, evolveMembership, type SegmentCommand, type SegmentFact } from './segments.js';
+import { evaluateTier, evolveTiers, moveOffRemovedLevel, scheduleDowngradeCheck, type TierFact, type TierProgram, type TiersState } from './tiers.js';
 
 /**
  * Sections most customers never touch start as these SHARED empty values, so a new customer
@@ -296,7 +296,7 @@ export type Fact =
  */
 export type RememberedReply = Exclude<Reply, { kind: 'customer' }> | { kind: 'customer' };
 
-/** A call applied with a call id: `call` is `<tag> <call id>` (actors/calls.ts), atMs when it was applied. */
+/** A call applied with a call id: `call` is `<tag> <call id>` (actors/calls.ts), atMs when it was applied (real clock, not the environment's). */
 export interface RecentCall {
   call: string;
   atMs: number;
@@ -759,7 +759,7 @@ function answeredFact(clientEventId: string, effects: Effect[]): Fact {
 
 /**
  * The remembered answer of `call` (`<tag> <call id>`), or undefined: never applied, forgotten
- * (older than limits.recentCallsRetentionMs at nowMs, or pushed out by later calls).
+ * (older than limits.recentCallsRetentionMs at nowMs, the real clock's time, or pushed out by later calls).
  */
 export function findCall(calls: readonly RecentCall[], call: string, nowMs: number): RecentCall | undefined {
   for (let i = calls.length - 1; i >= 0; i--) {

@@ -177,9 +177,31 @@ t.test('the memory is bounded by count and by age', async (t) => {
   t.equal(await available(b.engine, 'bound-1'), n + 1, 'the newest is remembered');
   ok(await b.engine.execute(adjust('bound-1', 1, 'c-0')));
   t.equal(await available(b.engine, 'bound-1'), n + 2, `the oldest of ${n + 1} is forgotten`);
-  const late = { ...adjust('bound-1', 1, `c-${n}`), nowMs: 2000 + limits.recentCallsRetentionMs + 1 };
-  ok(await b.engine.execute(late));
+  // The retention runs on the real clock (a shorter one here, so the test can outwait it).
+  const mutable = limits as { recentCallsRetentionMs: number };
+  const saved = mutable.recentCallsRetentionMs;
+  t.teardown(() => {
+    mutable.recentCallsRetentionMs = saved;
+  });
+  mutable.recentCallsRetentionMs = 50;
+  await new Promise((resolve) => setTimeout(resolve, 80));
+  ok(await b.engine.execute(adjust('bound-1', 1, `c-${n}`)));
   t.equal(await available(b.engine, 'bound-1'), n + 3, 'an answer older than the retention is forgotten');
+});
+
+t.test("a test clock moved forward past the retention does not forget the remembered calls (their age is the real clock's)", async (t) => {
+  // Given a call applied in an environment whose clock is then advanced by more than the retention
+  const s = memoryStorage();
+  const b = await memoryNode(s, 'b', P);
+  t.teardown(() => b.placement.stop());
+  ok(await b.engine.execute(created('clock-1')));
+  const first = ok(await b.engine.execute(adjust('clock-1', 10, 'req-clock')));
+  // When the same call runs again at the advanced environment time
+  const later = { ...adjust('clock-1', 10, 'req-clock'), nowMs: 2000 + limits.recentCallsRetentionMs + 3600_000 };
+  const again = ok(await b.engine.execute(later));
+  // Then it is answered as the first time, not applied twice
+  t.same(again, first);
+  t.equal(await available(b.engine, 'clock-1'), 10);
 });
 
 t.test('snapshots keep the remembered calls; older snapshots without them still decode', async (t) => {
