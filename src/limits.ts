@@ -51,7 +51,7 @@ export const limits = {
    * Answers of calls with a call id remembered per customer (CustomerState.recentCalls): a repeat
    * of a forward whose answer was lost, or of a request re-run under its Idempotency-Key, finds
    * its first answer instead of applying again. Only commands whose repeat would not be harmless
-   * carry one (actors/calls.ts): ledger entries, issuance changes, creates and edits of customers.
+   * carry one: those actors/calls.ts (callTag) lists.
    */
   recentCallsPerCustomer: 32,
   /** ...and for as long as an Idempotency-Key is kept (a request is re-run at most that late). */
