@@ -13,6 +13,10 @@
 // are msgpack maps, so the two never mix), answered `true` once it settled. The barrier fails
 // (BarrierUnavailable) when a node does not answer or the read tables do not catch up within
 // timeoutMs: the definition then stays backfilling, and a backfill answers 429 (retry).
+//
+// Its second user is a campaign PATCH that adds a budget cap (service.ts, eventsSettled): past the
+// barrier the projected campaign_spend holds every award journaled before it, so the cap starts
+// from what was really awarded. Dropping the counter definitions' cache costs that use nothing.
 import { packMessage, unpackMessage } from '../actors/codec.js';
 import type { Forwarder } from '../actors/engine.js';
 import { compareOffsets, type Journal, type Membership, type Offset, offsetZero } from '../persistence/ports.js';
