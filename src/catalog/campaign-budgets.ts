@@ -18,6 +18,8 @@ interface Holding {
   /** Size of the last chunk leased (top-up threshold). */
   chunk: number;
   leasing: Promise<void> | null;
+  /** Leases started so far (a read of `remaining` retries when one started while it read). */
+  leases: number;
   /** What callers waiting for a lease want in total. */
   demand: number;
   /** A lease that got nothing: do not ask PostgreSQL again before this time. */
@@ -52,7 +54,7 @@ export class BudgetAllowances {
     let h = this.held.get(id);
     if (h === undefined) {
       const bar = key.indexOf('|');
-      h = { environmentId, campaignId: key.slice(0, bar), currency: key.slice(bar + 1), local: 0, chunk: 0, leasing: null, demand: 0, dryUntilMs: 0 };
+      h = { environmentId, campaignId: key.slice(0, bar), currency: key.slice(bar + 1), local: 0, chunk: 0, leasing: null, leases: 0, demand: 0, dryUntilMs: 0 };
       this.held.set(id, h);
     }
     return h;
@@ -127,6 +129,7 @@ export class BudgetAllowances {
   /** Leases at least `need` (a chunk: 1/chunkDivisor of the budget) if the budget has it; concurrent callers share one lease. */
   private lease(h: Holding, need: number): Promise<void> {
     if (h.leasing !== null) return h.leasing;
+    h.leases++;
     const run = async () => {
       // Let the callers of this tick add their demand first: one lease then covers them all.
       await new Promise((r) => setImmediate(r));
@@ -177,18 +180,32 @@ export class BudgetAllowances {
    * What an event on this node could be granted now per budget key, leasing nothing (simulate):
    * the node's chunks plus what PostgreSQL has not reserved. Other nodes' chunks are not counted
    * (this node's events cannot use them), nor grants in flight; a key without a budget row is 0.
+   * Under a stream of leases it gives up waiting after a few tries (simulate reads, it promises nothing).
    */
   async remaining(environmentId: string, keys: readonly string[]): Promise<BudgetGrant> {
     const out: BudgetGrant = {};
     if (keys.length === 0) return out;
-    const campaignIds = keys.map((k) => k.slice(0, k.indexOf('|')));
-    const rows = await this.sql`
-      select campaign_id, currency, greatest(amount - reserved, 0)::float8 as free from campaign_budgets
-      where environment_id = ${environmentId} and campaign_id = any(${[...new Set(campaignIds)]}::text[])`;
-    const free = new Map<string, number>();
-    for (const r of rows) free.set(`${r.campaign_id as string}|${r.currency as string}`, r.free as number);
-    for (const k of keys) out[k] = this.holds(environmentId, k) + (free.get(k) ?? 0);
-    return out;
+    const campaignIds = [...new Set(keys.map((k) => k.slice(0, k.indexOf('|'))))];
+    const holdings = keys.map((k) => this.holding(environmentId, k));
+    // A lease moves budget from PostgreSQL's free part to the node's chunks in two steps (the
+    // UPDATE, then the chunk): read both with no lease between, or the sum counts it twice or not at all.
+    for (let attempt = 0; ; attempt++) {
+      const inFlight = holdings.filter((h) => h.leasing !== null);
+      if (inFlight.length > 0 && attempt < 4) {
+        await Promise.all(inFlight.map((h) => h.leasing!.catch(() => {})));
+        continue;
+      }
+      const before = holdings.map((h) => h.leases);
+      const held = holdings.map((h) => h.local);
+      const rows = await this.sql`
+        select campaign_id, currency, greatest(amount - reserved, 0)::float8 as free from campaign_budgets
+        where environment_id = ${environmentId} and campaign_id = any(${campaignIds}::text[])`;
+      if (attempt < 4 && holdings.some((h, i) => h.leases !== before[i])) continue;
+      const free = new Map<string, number>();
+      for (const r of rows) free.set(`${r.campaign_id as string}|${r.currency as string}`, r.free as number);
+      keys.forEach((k, i) => (out[k] = held[i]! + (free.get(k) ?? 0)));
+      return out;
+    }
   }
 
   /** What the node holds for a budget key (tests, metrics). */

@@ -66,3 +66,27 @@ t.test('remaining: what an event on this node could be granted, read without lea
     t.same(await node.remaining('env_1', []), {});
   }
 });
+
+t.test('remaining counts a lease in flight once: neither in both places nor in neither', async (t) => {
+  // A lease first reserves in PostgreSQL, then adds the chunk to the node; a read between the two
+  // must not see the budget twice (the simulate of campaigns.test.ts once read 60 of 50 left).
+  const { sql } = await sqlForTest(t, 'postgres');
+  // The read of PostgreSQL's free part answers late, as on a busy pool of several connections.
+  const slowReads = new Proxy(sql, {
+    apply(target, self, args: [TemplateStringsArray, ...unknown[]]) {
+      const q = Reflect.apply(target, self, args) as Promise<unknown>;
+      return args[0].join('').includes(' as free ') ? q.then((rows) => new Promise((r) => setTimeout(() => r(rows), 30))) : q;
+    },
+  });
+  const node = new BudgetAllowances(slowReads);
+  for (let i = 0; i < 5; i++) {
+    const k = `cmp_${i}|coins`;
+    await sql`insert into campaign_budgets (environment_id, campaign_id, currency, amount) values ('env_1', ${`cmp_${i}`}, 'coins', 150)`;
+    // Given a grant of 100 that leaves the node under a quarter of its chunk: a top-up of 10 starts in the background
+    t.same(await node.grant('env_1', { [k]: 100 }), { [k]: 100 });
+    // Then reads at any moment of the top-up find the 50 not granted
+    const reads = await Promise.all([node.remaining('env_1', [k]), new Promise((r) => setImmediate(r)).then(() => node.remaining('env_1', [k]))]);
+    t.same(reads, [{ [k]: 50 }, { [k]: 50 }], `try ${i}`);
+    t.equal(node.holds('env_1', k), 10, 'the top-up landed');
+  }
+});
