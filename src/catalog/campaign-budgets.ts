@@ -203,7 +203,7 @@ export class BudgetAllowances {
       if (attempt < 4 && holdings.some((h, i) => h.leases !== before[i])) continue;
       const free = new Map<string, number>();
       for (const r of rows) free.set(`${r.campaign_id as string}|${r.currency as string}`, r.free as number);
-      keys.forEach((k, i) => (out[k] = held[i]! + (free.get(k) ?? 0)));
+      for (const [i, k] of keys.entries()) out[k] = held[i]! + (free.get(k) ?? 0);
       return out;
     }
   }
