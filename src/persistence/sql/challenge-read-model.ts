@@ -183,7 +183,7 @@ async function updateContributions(tx: Tx, part: FoldedProgress[]): Promise<void
              case when v.s is null or jsonb_typeof(v.s) = 'null' then null else array(select jsonb_array_elements_text(v.s)) end as s,
              array(select jsonb_array_elements_text(v.a)) as a,
              array(select jsonb_array_elements_text(v.r)) as r
-      from jsonb_to_recordset((${doc}::text)::jsonb) as v(e text, h text, c text, k text, y int, s jsonb, a jsonb, r jsonb)
+      from json_to_recordset((${doc}::text)::json) as v(e text, h text, c text, k text, y int, s jsonb, a jsonb, r jsonb)
     ) as u
     where p.environment_id = u.e and p.challenge_id = u.h and p.customer_id = u.c and p.period_key = u.k and p.cycle = u.y`;
 }
@@ -196,7 +196,7 @@ async function upsertProgress(tx: Tx, part: Progress[]): Promise<void> {
     insert into challenge_progress as p (environment_id, challenge_id, customer_id, period_key, cycle, count, target, status, completed_at, updated_at)
     select u.e, u.h, u.c, u.k, u.y, u.n, coalesce(u.t, 0), case when u.d is null then 'active' else 'completed' end,
            to_timestamp(u.d / 1000), to_timestamp(u.a / 1000)
-    from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, h text, c text, k text, y int, n int, t int, d float8, a float8)
+    from json_to_recordset((${doc}::text)::json) as u(e text, h text, c text, k text, y int, n int, t int, d float8, a float8)
     on conflict (environment_id, challenge_id, customer_id, period_key, cycle) do update
     set count = excluded.count,
         target = case when excluded.target = 0 then p.target else excluded.target end,
@@ -216,14 +216,14 @@ export async function writeChallengeEnrollments(tx: Tx, run: Enrollment[]): Prom
     await tx`
       insert into challenge_enrollments (environment_id, challenge_id, customer_id, enrolled_at)
       select u.e, u.h, u.c, to_timestamp(u.a / 1000)
-      from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, h text, c text, a float8)
+      from json_to_recordset((${doc}::text)::json) as u(e text, h text, c text, a float8)
       on conflict (environment_id, challenge_id, customer_id) do update set enrolled_at = excluded.enrolled_at`;
   }
   for (const part of chunks(removed, rowsPerStatementMax)) {
     const doc = jsonDocument(part.map((p) => ({ e: p.environmentId, h: p.challengeId, c: p.customerId })));
     await tx`
       delete from challenge_enrollments x
-      using jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, h text, c text)
+      using json_to_recordset((${doc}::text)::json) as u(e text, h text, c text)
       where x.environment_id = u.e and x.challenge_id = u.h and x.customer_id = u.c`;
   }
 }

@@ -78,7 +78,7 @@ export function jsonColumn<T>(v: unknown): T {
 const escapedBad = /(\\+)u(?:0000|d[89a-f][0-9a-f]{2})/g;
 
 /**
- * A value as a JSON document for `(${doc}::text)::jsonb`, with U+FFFD in place of U+0000 and of
+ * A value as a JSON document for `(${doc}::text)::json` or `::jsonb`, with U+FFFD in place of U+0000 and of
  * unpaired surrogates. The gateway refuses both, but a fact journaled before it did must not make
  * a projection cycle or a snapshot save fail forever (the journal keeps the original).
  */

@@ -424,7 +424,7 @@ export class PgReadModel {
       await tx`
         insert into customers as c (environment_id, id, external_id, attributes, version, created_at, updated_at)
         select u.e, u.i, u.x, u.a, u.v, to_timestamp(u.c / 1000), to_timestamp(u.u / 1000)
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, x text, a jsonb, v int, c float8, u float8)
+        from json_to_recordset((${doc}::text)::json) as u(e text, i text, x text, a jsonb, v int, c float8, u float8)
         on conflict (environment_id, id) do update
         set external_id = excluded.external_id, attributes = excluded.attributes,
             version = excluded.version, updated_at = excluded.updated_at
@@ -557,7 +557,7 @@ export class PgReadModel {
                u.s,
                case when u.k is null then null else array(select jsonb_array_elements_text(u.k)) end,
                u.t, u.st, u.si, u.f
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text, k jsonb, t text, st text, si text, f jsonb)
+        from json_to_recordset((${doc}::text)::json) as u(e text, i text, ce text, c text, n text, o float8, r float8, p jsonb, s text, k jsonb, t text, st text, si text, f jsonb)
         on conflict (environment_id, id) do nothing`;
     }
   }
@@ -588,7 +588,7 @@ export class PgReadModel {
           expires_at, confirm_after, reason, source_type, source_id, reverses_entry_id, created_at)
         select u.e, u.i, u.c, u.cur, u.t, u.s, u.a, u.r, to_timestamp(u.x / 1000), to_timestamp(u.ca / 1000),
                u.re, u.st, u.si, u.rv, to_timestamp(u.at / 1000)
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, c text, cur text, t text, s text, a bigint,
+        from json_to_recordset((${doc}::text)::json) as u(e text, i text, c text, cur text, t text, s text, a bigint,
           r bigint, x float8, ca float8, re text, st text, si text, rv text, at float8)
         on conflict (environment_id, id) do nothing`;
     }
@@ -612,7 +612,7 @@ export class PgReadModel {
       await tx`
         insert into customer_tiers as t (environment_id, customer_id, program_id, level, since, next_check_at)
         select u.e, u.c, u.p, u.l, to_timestamp(u.s / 1000), to_timestamp(u.n / 1000)
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p text, l text, s float8, n float8)
+        from json_to_recordset((${doc}::text)::json) as u(e text, c text, p text, l text, s float8, n float8)
         on conflict (environment_id, customer_id, program_id) do update
         set level = excluded.level, since = excluded.since, next_check_at = excluded.next_check_at`;
     }
@@ -620,7 +620,7 @@ export class PgReadModel {
       const doc = json(part.map((p) => ({ e: p.environmentId, c: p.customerId, p: p.programId, n: p.nextCheckMs })));
       await tx`
         update customer_tiers t set next_check_at = to_timestamp(u.n / 1000)
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p text, n float8)
+        from json_to_recordset((${doc}::text)::json) as u(e text, c text, p text, n float8)
         where t.environment_id = u.e and t.customer_id = u.c and t.program_id = u.p`;
     }
   }
@@ -691,7 +691,7 @@ export class PgReadModel {
       await tx`
         insert into segment_members as sm (environment_id, segment_id, customer_id, added_at)
         select u.e, u.s, u.c, to_timestamp(u.t / 1000)
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, s text, c text, t float8)
+        from json_to_recordset((${doc}::text)::json) as u(e text, s text, c text, t float8)
         where not exists (
           select 1 from customers c where c.environment_id = u.e and c.id = u.c and c.deleted_at is not null
         )
@@ -702,7 +702,7 @@ export class PgReadModel {
       const doc = json(part.map((p) => ({ e: p.environmentId, s: p.segmentId, c: p.customerId })));
       await tx`
         delete from segment_members sm
-        using jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, s text, c text)
+        using json_to_recordset((${doc}::text)::json) as u(e text, s text, c text)
         where sm.environment_id = u.e and sm.segment_id = u.s and sm.customer_id = u.c`;
     }
   }
@@ -718,7 +718,7 @@ export class PgReadModel {
     const doc = json([...sums.values()]);
     await tx`
       insert into campaign_spend as s (environment_id, campaign_id, currency, spent)
-      select u.e, u.c, u.k, u.a from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, k text, a bigint)
+      select u.e, u.c, u.k, u.a from json_to_recordset((${doc}::text)::json) as u(e text, c text, k text, a bigint)
       on conflict (environment_id, campaign_id, currency) do update set spent = s.spent + excluded.spent`;
   }
 
@@ -750,7 +750,7 @@ export class PgReadModel {
       const doc = json(part.map((p) => ({ e: p.environmentId, i: p.id, r: p.remaining, s: p.status })));
       await tx`
         update ledger_entries l set remaining = u.r, status = coalesce(u.s, l.status)
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, r bigint, s text)
+        from json_to_recordset((${doc}::text)::json) as u(e text, i text, r bigint, s text)
         where l.environment_id = u.e and l.id = u.i`;
     }
   }
@@ -781,7 +781,7 @@ export class PgReadModel {
           expires_at, redeemed_at, cancelled_at, reason, version, created_at)
         select u.e, u.i, u.rw, u.c, u.s, u.st, u.si, u.ce, to_timestamp(u.x / 1000), to_timestamp(u.ra / 1000),
                to_timestamp(u.ca / 1000), u.re, u.v, to_timestamp(u.at / 1000)
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, i text, rw text, c text, s text, st text, si text, ce text,
+        from json_to_recordset((${doc}::text)::json) as u(e text, i text, rw text, c text, s text, st text, si text, ce text,
           x float8, ra float8, ca float8, re text, v int, at float8)
         on conflict (environment_id, id) do update
         set customer_id = excluded.customer_id, status = excluded.status, cost_entry_id = excluded.cost_entry_id, expires_at = excluded.expires_at,

@@ -162,7 +162,7 @@ export class PgSnapshotStore implements SnapshotStore {
       await st.tx`
         insert into actor_snapshots (environment_id, customer_id, partition, payload, updated_at)
         select u.e, u.c, u.p, decode(u.b, 'base64'), now()
-        from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, c text, p int, b text)
+        from json_to_recordset((${doc}::text)::json) as u(e text, c text, p int, b text)
         on conflict (environment_id, customer_id) do update
         set partition = excluded.partition, payload = excluded.payload, updated_at = excluded.updated_at`;
     }
@@ -170,7 +170,7 @@ export class PgSnapshotStore implements SnapshotStore {
       const doc = JSON.stringify(part.map((k) => ({ e: k.environmentId, k: k.key, c: k.customerId, p: k.partition })));
       await st.tx`
         insert into customer_keys (environment_id, key, customer_id, partition)
-        select u.e, u.k, u.c, u.p from jsonb_to_recordset((${doc}::text)::jsonb) as u(e text, k text, c text, p int)
+        select u.e, u.k, u.c, u.p from json_to_recordset((${doc}::text)::json) as u(e text, k text, c text, p int)
         on conflict (environment_id, key) do update
         set customer_id = excluded.customer_id, partition = excluded.partition`;
     }
