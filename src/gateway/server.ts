@@ -68,6 +68,12 @@ export interface InvokeRequest {
   headers: Record<string, string>;
   /** A JSON value, or the raw body as a string/Buffer (then parsed like HTTP). */
   body?: unknown;
+  /**
+   * Answered once the credential passed the route's checks, and nothing else runs: a field the
+   * route needs and the caller's transport carries outside the path is missing (gRPC GetState
+   * without customer_id). The credential is refused first, as HTTP refuses it before the body.
+   */
+  refuseAfterAuth?: ApiError;
 }
 
 export interface InvokeResponse {
@@ -543,6 +549,28 @@ export function createGateway(opts: GatewayOptions): Gateway {
 
   // ---- invoke -----------------------------------------------------------------------------------
 
+  /** invoke's refuseAfterAuth: run()'s route lookup and authentication, then that error. */
+  function refuseAfterAuth(inc: Incoming, refusal: ApiError): Out | Promise<Out> {
+    const match = router.find(inc.method, inc.path);
+    if (match === null) return unrouted(inc);
+    inc.entry = match.value;
+    const route = match.value.route;
+    if (route === null || route.auth.kind === 'none') return errorOut(refusal, inc);
+    try {
+      const h = inc.headers;
+      const p = authenticate({ authorization: h.authorization, environment: h['x-service-environment'], origin: h.origin }, route.auth);
+      if (isThenable(p)) {
+        return p.then(
+          () => errorOut(refusal, inc),
+          (err: unknown) => errorOut(err, inc),
+        );
+      }
+      return errorOut(refusal, inc);
+    } catch (err) {
+      return errorOut(err, inc);
+    }
+  }
+
   async function invoke(req: InvokeRequest): Promise<InvokeResponse> {
     const headers: Record<string, string> = {};
     for (const k in req.headers) headers[k.toLowerCase()] = req.headers[k]!;
@@ -560,24 +588,33 @@ export function createGateway(opts: GatewayOptions): Gateway {
     const startedAt = performance.now();
     inflight++;
     try {
-      let out: Out | undefined;
       const b = req.body;
       if (typeof b === 'string' || b instanceof Uint8Array) {
         inc.rawBody = typeof b === 'string' ? Buffer.from(b) : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
         // gRPC callers send no Content-Type; their bodies are JSON by contract.
         headers['content-type'] ??= jsonType;
       } else if (b !== undefined) {
-        // One walk: a body too deep is refused here, before JSON.stringify would overflow its
-        // stack; unstorable text and numbers JSON cannot carry (NaN, ±Infinity, which stringify
-        // writes as null) are refused after auth by bodyOf, in the same order as over HTTP.
+        // One walk; what it finds (too deep, unstorable text, numbers JSON cannot carry: NaN,
+        // ±Infinity, which stringify writes as null) is refused after auth by bodyOf, in the same
+        // order as over HTTP. A body too deep for JSON.stringify's stack keeps an unknown size (0):
+        // refused as too deep, never as too large.
         const problem = checkBody(b, limits.jsonDepthMax);
-        if (problem === 'too_deep') out = errorOut(badBody(b, problem), inc);
-        else {
-          inc.rawBody = Buffer.from(JSON.stringify(b));
-          if (bodyMethods.has(inc.method)) inc.parsedBody = { value: b, problem };
+        let text: string | undefined;
+        try {
+          text = JSON.stringify(b);
+        } catch (err) {
+          if (problem !== 'too_deep') throw err;
         }
+        if (text !== undefined) inc.rawBody = Buffer.from(text);
+        if (bodyMethods.has(inc.method)) inc.parsedBody = { value: b, problem };
       }
-      out ??= inc.rawBody.length > limits.bodyBytesMax ? tooLargeOut(inc) : await run(inc);
+      const refusal = req.refuseAfterAuth;
+      const out =
+        inc.rawBody.length > limits.bodyBytesMax
+          ? tooLargeOut(inc)
+          : refusal === undefined
+            ? await run(inc)
+            : await refuseAfterAuth(inc, refusal);
       const outHeaders: Record<string, string> = { 'request-id': inc.requestId };
       if (out.text !== undefined) outHeaders['content-type'] = out.contentType;
       if (out.headers !== null) Object.assign(outHeaders, out.headers);

@@ -414,14 +414,13 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
     done: sendUnaryData<GetStateResponse>,
   ): Promise<void> {
     const id = rpc.request.customerId;
+    const req: InvokeRequest = { method: 'GET', path: `/v1/customers/${encodeURIComponent(id)}/state`, headers: headersOf(rpc.metadata) };
     if (id === '') {
-      return done(apiCallError(new ApiError('validation_failed', { param: 'customer_id', message: 'customer_id is required.' })));
+      // No id for the path: the route's credential checks run first (HTTP's order), then this.
+      req.path = '/v1/customers/_/state';
+      req.refuseAfterAuth = new ApiError('validation_failed', { param: 'customer_id', message: 'customer_id is required.' });
     }
-    const res = await call({
-      method: 'GET',
-      path: `/v1/customers/${encodeURIComponent(id)}/state`,
-      headers: headersOf(rpc.metadata),
-    });
+    const res = await call(req);
     if (!is2xx(res.status)) return done(callError(res.status, wireErrorOf(res.body), res.headers));
     done(null, { stateJson: JSON.stringify(res.body ?? null) });
   }

@@ -50,6 +50,10 @@ function makeFake() {
   async function invoke(req: InvokeRequest): Promise<InvokeResponse> {
     requests.push(req);
     if (req.headers.authorization !== 'Bearer osk_good') return fail(401, 'authentication_required', 'authentication');
+    // As gateway.invoke: a refusal the adapter asks for comes after the credential.
+    if (req.refuseAfterAuth !== undefined) {
+      return { status: req.refuseAfterAuth.status, headers: { 'request-id': 'req_fake' }, body: req.refuseAfterAuth.toBody('req_fake') };
+    }
     const body = (req.body ?? {}) as Json;
     if (req.method === 'POST' && req.path === '/v1/events') {
       if (Array.isArray(body.events)) {
@@ -287,11 +291,14 @@ t.test('Customers.GetState: state as JSON and the error mapping', async (t) => {
   t.equal((await get('cust_off')).err?.code, status.UNIMPLEMENTED);
   t.equal((await get('cust_down')).err?.code, status.UNAVAILABLE);
 
-  const before = fake.requests.length;
   const empty = await get('');
   t.equal(empty.err?.code, status.INVALID_ARGUMENT);
   t.same(empty.err?.metadata.get('error-param'), ['customer_id']);
-  t.equal(fake.requests.length, before, 'no request for an empty id');
+  const sent = fake.requests.at(-1)!;
+  t.equal(sent.path, '/v1/customers/_/state', 'an empty id runs the route\'s credential checks');
+  t.match(sent.refuseAfterAuth, { code: 'validation_failed', param: 'customer_id' }, 'and is refused after them');
+  const noAuth = await unary<{ customerId: string }, GetStateResponse>(customers.getState.bind(customers), { customerId: '' }, auth('osk_bad'));
+  t.equal(noAuth.err?.code, status.UNAUTHENTICATED, 'the credential first');
 });
 
 t.test('IngestStream: every message acked once, one customer in order, concurrency bounded', async (t) => {
