@@ -40,6 +40,8 @@ export const publicGrpcLimits = {
   /** Events of one IngestStream being processed at once; reading pauses beyond it. */
   streamInFlightMax: 64,
   closeGraceMsDefault: 10_000,
+  /** error-param and error-details longer than this (encoded) are left out of the trailers. */
+  metadataValueCharsMax: 8192,
 } as const;
 
 /** Metadata keys copied to the gateway request as headers (credentials and their scope). */
@@ -124,13 +126,39 @@ function errorMessageOf(e: WireError): ErrorMessage {
   };
 }
 
-/** A failed call: status from the HTTP status, API error fields in trailing metadata. */
+/** Matches text a metadata value carries as it is: printable ASCII without '%'. */
+const plainMetadataText = /^[ -$&-~]*$/;
+
+/**
+ * Text as a metadata value, which gRPC allows only in printable ASCII: percent-encoded as
+ * grpc-message is (each UTF-8 byte outside 0x20-0x7E, and '%', as %XX; decodeURIComponent reads
+ * it back); plain ASCII is unchanged. Params and details quote the caller's own property names.
+ * Null past metadataValueCharsMax: a trailer of a few hundred KB is dropped, or stalls the call
+ * until its deadline (seen with grpc-js over HTTP/2).
+ */
+function metadataText(s: string): string | null {
+  let out = s;
+  if (!plainMetadataText.test(s)) {
+    out = '';
+    for (const byte of Buffer.from(s, 'utf8')) {
+      out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
+    }
+  }
+  return out.length > publicGrpcLimits.metadataValueCharsMax ? null : out;
+}
+
+/**
+ * A failed call: status from the HTTP status, API error fields in trailing metadata (details as
+ * the JSON of the HTTP body's `details`).
+ */
 function callError(httpStatus: number, e: WireError, headers: Record<string, string> = {}): Partial<StatusObject> {
   const metadata = new Metadata();
   metadata.set('error-code', e.code);
   if (e.type !== '') metadata.set('error-type', e.type);
-  const param = grpcParam(e.param);
-  if (param !== '') metadata.set('error-param', param);
+  const param = metadataText(grpcParam(e.param));
+  if (param !== null && param !== '') metadata.set('error-param', param);
+  const details = e.details === undefined ? null : metadataText(JSON.stringify(e.details));
+  if (details !== null) metadata.set('error-details', details);
   const requestId = headers['request-id'] ?? e.request_id;
   if (requestId) metadata.set('request-id', requestId);
   const retryAfter = headers['retry-after'];

@@ -1,7 +1,8 @@
 // The public gRPC API against HTTP, where the adapter (src/grpc/public-server.ts) or the
 // transport-free pipeline it runs on (gateway.invoke) could answer differently from HTTP: the order
-// of checks (the credential before anything about the request), and the credential kinds and
-// customer states HTTP already covers. Real service, real Redis + PostgreSQL.
+// of checks (the credential before anything about the request), error metadata a client can read
+// whatever the text, and the credential kinds and customer states HTTP already covers. Real
+// service, real Redis + PostgreSQL.
 import { credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import t from 'tap';
 import { CustomersClient, type GetStateRequest, type GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
@@ -13,7 +14,7 @@ import {
   type IngestStreamRequest,
   type IngestStreamResponse,
 } from '../../src/grpc/gen/public/v1/events.js';
-import { MatchesClient } from '../../src/grpc/gen/public/v1/matches.js';
+import { MatchesClient, type ReportRequest, type ReportResponse } from '../../src/grpc/gen/public/v1/matches.js';
 import { type Client, idem, signUp, startForTest } from '../helpers/service.js';
 
 const now = () => new Date(Date.now() - 1000).toISOString();
@@ -95,6 +96,7 @@ t.test('public gRPC API: parity with HTTP', async (t) => {
   const ingestBatch = (req: IngestBatchRequest, md: Metadata) =>
     unary<IngestBatchRequest, IngestBatchResponse>(events.ingestBatch.bind(events), req, md);
   const getState = (req: GetStateRequest, md: Metadata) => unary<GetStateRequest, GetStateResponse>(customers.getState.bind(customers), req, md);
+  const report = (r: ReportRequest, md: Metadata) => unary<ReportRequest, ReportResponse>(matches.report.bind(matches), r, md);
   const secret = () => bearer(tenant.secretKey);
 
   await t.test('GetState without customer_id: the credential is checked first, and the call is counted', async (t) => {
@@ -143,6 +145,41 @@ t.test('public gRPC API: parity with HTTP', async (t) => {
     const by = new Map(acks.map((a) => [a.correlationId, a.result]));
     t.match(by.get('deep'), { error: { code: 'validation_failed', param: 'body' } }, 'a stream acks that message with the error');
     t.match(by.get('fine'), { accepted: { id: /^evt_/ } }, 'and goes on');
+  });
+
+  await t.test('error-param and error-details are readable metadata whatever the text (percent-encoded)', async (t) => {
+    const props = '{"ü":1e400}';
+    const g = await ingestBatch({ mode: 0, events: [ev('na-1', 'g-nonascii', { propertiesJson: props })] }, secret());
+    const h = await api.request('POST', '/v1/events', `{"id":"na-1","name":"level.completed","customer_id":"g-nonascii","occurred_at":"${now()}","properties":${props}}`);
+    t.equal(h.status, 400);
+    t.equal(g.err?.code, status.INVALID_ARGUMENT, 'INVALID_ARGUMENT, as HTTP 400 (not INTERNAL)');
+    t.equal(trailer(g.err, 'error-code'), h.body.error.code);
+    const param = trailer(g.err, 'error-param') as string;
+    t.equal(param, 'events[0].properties_json.%C3%BC', 'percent-encoded UTF-8');
+    t.equal(decodeURIComponent(param), 'events[0].properties_json.ü');
+    t.same(JSON.parse(decodeURIComponent(trailer(g.err, 'error-details') as string)), [
+      { param: 'events[0].properties.ü', message: h.body.error.details[0].message },
+    ], 'the HTTP details, as JSON');
+
+    // A match report's metrics: NaN (gRPC only), under a non-ASCII name; refused before the profile is read.
+    const at = (m: number) => new Date(Date.now() - m * 60_000).toISOString();
+    const r = await report({ profile: 'duel', matchId: 'na-m1', startedAt: at(20), endedAt: at(10), players: [{ customer: { externalId: 'g-na-p' }, metrics: { ü: Number.NaN } }] }, secret());
+    t.equal(r.err?.code, status.INVALID_ARGUMENT);
+    t.equal(trailer(r.err, 'error-code'), 'validation_failed');
+    t.equal(decodeURIComponent(trailer(r.err, 'error-param') as string), 'players[0].metrics.ü');
+
+    // Several problems at once: every one of them, as HTTP lists them.
+    const bad: ReportRequest = { profile: '', matchId: 'x y', startedAt: 'soon', endedAt: at(10), players: [] };
+    const gr = await report(bad, secret());
+    // An empty proto3 string is "not sent": HTTP's equivalent leaves profile out.
+    const hr = await api.post('/v1/match_results', { match_id: 'x y', started_at: 'soon', ended_at: bad.endedAt, players: [] });
+    t.equal(hr.status, 400);
+    t.ok(Array.isArray(hr.body.error.details) && hr.body.error.details.length > 1, 'HTTP lists several problems');
+    t.equal(trailer(gr.err, 'error-param'), hr.body.error.param);
+    t.same(JSON.parse(decodeURIComponent(trailer(gr.err, 'error-details') as string)), hr.body.error.details, 'gRPC: the same details');
+
+    const plain = await ingestBatch({ mode: 0, events: [] }, secret());
+    t.equal(trailer(plain.err, 'error-param'), 'events', 'a plain ASCII param is unchanged');
   });
 
   await t.test('credential kinds and customer states: the same answers as HTTP', async (t) => {

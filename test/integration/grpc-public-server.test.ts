@@ -95,6 +95,12 @@ function makeFake() {
       if (id === 'cust_boom') throw new Error('secret internals');
       if (id === 'cust_off') return fail(501, 'capability_unavailable', 'api_error');
       if (id === 'cust_down') return fail(503, 'ai_unavailable', 'api_error');
+      if (id === 'cust_text' || id === 'cust_long') {
+        const long = id === 'cust_long';
+        const param = long ? `p${'x'.repeat(300_000)}` : 'properties.ü%';
+        const details = [{ param, message: long ? 'y'.repeat(300_000) : 'ünïcode' }];
+        return { status: 400, headers: {}, body: { error: { code: 'validation_failed', type: 'invalid_request', message: 'bad', param, details } } };
+      }
       return { status: 200, headers: {}, body: { customer: { id }, balances: [{ currency: 'pts', available: 9007199254740991 }] } };
     }
     return fail(404, 'route_not_found', 'not_found');
@@ -299,6 +305,23 @@ t.test('Customers.GetState: state as JSON and the error mapping', async (t) => {
   t.match(sent.refuseAfterAuth, { code: 'validation_failed', param: 'customer_id' }, 'and is refused after them');
   const noAuth = await unary<{ customerId: string }, GetStateResponse>(customers.getState.bind(customers), { customerId: '' }, auth('osk_bad'));
   t.equal(noAuth.err?.code, status.UNAUTHENTICATED, 'the credential first');
+});
+
+t.test('Call errors: error-param and error-details percent-encoded, left out when too long', async (t) => {
+  const { customers } = await setup(t);
+  const get = (customerId: string) =>
+    new Promise<ServiceError | null>((resolve) =>
+      customers.getState({ customerId }, auth(), { deadline: Date.now() + 5000 }, (err) => resolve(err)),
+    );
+  const text = await get('cust_text');
+  t.equal(text?.code, status.INVALID_ARGUMENT, 'not INTERNAL: the text is no metadata value as it is');
+  t.same(text?.metadata.get('error-param'), ['properties_json.%C3%BC%25'], 'UTF-8 bytes and % as %XX');
+  t.same(JSON.parse(decodeURIComponent(String(text?.metadata.get('error-details')[0]))), [{ param: 'properties.ü%', message: 'ünïcode' }]);
+  const long = await get('cust_long');
+  t.equal(long?.code, status.INVALID_ARGUMENT, 'answered (a trailer of 300 KB may stall the call)');
+  t.same(long?.metadata.get('error-code'), ['validation_failed']);
+  t.same(long?.metadata.get('error-param'), [], 'a param past 8192 characters is left out');
+  t.same(long?.metadata.get('error-details'), [], 'so are details');
 });
 
 t.test('IngestStream: every message acked once, one customer in order, concurrency bounded', async (t) => {
