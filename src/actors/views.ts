@@ -4,7 +4,7 @@ import type { CustomerState } from '../domain/customer.js';
 import { counterValue } from '../domain/counters.js';
 import { inventoryList } from '../domain/inventory.js';
 import { type Balance, balances } from '../domain/ledger.js';
-import type { Issuance } from '../domain/rewards.js';
+import { asOf, type Issuance } from '../domain/rewards.js';
 import { qualifiedLevel } from '../domain/rule-effects.js';
 import type { TierProgram } from '../domain/tiers.js';
 
@@ -31,7 +31,10 @@ export interface CustomerView {
    * never placed in: the level it qualifies for now, from its ledger (what rules read).
    */
   qualifiedTiers: Array<{ programId: string; level: string }>;
-  /** Reward issuances, oldest first (the rule path's pending and refused requests are not shown). */
+  /**
+   * Reward issuances, oldest first (the rule path's pending and refused requests are not shown), as
+   * of the view's time: one past expires_at reads expired before the sweep records it (rewards.asOf).
+   */
   issuances: Issuance[];
   /** The latest progress record per challenge (the period it was last counted in). */
   challenges: Array<{ challengeId: string; periodKey: string; cycle: number; count: number; target: number; status: string; completedAtMs: number | null }>;
@@ -68,7 +71,7 @@ export function toView(s: CustomerState, nowMs: number, tierPrograms: readonly T
     balances: balances(s.ledger, nowMs),
     tiers: Object.values(s.tiers).map((t) => ({ programId: t.programId, level: t.level, sinceMs: t.sinceMs })),
     qualifiedTiers,
-    issuances: s.rewards.issuances.filter((i) => i.status !== 'pending' && i.status !== 'refused').map((i) => ({ ...i })),
+    issuances: s.rewards.issuances.filter((i) => i.status !== 'pending' && i.status !== 'refused').map((i) => ({ ...asOf(i, nowMs) })),
     challenges: Object.values(s.challenges.progress).map((p) => ({
       challengeId: p.challengeId,
       periodKey: p.periodKey,

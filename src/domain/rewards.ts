@@ -109,6 +109,24 @@ export function lapsed(i: Issuance, nowMs: number): boolean {
   return i.status === 'issued' && i.expiresAtMs !== null && i.expiresAtMs <= nowMs;
 }
 
+/**
+ * The issuance as its expiry records it (the sweep's reward.expire_due, a delete): expired, one
+ * version on, nothing else changed (the moment of expiry is its expires_at).
+ */
+export function expiredOf(i: Issuance): Issuance {
+  return { ...i, status: 'expired', version: i.version + 1 };
+}
+
+/**
+ * The issuance as of nowMs, as every read and answer shows it: a lapsed one (issued, past
+ * expires_at, its expiry not recorded yet) is shown exactly as the sweep will record it, so a read
+ * before the sweep and one after it answer the same. The reward_issuances read table applies the
+ * same rule in SQL (ReadModel.listIssuances).
+ */
+export function asOf(i: Issuance, nowMs: number): Issuance {
+  return lapsed(i, nowMs) ? expiredOf(i) : i;
+}
+
 function issuedFrom(base: Pick<Issuance, 'id' | 'sourceType' | 'sourceId' | 'createdAtMs' | 'version'>, terms: RewardTerms, nowMs: number): Issuance {
   return {
     id: base.id,
@@ -164,8 +182,8 @@ export function decide(state: RewardsState, book: ledger.LedgerState, cmd: Rewar
   switch (cmd.kind) {
     case 'reward.issue': {
       const existing = findIssuance(state, cmd.issuanceId);
-      // A retried command (same reservation) answers with what it did the first time.
-      if (existing !== undefined) return { ok: true, facts: [], reply: { kind: 'reward.issuance', issuance: existing } };
+      // A retried command (same reservation) answers with the issuance it made, as it is now.
+      if (existing !== undefined) return { ok: true, facts: [], reply: { kind: 'reward.issuance', issuance: asOf(existing, ctx.nowMs) } };
       if (state.voided.includes(cmd.issuanceId)) return fail('reward_unavailable', 'The reservation of this issuance was released.', 'reward_id');
       const issuance = issuedFrom(
         { id: cmd.issuanceId, sourceType: cmd.sourceType, sourceId: cmd.sourceId, createdAtMs: ctx.nowMs, version: 1 },
@@ -210,7 +228,7 @@ export function decide(state: RewardsState, book: ledger.LedgerState, cmd: Rewar
       const ids: string[] = [];
       for (const i of state.issuances) {
         if (!lapsed(i, ctx.nowMs)) continue;
-        facts.push({ kind: 'reward.expired', issuance: { ...i, status: 'expired', version: i.version + 1 } });
+        facts.push({ kind: 'reward.expired', issuance: expiredOf(i) });
         ids.push(i.id);
       }
       return { ok: true, facts, reply: { kind: 'reward.expired', ids } };
@@ -266,7 +284,7 @@ export function closeForDeletion(state: RewardsState, nowMs: number): { facts: R
   const released: string[] = [];
   for (const i of state.issuances) {
     if (lapsed(i, nowMs)) {
-      facts.push({ kind: 'reward.expired', issuance: { ...i, status: 'expired', version: i.version + 1 } });
+      facts.push({ kind: 'reward.expired', issuance: expiredOf(i) });
     } else if (i.status === 'issued') {
       facts.push({ kind: 'reward.cancelled', issuance: { ...i, status: 'cancelled', cancelledAtMs: nowMs, reason: deletedReason, version: i.version + 1 } });
       released.push(i.id);

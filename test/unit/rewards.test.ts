@@ -4,6 +4,7 @@
 // lapsed), invalid_state from every other state, the reconciler's settle, and the rule path's
 // request -> fulfil / refuse. Replaying the facts (evolve only) rebuilds the same state.
 import t from 'tap';
+import { toView } from '../../src/actors/views.js';
 import { type Command, type Ctx, type CustomerState, decide, evolve, type Fact } from '../../src/domain/customer.js';
 import type { CurrencyConfig } from '../../src/domain/ledger.js';
 import { type Issuance, parseExpiryAfter, type RewardCommand, type RewardTerms, emptyRewards, evolve as evolveRewards, takeOver } from '../../src/domain/rewards.js';
@@ -358,4 +359,24 @@ t.test("a customer deleted before deletes ended its issuances: expiry ends them 
   evolve(w2.state, { kind: 'customer.deleted', version: 2, atMs: 1 });
   const f = when(w2, reward({ kind: 'reward.fulfil', issuanceId: 'rwi_q', terms: mug, reason: null }), 2);
   t.match(f.d.ok && f.d.reply, { reply: { kind: 'reward.issuance', issuance: { status: 'refused', reason: 'customer_deleted' } } });
+});
+
+t.test('past expires_at before the sweep: the view and a retried issue show it expired, exactly as the sweep then records it', async (t) => {
+  // Given an issuance that expires after a day.
+  const w = given();
+  when(w, issue('rwi_x', { ...mug, expiryAfterMs: day }), 0);
+  const shown = (nowMs: number) => toView(w.state, nowMs).issuances.find((i) => i.id === 'rwi_x');
+  t.match(shown(day - 1), { status: 'issued', version: 1 }, 'issued until expires_at');
+  // When it is read at expires_at, before any sweep.
+  const early = shown(day);
+  t.match(early, { status: 'expired', version: 2, expiresAtMs: day });
+  t.equal(issuance(w, 'rwi_x')!.status, 'issued', 'reading records nothing');
+  // And a retried issue of it (the same reservation) answers it as it is now.
+  const retry = when(w, issue('rwi_x', { ...mug, expiryAfterMs: day }), 2 * day);
+  t.same(retry.d.ok && retry.d.facts, []);
+  t.same(retry.d.ok && retry.d.reply.kind === 'reward' && retry.d.reply.reply, { kind: 'reward.issuance', issuance: early });
+  // Then the sweep, later, records the very issuance the reads showed.
+  const sweep = when(w, reward({ kind: 'reward.expire_due' }), 3 * day);
+  t.same(sweep.d.ok && sweep.d.facts, [{ kind: 'reward.expired', issuance: early }]);
+  t.same(shown(3 * day), early, 'and reads after it answer the same');
 });
