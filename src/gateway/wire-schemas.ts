@@ -392,7 +392,9 @@ export const rewardIssuanceSchema = z
     id,
     reward_id: id,
     customer_id: id,
-    status: issuanceStatus,
+    status: issuanceStatus.describe(
+      'expired from the instant expires_at passes on the environment clock, before the expiry sweep journals it (with the version that record will carry).',
+    ),
     source_type: z.string().describe('api or rule_execution.'),
     source_id: z.string().nullable(),
     cost_entry_id: z.string().nullable().describe('The spend entry of the redeem.'),

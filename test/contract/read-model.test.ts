@@ -474,6 +474,63 @@ for (const kind of sqlKinds) {
       t.equal(await rm.projectedOffset(p), '1-0');
     });
 
+    t.test('issuances read as of a time: one issued past expires_at is expired, a version on; filters and pages agree', async (t) => {
+      const p = next();
+      const env = 'env_rwi';
+      const row = (id: string, status: string, version: number, expiresAtMs: number | null, customerId = 'c1'): Projection => ({
+        kind: 'issuance.upsert',
+        environmentId: env,
+        id,
+        rewardId: 'rw_1',
+        customerId,
+        status,
+        sourceType: 'api',
+        sourceId: null,
+        costEntryId: null,
+        expiresAtMs,
+        redeemedAtMs: null,
+        cancelledAtMs: null,
+        reason: null,
+        version,
+        createdAtMs: T0,
+      });
+      await rm.apply(p, '1-0', [
+        row('rwi_1', 'issued', 1, T0 + 1000),
+        row('rwi_2', 'issued', 1, null),
+        row('rwi_3', 'expired', 2, T0),
+        row('rwi_4', 'issued', 1, T0 + 1000, 'c2'),
+        row('rwi_5', 'redeemed', 2, T0 + 1000),
+        row('rwi_6', 'pending', 1, null),
+      ]);
+      const list = async (atMs: number, status: string | null, q: { limit?: number; after?: string; customerId?: string } = {}) =>
+        (await rm.listIssuances(env, { limit: q.limit ?? 50, after: q.after ?? null, status, customerId: q.customerId ?? null, atMs })).map((r) => [
+          r.id,
+          r.status,
+          r.version,
+        ]);
+      t.same(await list(T0 + 999, 'issued'), [['rwi_1', 'issued', 1], ['rwi_2', 'issued', 1], ['rwi_4', 'issued', 1]], 'before expires_at: issued');
+      const at = T0 + 1000;
+      t.same(
+        await list(at, null),
+        [['rwi_1', 'expired', 2], ['rwi_2', 'issued', 1], ['rwi_3', 'expired', 2], ['rwi_4', 'expired', 2], ['rwi_5', 'redeemed', 2]],
+        'at expires_at: expired, one version on; others as recorded',
+      );
+      t.same(await list(at, 'issued'), [['rwi_2', 'issued', 1]]);
+      t.same(await list(at, 'expired'), [['rwi_1', 'expired', 2], ['rwi_3', 'expired', 2], ['rwi_4', 'expired', 2]], 'recorded and lapsed, in id order');
+      t.same(await list(at, 'expired', { limit: 2 }), [['rwi_1', 'expired', 2], ['rwi_3', 'expired', 2]], 'the limit holds over both');
+      t.same(await list(at, 'expired', { limit: 2, after: 'rwi_1' }), [['rwi_3', 'expired', 2], ['rwi_4', 'expired', 2]], 'after is exclusive');
+      t.same(await list(at, 'expired', { after: 'rwi_4' }), []);
+      t.same(await list(at, 'expired', { customerId: 'c2' }), [['rwi_4', 'expired', 2]]);
+      t.same(await list(at, 'redeemed'), [['rwi_5', 'redeemed', 2]]);
+      t.match(await rm.getIssuance(env, 'rwi_1', at - 1), { status: 'issued', version: 1, expiresAtMs: T0 + 1000 });
+      const shown = await rm.getIssuance(env, 'rwi_1', at);
+      t.match(shown, { status: 'expired', version: 2, expiresAtMs: T0 + 1000 });
+      t.equal(await rm.getIssuance(env, 'rwi_6', at), null, 'a pending request is no issuance');
+      // When the sweep's record lands, the row reads the same.
+      await rm.apply(p, '2-0', [row('rwi_1', 'expired', 2, T0 + 1000)]);
+      t.same(await rm.getIssuance(env, 'rwi_1', at + 60_000), shown);
+    });
+
     t.test('thousands of projections in one batch', async (t) => {
       const p = next();
       const batch: Projection[] = [];

@@ -76,11 +76,12 @@ export interface RewardDeps {
   currencies: CurrencyCatalog;
   tiers: { all(environmentId: string): Promise<TierProgram[]> };
   readModel: {
+    /** As of `atMs`: one past expires_at reads expired before the sweep records it (ReadModel.listIssuances). */
     listIssuances(
       environmentId: string,
-      q: { limit: number; after: string | null; status: string | null; customerId: string | null },
+      q: { limit: number; after: string | null; status: string | null; customerId: string | null; atMs: number },
     ): Promise<IssuanceRow[]>;
-    getIssuance(environmentId: string, id: string): Promise<IssuanceRow | null>;
+    getIssuance(environmentId: string, id: string, atMs: number): Promise<IssuanceRow | null>;
   };
   drainProjector(): Promise<void>;
 }
@@ -147,17 +148,21 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
   async function onIssuance(
     env: string,
     id: string,
-    command: (nowMs: number) => Promise<RewardCommand>,
+    command: () => Promise<RewardCommand>,
     callId?: string,
   ): Promise<{ issuance: Issuance; customerId: string }> {
     const res = await deps.rewards.reservation(env, id);
     if (res === null) throw new ApiError('resource_not_found', { message: 'No reward issuance with this id.', param: 'id' });
-    const [programs, nowMs] = await Promise.all([deps.tiers.all(env), deps.now(env)]);
+    const [programs, cmd] = await Promise.all([deps.tiers.all(env), command()]);
+    // The clock is read last, right before the step: the step judges expires_at by it, and a read
+    // answering `expired` meanwhile (by its own later clock) must not be followed by a redeem or
+    // cancel judged by an earlier time.
+    const nowMs = await deps.now(env);
     const reply = unwrap(
       await deps.engine.execute({
         env,
         target: { by: 'id', id: res.customerId },
-        command: { kind: 'reward.run', command: await command(nowMs), tierPrograms: programs.map(tierProgramOf) },
+        command: { kind: 'reward.run', command: cmd, tierPrograms: programs.map(tierProgramOf) },
         nowMs,
         callId,
       }),
@@ -297,7 +302,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
     route({
       method: 'GET',
       path: '/v1/reward_issuances',
-      summary: 'List reward issuances (by status, optionally of one customer)',
+      summary: 'List reward issuances (by status as shown: one past expires_at is expired, also before the sweep; optionally of one customer)',
       tag: 'Rewards',
       auth: issuanceRead,
       query: issuanceListQuery,
@@ -317,11 +322,13 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
           }
         }
         await deps.drainProjector();
+        // As of the environment's clock read after the drain: past expires_at is expired, swept or not.
         const rows = await deps.readModel.listIssuances(env, {
           limit: page.limit + 1,
           after: page.after?.[0] ?? null,
           status: ctx.query.status ?? null,
           customerId,
+          atMs: await deps.now(env),
         });
         return { status: 200, body: toPage(rows, page, (r) => [r.id], (r) => issuanceWire(r, r.customerId)) };
       },
@@ -336,7 +343,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
       handler: async (ctx: RequestContext) => {
         const env = environmentIdOf(ctx.principal);
         await deps.drainProjector();
-        const r = await deps.readModel.getIssuance(env, ctx.params.id ?? '');
+        const r = await deps.readModel.getIssuance(env, ctx.params.id ?? '', await deps.now(env));
         if (r === null) throw new ApiError('resource_not_found', { message: 'No reward issuance with this id.', param: 'id' });
         return { status: 200, body: issuanceWire(r, r.customerId), headers: etagHeader(r.version) };
       },

@@ -237,9 +237,19 @@ const customerColumns = `environment_id, id, external_id, attributes, version,
 const eventColumns = `environment_id, id, client_event_id, customer_id, name,
   ${ms('occurred_at')} as occurred_at_ms, ${ms('received_at')} as received_at_ms, properties, status, trust, source_type, source_id`;
 
-const issuanceColumns = `environment_id, id, reward_id, customer_id, status, source_type, source_id, cost_entry_id,
-  ${ms('expires_at')} as expires_at_ms, ${ms('redeemed_at')} as redeemed_at_ms, ${ms('cancelled_at')} as cancelled_at_ms,
-  reason, version, ${ms('created_at')} as created_at_ms`;
+/**
+ * The columns of an issuance row as of `at` (a timestamptz fragment): an issued row past its
+ * expires_at reads as its expiry records it, `expired` and one version on (domain/rewards.ts expiredOf).
+ */
+function issuanceColumnsAsOf(sql: Sql, at: postgres.PendingQuery<postgres.Row[]>) {
+  const lapsed = sql`(status = 'issued' and expires_at <= ${at})`;
+  return sql`environment_id, id, reward_id, customer_id,
+    case when ${lapsed} then 'expired' else status end as status,
+    source_type, source_id, cost_entry_id,
+    ${sql.unsafe(ms('expires_at'))} as expires_at_ms, ${sql.unsafe(ms('redeemed_at'))} as redeemed_at_ms,
+    ${sql.unsafe(ms('cancelled_at'))} as cancelled_at_ms, reason,
+    version + case when ${lapsed} then 1 else 0 end as version, ${sql.unsafe(ms('created_at'))} as created_at_ms`;
+}
 
 function issuanceRow(r: Record<string, unknown>): IssuanceRow {
   return {
@@ -793,26 +803,44 @@ export class PgReadModel {
 
   /**
    * Reward issuances of an environment by id ascending (pending and refused rule requests are not
-   * issuances yet or ever, and never listed); limit + 1 rows for paging.
+   * issuances yet or ever, and never listed); limit + 1 rows for paging. Rows are as of `atMs` (the
+   * environment's clock): an issued row past its expires_at whose expiry the sweep has not recorded
+   * yet reads `expired` with its version one on, exactly as the sweep will record it (domain/
+   * rewards.ts asOf), and the status filter selects by that status, so `issued` lists none past
+   * expires_at and `expired` lists them with the recorded ones, pages keyed by id as ever.
    */
   async listIssuances(
     environmentId: string,
-    q: { limit: number; after: string | null; status: string | null; customerId: string | null },
+    q: { limit: number; after: string | null; status: string | null; customerId: string | null; atMs: number },
   ): Promise<IssuanceRow[]> {
     const sql = this.sql;
-    const rows = await sql`
-      select ${sql.unsafe(issuanceColumns)} from reward_issuances
-      where environment_id = ${environmentId}
-      ${q.status === null ? sql`and status not in ('pending', 'refused')` : sql`and status = ${q.status}`}
-      ${q.customerId === null ? sql`` : sql`and customer_id = ${q.customerId}`}
-      ${q.after === null ? sql`` : sql`and id > ${q.after}`}
+    const at = sql`to_timestamp(${q.atMs}::float8 / 1000)`;
+    const customer = q.customerId === null ? sql`` : sql`and customer_id = ${q.customerId}`;
+    const after = q.after === null ? sql`` : sql`and id > ${q.after}`;
+    const select = (status: postgres.PendingQuery<postgres.Row[]>) => sql`
+      select ${issuanceColumnsAsOf(sql, at)} from reward_issuances
+      where environment_id = ${environmentId} ${status} ${customer} ${after}
       order by id limit ${q.limit}`;
+    let rows: postgres.RowList<postgres.Row[]>;
+    if (q.status === null) rows = await select(sql`and status not in ('pending', 'refused')`);
+    else if (q.status === 'issued') rows = await select(sql`and status = 'issued' and (expires_at is null or expires_at > ${at})`);
+    else if (q.status === 'expired') {
+      // Two ordered index scans (the recorded ones, the lapsed ones), merged in id order.
+      rows = await sql`
+        select * from (
+          (${select(sql`and status = 'expired'`)})
+          union all
+          (${select(sql`and status = 'issued' and expires_at <= ${at}`)})
+        ) x order by id limit ${q.limit}`;
+    } else rows = await select(sql`and status = ${q.status}`);
     return rows.map(issuanceRow);
   }
 
-  async getIssuance(environmentId: string, id: string): Promise<IssuanceRow | null> {
-    const [row] = await this.sql`
-      select ${this.sql.unsafe(issuanceColumns)} from reward_issuances
+  /** One issuance as of `atMs` (the environment's clock), as listIssuances shows it. */
+  async getIssuance(environmentId: string, id: string, atMs: number): Promise<IssuanceRow | null> {
+    const sql = this.sql;
+    const [row] = await sql`
+      select ${issuanceColumnsAsOf(sql, sql`to_timestamp(${atMs}::float8 / 1000)`)} from reward_issuances
       where environment_id = ${environmentId} and id = ${id} and status not in ('pending', 'refused')`;
     return row ? issuanceRow(row) : null;
   }
