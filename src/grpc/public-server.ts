@@ -123,7 +123,14 @@ function errorMessageOf(e: WireError): ErrorMessage {
     message: e.message,
     param: grpcParam(e.param),
     detailsJson: e.details === undefined ? '' : JSON.stringify(e.details),
+    retryAfterSeconds: 0,
   };
+}
+
+/** An HTTP Retry-After header (whole seconds) as retry_after_seconds; 0 when absent. */
+function retryAfterSecondsOf(headers: Record<string, string>): number {
+  const v = headers['retry-after'];
+  return v !== undefined && /^\d{1,9}$/.test(v) ? Number(v) : 0;
 }
 
 /** Matches text a metadata value carries as it is: printable ASCII without '%'. */
@@ -214,6 +221,7 @@ function badPropertiesError(param: string): ErrorMessage {
     message: 'properties_json is not valid JSON.',
     param,
     detailsJson: '',
+    retryAfterSeconds: 0,
   };
 }
 
@@ -327,6 +335,8 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
     else {
       let error = errorMessageOf(wireErrorOf(res.body));
       if (badProperties) error = rewordIfProperties(error, '');
+      // A single POST /v1/events says when to resend in its Retry-After header: so does the ack.
+      error.retryAfterSeconds = retryAfterSecondsOf(res.headers);
       result = { error, clientEventId };
     }
     const refused = res.status === 401 ? callError(res.status, wireErrorOf(res.body), res.headers) : null;

@@ -1,8 +1,8 @@
 // The public gRPC API against HTTP, where the adapter (src/grpc/public-server.ts) or the
 // transport-free pipeline it runs on (gateway.invoke) could answer differently from HTTP: the order
 // of checks (the credential before anything about the request), error metadata a client can read
-// whatever the text, and the credential kinds and customer states HTTP already covers. Real
-// service, real Redis + PostgreSQL.
+// whatever the text, Retry-After on a stream acknowledgement, and the credential kinds and customer
+// states HTTP already covers. Real service, real Redis + PostgreSQL.
 import { credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import t from 'tap';
 import { CustomersClient, type GetStateRequest, type GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
@@ -15,6 +15,7 @@ import {
   type IngestStreamResponse,
 } from '../../src/grpc/gen/public/v1/events.js';
 import { MatchesClient, type ReportRequest, type ReportResponse } from '../../src/grpc/gen/public/v1/matches.js';
+import { limits } from '../../src/limits.js';
 import { type Client, idem, signUp, startForTest } from '../helpers/service.js';
 
 const now = () => new Date(Date.now() - 1000).toISOString();
@@ -180,6 +181,28 @@ t.test('public gRPC API: parity with HTTP', async (t) => {
 
     const plain = await ingestBatch({ mode: 0, events: [] }, secret());
     t.equal(trailer(plain.err, 'error-param'), 'events', 'a plain ASCII param is unchanged');
+  });
+
+  await t.test('a stream acknowledgement carries Retry-After as retry_after_seconds', async (t) => {
+    t.equal((await api.post('/v1/events', { id: 'ra-0', name: 'level.completed', customer_id: 'g-busy', occurred_at: now() })).status, 202);
+    // A full mailbox for every customer: the actor answers rate_limited (retry after 1 s).
+    const saved = limits.mailboxDepthMax;
+    (limits as { mailboxDepthMax: number }).mailboxDepthMax = 0;
+    const busy = ev('ra-2', 'g-busy');
+    let acks: IngestStreamResponse[];
+    let http: Awaited<ReturnType<Client['post']>>;
+    try {
+      http = await api.post('/v1/events', { id: 'ra-1', name: 'level.completed', customer_id: 'g-busy', occurred_at: now() });
+      acks = await streamAll(events, secret(), [{ correlationId: 'busy', event: busy, mode: 0 }]);
+    } finally {
+      (limits as { mailboxDepthMax: number }).mailboxDepthMax = saved;
+    }
+    t.equal(http.status, 429);
+    t.equal(http.headers.get('retry-after'), '1');
+    t.match(acks[0]?.result?.error, { code: 'rate_limited', retryAfterSeconds: 1 }, 'the ack says when to resend');
+    const later = await streamAll(events, secret(), [{ correlationId: 'again', event: busy, mode: 0 }]);
+    t.match(later[0]?.result, { accepted: { id: /^evt_/, duplicate: false } }, 'resent later: accepted');
+    t.equal(later[0]?.result?.error, undefined);
   });
 
   await t.test('credential kinds and customer states: the same answers as HTTP', async (t) => {

@@ -36,6 +36,7 @@ function fakeEvent(raw: Json, at: string, mode: unknown): { ok: true; body: Json
     return { ok: false, status: 400, body: errorBody('validation_failed', 'invalid_request', 'expected record', p('properties')) };
   }
   if (raw.id === 'conflict') return { ok: false, status: 409, body: errorBody('event_id_conflict', 'conflict', 'different content', p('id')) };
+  if (raw.id === 'busy') return { ok: false, status: 429, body: errorBody('rate_limited', 'rate_limited', 'too many commands') };
   const body: Json = { id: `evt_${String(raw.id)}`, client_event_id: raw.id, status: mode === 'sync' ? 'evaluated' : 'accepted' };
   if (mode === 'sync') body.effects = [{ kind: 'award', amount: 5 }];
   if (raw.id === 'dup') body.duplicate = true;
@@ -72,7 +73,8 @@ function makeFake() {
         const customer = String(body.customer_id);
         order.set(customer, [...(order.get(customer) ?? []), String(body.id)]);
         const r = fakeEvent(body, '', body.mode);
-        return r.ok ? { status: 202, headers: {}, body: r.body } : { status: r.status, headers: {}, body: r.body };
+        if (r.ok) return { status: 202, headers: {}, body: r.body };
+        return { status: r.status, headers: r.status === 429 ? { 'retry-after': '3' } : {}, body: r.body };
       } finally {
         running--;
       }
@@ -202,6 +204,7 @@ t.test('IngestBatch: one result per event in request order, per-item errors kept
     message: 'properties_json is not valid JSON.',
     param: 'events[3].properties_json',
     detailsJson: '',
+    retryAfterSeconds: 0,
   });
   t.equal(r[4]!.error?.code, 'event_id_conflict');
   t.equal(r[4]!.error?.type, 'conflict');
@@ -351,11 +354,12 @@ t.test('IngestStream: every message acked once, one customer in order, concurren
     });
   }
   stream.write({ correlationId: 'bad-json', mode: 0, event: ev('x', { customerId: 'other', propertiesJson: '[' }) });
+  stream.write({ correlationId: 'busy', mode: 0, event: ev('busy', { customerId: 'other' }) });
   stream.end();
   await finished;
 
-  t.equal(acks.length, 31, 'one ack per message');
-  t.same(new Set(acks.map((a) => a.correlationId)).size, 31, 'each correlation id acked once');
+  t.equal(acks.length, 32, 'one ack per message');
+  t.same(new Set(acks.map((a) => a.correlationId)).size, 32, 'each correlation id acked once');
   for (const c of customersIds) {
     const expected = sent.filter((s) => s.customer === c).map((s) => s.id);
     t.same(fake.order.get(c), expected, `${c}: processed in arrival order`);
@@ -374,6 +378,8 @@ t.test('IngestStream: every message acked once, one customer in order, concurren
   t.equal(byId.get('k7')?.error?.code, 'event_id_conflict', 'a failed event is acked with its error');
   t.equal(byId.get('k7')?.clientEventId, 'conflict');
   t.equal(byId.get('bad-json')?.error?.param, 'properties_json');
+  t.equal(byId.get('k7')?.error?.retryAfterSeconds, 0, 'no Retry-After, 0');
+  t.match(byId.get('busy')?.error, { code: 'rate_limited', retryAfterSeconds: 3 }, "HTTP's Retry-After on the ack");
 });
 
 t.test('IngestStream: a refused credential fails the call with UNAUTHENTICATED and the error trailers', async (t) => {

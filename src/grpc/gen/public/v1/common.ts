@@ -18,7 +18,9 @@ export const protobufFileName = "public/v1/common.proto";
  * /v1: each RPC runs through the same gateway pipeline (auth, validation, idempotency, handlers).
  * Credentials travel in metadata: `authorization: Bearer <token>` and, for management tokens,
  * `x-service-environment`. A failed call carries the HTTP error code in trailing metadata
- * `error-code` (also `error-type`, `error-param`, `request-id`). Timestamps are RFC 3339 strings.
+ * `error-code` (also `error-type`, `error-param`, `error-details`, `request-id` and, where HTTP sends
+ * Retry-After, `retry-after`; `error-param` and `error-details` percent-encoded). Timestamps are
+ * RFC 3339 strings.
  */
 
 /** The API error shape, used where one item of a batch or stream fails while the others succeed. */
@@ -32,10 +34,15 @@ export interface Error {
   param: string;
   /** Extra details as JSON, when the HTTP error body carries them; empty otherwise. */
   detailsJson: string;
+  /**
+   * On an IngestStream acknowledgement: the seconds HTTP's Retry-After names for the same event
+   * (rate_limited: wait, then resend it unchanged); 0 when there is none.
+   */
+  retryAfterSeconds: number;
 }
 
 function createBaseError(): Error {
-  return { code: "", type: "", message: "", param: "", detailsJson: "" };
+  return { code: "", type: "", message: "", param: "", detailsJson: "", retryAfterSeconds: 0 };
 }
 
 export const Error: MessageFns<Error> = {
@@ -54,6 +61,9 @@ export const Error: MessageFns<Error> = {
     }
     if (message.detailsJson !== "") {
       writer.uint32(42).string(message.detailsJson);
+    }
+    if (message.retryAfterSeconds !== 0) {
+      writer.uint32(48).uint32(message.retryAfterSeconds);
     }
     return writer;
   },
@@ -111,6 +121,14 @@ export const Error: MessageFns<Error> = {
             message.detailsJson = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.retryAfterSeconds = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -133,6 +151,7 @@ export const Error: MessageFns<Error> = {
     message.message = object.message ?? "";
     message.param = object.param ?? "";
     message.detailsJson = object.detailsJson ?? "";
+    message.retryAfterSeconds = object.retryAfterSeconds ?? 0;
     return message;
   },
 };
