@@ -173,6 +173,14 @@ function callError(httpStatus: number, e: WireError, headers: Record<string, str
   return { code: grpcStatusFor(httpStatus, e.code), details: e.message, metadata };
 }
 
+/** The trailing metadata of a successful call: its request-id, as every HTTP answer carries. */
+function okTrailers(headers: Record<string, string>): Metadata {
+  const metadata = new Metadata();
+  const requestId = headers['request-id'];
+  if (requestId) metadata.set('request-id', requestId);
+  return metadata;
+}
+
 function apiCallError(err: ApiError): Partial<StatusObject> {
   return callError(err.status, wireErrorOf(err.toBody('')));
 }
@@ -313,7 +321,7 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
       if (bad[i] && r.error) r.error = rewordIfProperties(r.error, `events[${i}]`);
       return r;
     });
-    done(null, { results });
+    done(null, { results }, okTrailers(res.headers));
   }
 
   /**
@@ -431,12 +439,16 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
     const res = await post('/v1/match_results', headersOf(rpc.metadata), body);
     if (!is2xx(res.status)) return done(callError(res.status, wireErrorOf(res.body), res.headers));
     const m = isRecord(res.body) ? res.body : {};
-    done(null, {
-      id: typeof m.id === 'string' ? m.id : '',
-      status: typeof m.status === 'string' ? m.status : '',
-      replayed: m.replayed === true,
-      resultJson: JSON.stringify(res.body ?? null),
-    });
+    done(
+      null,
+      {
+        id: typeof m.id === 'string' ? m.id : '',
+        status: typeof m.status === 'string' ? m.status : '',
+        replayed: m.replayed === true,
+        resultJson: JSON.stringify(res.body ?? null),
+      },
+      okTrailers(res.headers),
+    );
   }
 
   server.addService(MatchesService, {
@@ -460,7 +472,7 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
     }
     const res = await call(req);
     if (!is2xx(res.status)) return done(callError(res.status, wireErrorOf(res.body), res.headers));
-    done(null, { stateJson: JSON.stringify(res.body ?? null) });
+    done(null, { stateJson: JSON.stringify(res.body ?? null) }, okTrailers(res.headers));
   }
 
   server.addService(CustomersService, {

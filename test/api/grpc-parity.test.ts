@@ -1,8 +1,8 @@
 // The public gRPC API against HTTP, where the adapter (src/grpc/public-server.ts) or the
 // transport-free pipeline it runs on (gateway.invoke) could answer differently from HTTP: the order
 // of checks (the credential before anything about the request), error metadata a client can read
-// whatever the text, Retry-After on a stream acknowledgement, and the credential kinds and customer
-// states HTTP already covers. Real service, real Redis + PostgreSQL.
+// whatever the text, Retry-After on a stream acknowledgement, request ids, and the credential kinds
+// and customer states HTTP already covers. Real service, real Redis + PostgreSQL.
 import { credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import t from 'tap';
 import { CustomersClient, type GetStateRequest, type GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
@@ -203,6 +203,22 @@ t.test('public gRPC API: parity with HTTP', async (t) => {
     const later = await streamAll(events, secret(), [{ correlationId: 'again', event: busy, mode: 0 }]);
     t.match(later[0]?.result, { accepted: { id: /^evt_/, duplicate: false } }, 'resent later: accepted');
     t.equal(later[0]?.result?.error, undefined);
+  });
+
+  await t.test('a successful call carries request-id in its trailing metadata, as every HTTP answer does', async (t) => {
+    const b = await ingestBatch({ mode: 0, events: [ev('rq-1', 'g-rq')] }, secret());
+    t.equal(b.err, null);
+    t.match(b.trailers.get('request-id')[0], /^req_/, 'IngestBatch');
+    const id = (await api.get('/v1/customers?external_id=g-rq')).body.data[0].id as string;
+    const s = await getState({ customerId: id }, secret());
+    t.equal(s.err, null);
+    t.match(s.trailers.get('request-id')[0], /^req_/, 'GetState');
+    const cs = await api.post('/v1/change_sets', { commands: [{ type: 'match_profile.create', key: 'rq', metrics: [{ key: 'kills', minimum: 0, maximum: 50 }] }] }, idem());
+    t.equal((await api.post('/v1/change_set_applications', { change_set_id: cs.body.id }, idem())).status, 201);
+    const at = (m: number) => new Date(Date.now() - m * 60_000).toISOString();
+    const r = await report({ profile: 'rq', matchId: 'rq-1', startedAt: at(20), endedAt: at(10), players: [{ customer: { externalId: 'g-rq' }, metrics: { kills: 2 } }] }, secret());
+    t.equal(r.err, null);
+    t.match(r.trailers.get('request-id')[0], /^req_/, 'Report');
   });
 
   await t.test('credential kinds and customer states: the same answers as HTTP', async (t) => {
