@@ -2,8 +2,9 @@
 // in-process pipeline (invoke): every RPC becomes the equivalent /v1 request, so routing, auth,
 // validation, idempotency and handlers are the HTTP ones and semantics cannot drift.
 // Invariants: a batch answers one result per event in request order; a stream acknowledges every
-// message it read, events of one customer in arrival order; a failed call carries the API error
-// code in trailing metadata. Never decides anything an HTTP handler decides.
+// message it runs (every message it reads, unless the credential is refused), events of one
+// customer in arrival order; a failed call carries the API error code in trailing metadata. Never
+// decides anything an HTTP handler decides.
 import type { InvokeRequest, InvokeResponse } from '../gateway/server.js';
 import {
   Metadata,
@@ -363,9 +364,15 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
     let paused = false;
     let inputEnded = false;
     let gone = false;
+    /** The credential's refusal: the call ends with it once the messages running are answered. */
+    let refusal: Partial<StatusObject> | null = null;
 
     const maybeFinish = () => {
-      if (inputEnded && inFlight === 0 && !gone) {
+      if (gone || inFlight > 0) return;
+      if (refusal !== null) {
+        gone = true;
+        stream.emit('error', refusal);
+      } else if (inputEnded) {
         gone = true;
         stream.end();
       }
@@ -379,13 +386,18 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
       }
       const key = msg.event?.customerId ?? '';
       const run: Promise<void> = (tails.get(key) ?? Promise.resolve())
-        .then(() => (gone ? null : ingestOne(headers, msg)))
+        .then(() => (gone || refusal !== null ? null : ingestOne(headers, msg)))
         .then((one) => {
           if (one === null || gone) return;
           if (one.refused !== null) {
-            // The call fails with the credential's status; nothing more is read or answered.
-            gone = true;
-            stream.emit('error', one.refused);
+            // Nothing read from now on runs, and reading stops; the messages already running
+            // (other customers': they passed the credential check before it was revoked, and may
+            // be journaled) are answered, then the call fails with the credential's status.
+            refusal ??= one.refused;
+            if (!paused) {
+              paused = true;
+              stream.pause();
+            }
             return;
           }
           stream.write(one.ack);
@@ -393,7 +405,7 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
         .finally(() => {
           inFlight--;
           if (tails.get(key) === run) tails.delete(key);
-          if (paused && inFlight < inFlightMax) {
+          if (paused && inFlight < inFlightMax && refusal === null) {
             paused = false;
             stream.resume();
           }

@@ -398,3 +398,42 @@ t.test('IngestStream: a refused credential fails the call with UNAUTHENTICATED a
   t.equal(err?.metadata.get('error-code')[0], 'authentication_required');
   t.same(acks, [], 'no message is acknowledged');
 });
+
+t.test('IngestStream: a refused credential still acknowledges the messages already running', async (t) => {
+  const ran: string[] = [];
+  // Customer "slow" is journaled after 150 ms; "refused" meets a revoked credential at once.
+  const invoke = async (req: InvokeRequest): Promise<InvokeResponse> => {
+    const body = req.body as Json;
+    const id = String(body.id);
+    ran.push(id);
+    if (body.customer_id === 'refused') return fail(401, 'credentials_revoked', 'authentication');
+    if (body.customer_id === 'slow') await sleep(150);
+    return { status: 202, headers: {}, body: { id: `evt_${id}`, client_event_id: id, status: 'accepted' } };
+  };
+  const api = createPublicGrpcServer(invoke);
+  const port = await api.listen('127.0.0.1', 0);
+  const events = new EventsClient(`127.0.0.1:${port}`, credentials.createInsecure());
+  t.teardown(async () => {
+    events.close();
+    await api.close(0);
+  });
+  const acks: IngestStreamResponse[] = [];
+  const err = await new Promise<ServiceError | null>((resolve) => {
+    const stream = events.ingestStream(auth());
+    stream.on('data', (a: IngestStreamResponse) => acks.push(a));
+    stream.on('error', (e: ServiceError) => resolve(e));
+    stream.on('end', () => resolve(null));
+    stream.write({ correlationId: 'c-slow', mode: 0, event: ev('e-slow', { customerId: 'slow' }) });
+    stream.write({ correlationId: 'c-refused', mode: 0, event: ev('e-refused', { customerId: 'refused' }) });
+    // Read after the refusal (or never): not run.
+    setTimeout(() => {
+      stream.write({ correlationId: 'c-late', mode: 0, event: ev('e-late', { customerId: 'late' }) });
+      stream.end();
+    }, 50);
+  });
+  t.equal(err?.code, status.UNAUTHENTICATED, 'the call fails with the credential status');
+  t.same(err?.metadata.get('error-code'), ['credentials_revoked']);
+  t.match(acks, [{ correlationId: 'c-slow', result: { accepted: { id: 'evt_e-slow' } } }], 'the message running when the refusal came is acknowledged');
+  t.equal(acks.length, 1, 'the refused message gets no ack');
+  t.same(ran, ['e-slow', 'e-refused'], 'nothing after the refusal runs');
+});
