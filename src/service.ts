@@ -64,6 +64,7 @@ import { RedisLocks } from './persistence/redis/redis-locks.js';
 import { RedisEventIds } from './persistence/redis/redis-event-ids.js';
 import { RedisMembership } from './persistence/redis/redis-membership.js';
 import { migrate, openSql, type Sql } from './persistence/sql/db.js';
+import { purgeCreateCalls } from './persistence/sql/create-calls.js';
 import { PgIdempotencyStore } from './persistence/sql/idempotency-store.js';
 import { PgEventIds } from './persistence/sql/event-ids.js';
 import { PgReadModel } from './persistence/sql/read-model.js';
@@ -258,9 +259,11 @@ async function startParts(config: Config, logger: Logger, teardown: Teardown): P
   const now = (env: string) => clocks.now(env);
   const matchProfiles = new MatchProfileStore(sql, storage.bus);
   await matchProfiles.start();
-  // Expired idempotency results are purged in batches; the index keeps this cheap.
+  // Expired idempotency results are purged in batches, and so are the records of what create
+  // requests made once no run of theirs can come any more; the indexes keep this cheap.
   const purgeTimer = setInterval(() => {
     void idempotency.purgeExpired().catch((err: unknown) => logger.warn({ err }, 'idempotency purge failed'));
+    void purgeCreateCalls(sql).catch((err: unknown) => logger.warn({ err }, 'create calls purge failed'));
   }, 60_000);
   purgeTimer.unref();
   teardown.add('idempotency purge', () => clearInterval(purgeTimer));

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import type { Sql } from '../persistence/sql/db.js';
 
 export const attributeTypes = ['string', 'number', 'integer', 'boolean', 'timestamp', 'json'] as const;
@@ -82,19 +83,42 @@ export class AttributeCatalog {
     return cached;
   }
 
+  /**
+   * `callId`: the request's (an Idempotency-Key's); a run again of it answers the definition it
+   * created (not already_exists: the key is its own).
+   */
   async create(
     environmentId: string,
     input: { key: string; type: AttributeType; description?: string | null; pii?: boolean },
+    callId?: string,
   ): Promise<AttributeDefinition> {
-    const rows = await this.sql`
-      insert into attribute_definitions (environment_id, id, key, type, description, pii)
-      values (${environmentId}, ${newId('atd')}, ${input.key}, ${input.type}, ${input.description ?? null}, ${input.pii ?? false})
-      on conflict (environment_id, key) do nothing
-      returning *`;
-    if (rows.length === 0) throw new ApiError('already_exists', { message: `Attribute ${input.key} is already defined.`, param: 'key' });
+    const found = async (id: string): Promise<AttributeDefinition> => {
+      await this.changed(environmentId);
+      const rows = await this.sql`select * from attribute_definitions where environment_id = ${environmentId} and id = ${id}`;
+      if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No attribute definition ${id}.` });
+      return rowToDefinition(rows[0]!);
+    };
+    return createOncePerCall(this.sql, callId, found, async () => {
+      const id = newId('atd');
+      const rows = await this.sql.begin(async (tx) => {
+        await recordCreate(tx, callId, id);
+        const inserted = await tx`
+          insert into attribute_definitions (environment_id, id, key, type, description, pii)
+          values (${environmentId}, ${id}, ${input.key}, ${input.type}, ${input.description ?? null}, ${input.pii ?? false})
+          on conflict (environment_id, key) do nothing
+          returning *`;
+        // Thrown inside: the record of this call goes with the transaction.
+        if (inserted.length === 0) throw new ApiError('already_exists', { message: `Attribute ${input.key} is already defined.`, param: 'key' });
+        return inserted;
+      });
+      await this.changed(environmentId);
+      return rowToDefinition(rows[0]!);
+    });
+  }
+
+  private async changed(environmentId: string): Promise<void> {
     this.cache.delete(environmentId);
     await this.bus.publish(channel, environmentId).catch(() => {});
-    return rowToDefinition(rows[0]!);
   }
 
   async list(environmentId: string, q: { limit: number; after: string | null }): Promise<AttributeDefinition[]> {

@@ -9,6 +9,7 @@ import { activationRefusal, allowed, type CampaignGate, type CampaignOperation, 
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import type { Sql } from '../persistence/sql/db.js';
 import { environmentsDue } from '../persistence/sql/due-environments.js';
 
@@ -139,22 +140,33 @@ export class CampaignCatalog {
     }
   }
 
-  async create(environmentId: string, input: CampaignInput): Promise<Campaign> {
-    checkSchedule(input.startsAtMs, input.endsAtMs);
-    await this.checkRefs(environmentId, input);
-    const id = newId('cmp');
-    await this.sql.begin(async (tx) => {
-      await lockAudience(tx as unknown as Sql, environmentId, input.audienceSegment);
-      await tx`
-        insert into campaigns (environment_id, id, name, description, status, audience_segment, starts_at, ends_at)
-        values (${environmentId}, ${id}, ${input.name}, ${input.description}, 'draft', ${input.audienceSegment},
-          ${ts(input.startsAtMs)}, ${ts(input.endsAtMs)})`;
-      for (const b of input.budgets) {
-        await tx`insert into campaign_budgets (environment_id, campaign_id, currency, amount) values (${environmentId}, ${id}, ${b.currency}, ${b.amount})`;
-      }
+  /**
+   * `callId`: the request's (an Idempotency-Key's); a run again of it answers the campaign it
+   * created (with its budgets, which only that first transaction wrote).
+   */
+  async create(environmentId: string, input: CampaignInput, callId?: string): Promise<Campaign> {
+    const found = async (id: string): Promise<Campaign> => {
+      await this.changed(environmentId);
+      return this.get(environmentId, id);
+    };
+    return createOncePerCall(this.sql, callId, found, async () => {
+      checkSchedule(input.startsAtMs, input.endsAtMs);
+      await this.checkRefs(environmentId, input);
+      const id = newId('cmp');
+      await this.sql.begin(async (tx) => {
+        await recordCreate(tx, callId, id);
+        await lockAudience(tx as unknown as Sql, environmentId, input.audienceSegment);
+        await tx`
+          insert into campaigns (environment_id, id, name, description, status, audience_segment, starts_at, ends_at)
+          values (${environmentId}, ${id}, ${input.name}, ${input.description}, 'draft', ${input.audienceSegment},
+            ${ts(input.startsAtMs)}, ${ts(input.endsAtMs)})`;
+        for (const b of input.budgets) {
+          await tx`insert into campaign_budgets (environment_id, campaign_id, currency, amount) values (${environmentId}, ${id}, ${b.currency}, ${b.amount})`;
+        }
+      });
+      await this.changed(environmentId);
+      return this.get(environmentId, id);
     });
-    await this.changed(environmentId);
-    return this.get(environmentId, id);
   }
 
   async get(environmentId: string, id: string): Promise<Campaign> {

@@ -24,6 +24,7 @@ import { ApiError } from '../errors/api-error.js';
 import type { ReferenceSources } from './rule-references.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 import { environmentsDue } from '../persistence/sql/due-environments.js';
 
@@ -147,21 +148,30 @@ export class ChallengeCatalog {
     throw new ApiError('resource_not_found', { message: `No ${nouns[missing.kind]} ${missing.name}.`, param: missing.param });
   }
 
-  async create(environmentId: string, input: ChallengeInput): Promise<ChallengeRecord> {
-    validated(input);
-    await this.checkReferences(environmentId, input.completionActions);
-    const rows = await this.sql.begin(async (tx) => {
-      await lockCampaign(tx as unknown as Sql, environmentId, input.campaignId);
-      return tx`
-      insert into challenges (environment_id, id, name, qualifying, target, period, contribution_key, enrollment, repeatable,
-        completion_actions, campaign_id, starts_at, ends_at, status)
-      values (${environmentId}, ${newId('chl')}, ${input.name}, (${JSON.stringify(input.qualifying)}::text)::jsonb, ${input.target},
-        ${input.period}, ${input.contributionKey}, ${input.enrollment}, ${input.repeatable},
-        (${JSON.stringify(input.completionActions)}::text)::jsonb, ${input.campaignId}, ${ts(input.startsAtMs)}, ${ts(input.endsAtMs)}, ${input.status})
-      returning *`;
+  /** `callId`: the request's (an Idempotency-Key's); a run again of it answers the challenge it created. */
+  async create(environmentId: string, input: ChallengeInput, callId?: string): Promise<ChallengeRecord> {
+    const found = async (id: string): Promise<ChallengeRecord> => {
+      await this.changed(environmentId);
+      return this.get(environmentId, id);
+    };
+    return createOncePerCall(this.sql, callId, found, async () => {
+      validated(input);
+      await this.checkReferences(environmentId, input.completionActions);
+      const id = newId('chl');
+      const rows = await this.sql.begin(async (tx) => {
+        await recordCreate(tx, callId, id);
+        await lockCampaign(tx as unknown as Sql, environmentId, input.campaignId);
+        return tx`
+        insert into challenges (environment_id, id, name, qualifying, target, period, contribution_key, enrollment, repeatable,
+          completion_actions, campaign_id, starts_at, ends_at, status)
+        values (${environmentId}, ${id}, ${input.name}, (${JSON.stringify(input.qualifying)}::text)::jsonb, ${input.target},
+          ${input.period}, ${input.contributionKey}, ${input.enrollment}, ${input.repeatable},
+          (${JSON.stringify(input.completionActions)}::text)::jsonb, ${input.campaignId}, ${ts(input.startsAtMs)}, ${ts(input.endsAtMs)}, ${input.status})
+        returning *`;
+      });
+      await this.changed(environmentId);
+      return row(rows[0]!);
     });
-    await this.changed(environmentId);
-    return row(rows[0]!);
   }
 
   async list(environmentId: string, q: { status: ChallengeStatus | null; limit: number; after: string | null }): Promise<ChallengeRecord[]> {

@@ -19,6 +19,7 @@ import {
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 
 export interface CounterRecord {
@@ -89,7 +90,19 @@ export class CounterCatalog {
    * no such event can still appear (the barrier of every node's events sent before, then the
    * environment has no event at all). The version stays 1: that is part of the creation.
    */
-  async create(environmentId: string, input: CounterInput, provenEmpty: () => Promise<boolean>): Promise<CounterRecord> {
+  async create(environmentId: string, input: CounterInput, provenEmpty: () => Promise<boolean>, callId?: string): Promise<CounterRecord> {
+    // A run again (`callId`: the request's, an Idempotency-Key's) answers the definition it
+    // created as it is now, after trying again what the first run may not have got to: showing
+    // the environment empty, which makes a backfilling definition ready.
+    const found = async (id: string): Promise<CounterRecord> => {
+      await this.changed(environmentId);
+      const c = await this.get(environmentId, id);
+      return c.status === 'backfilling' ? this.readyIfEmpty(environmentId, c, provenEmpty) : c;
+    };
+    return createOncePerCall(this.sql, callId, found, () => this.createOnce(environmentId, input, provenEmpty, callId));
+  }
+
+  private async createOnce(environmentId: string, input: CounterInput, provenEmpty: () => Promise<boolean>, callId: string | undefined): Promise<CounterRecord> {
     const w = validateWindow(input.window);
     if (w !== null) throw invalid(w.param, w.message);
     if (input.filter !== undefined && input.filter !== null) {
@@ -101,15 +114,26 @@ export class CounterCatalog {
       throw invalid('name', `An environment has at most ${counterLimits.perEnvironmentMax} counter definitions.`);
     }
     const filter = input.filter === undefined || input.filter === null ? null : JSON.stringify(input.filter);
-    const rows = await this.sql`
-      insert into counter_definitions (environment_id, id, name, event, time_window, filter, status)
-      values (${environmentId}, ${newId('ctr')}, ${input.name}, ${input.event}, (${JSON.stringify(input.window)}::text)::jsonb,
-        (${filter}::text)::jsonb, 'backfilling')
-      on conflict (environment_id, name) do nothing
-      returning *`;
-    if (rows.length === 0) throw new ApiError('already_exists', { message: `A counter named ${input.name} already exists.`, param: 'name' });
+    const id = newId('ctr');
+    const rows = await this.sql.begin(async (tx) => {
+      await recordCreate(tx, callId, id);
+      const inserted = await tx`
+        insert into counter_definitions (environment_id, id, name, event, time_window, filter, status)
+        values (${environmentId}, ${id}, ${input.name}, ${input.event}, (${JSON.stringify(input.window)}::text)::jsonb,
+          (${filter}::text)::jsonb, 'backfilling')
+        on conflict (environment_id, name) do nothing
+        returning *`;
+      // Thrown inside: the record of this call goes with the transaction.
+      if (inserted.length === 0) throw new ApiError('already_exists', { message: `A counter named ${input.name} already exists.`, param: 'name' });
+      return inserted;
+    });
     const created = row(rows[0]!);
     await this.changed(environmentId);
+    return this.readyIfEmpty(environmentId, created, provenEmpty);
+  }
+
+  /** Makes a backfilling definition ready when `provenEmpty` shows nothing to backfill. */
+  private async readyIfEmpty(environmentId: string, created: CounterRecord, provenEmpty: () => Promise<boolean>): Promise<CounterRecord> {
     // A failure to show it leaves the definition backfilling (stored already: the create answers).
     if (!(await provenEmpty().catch(() => false))) return created;
     const ready = await this.sql`

@@ -5,6 +5,7 @@ import type { CurrencyConfig } from '../domain/ledger.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import type { Sql } from '../persistence/sql/db.js';
 
 export interface Currency {
@@ -45,19 +46,43 @@ export class CurrencyCatalog {
     await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
   }
 
+  /**
+   * `callId`: the request's (an Idempotency-Key's); a run again of it answers the currency it
+   * created (not already_exists: the key is its own).
+   */
   async create(
     environmentId: string,
     input: { key: string; name: string; negative_balance: 'forbid' | 'allow'; expiry_days: number | null },
+    callId?: string,
   ): Promise<Currency> {
-    const rows = await this.sql`
-      insert into currencies (environment_id, id, key, name, negative_balance, expiry_days)
-      values (${environmentId}, ${newId('cur')}, ${input.key}, ${input.name}, ${input.negative_balance}, ${input.expiry_days})
-      on conflict (environment_id, key) do nothing
-      returning *`;
-    if (rows.length === 0) throw new ApiError('already_exists', { message: `Currency ${input.key} already exists.`, param: 'key' });
+    const found = async (id: string): Promise<Currency> => {
+      // A first run that died before telling the nodes: tell them now.
+      await this.changed(environmentId);
+      const rows = await this.sql`select * from currencies where environment_id = ${environmentId} and id = ${id}`;
+      if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No currency ${id}.` });
+      return row(rows[0]!);
+    };
+    return createOncePerCall(this.sql, callId, found, async () => {
+      const id = newId('cur');
+      const rows = await this.sql.begin(async (tx) => {
+        await recordCreate(tx, callId, id);
+        const inserted = await tx`
+          insert into currencies (environment_id, id, key, name, negative_balance, expiry_days)
+          values (${environmentId}, ${id}, ${input.key}, ${input.name}, ${input.negative_balance}, ${input.expiry_days})
+          on conflict (environment_id, key) do nothing
+          returning *`;
+        // Thrown inside: the record of this call goes with the transaction.
+        if (inserted.length === 0) throw new ApiError('already_exists', { message: `Currency ${input.key} already exists.`, param: 'key' });
+        return inserted;
+      });
+      await this.changed(environmentId);
+      return row(rows[0]!);
+    });
+  }
+
+  private async changed(environmentId: string): Promise<void> {
     this.cache.delete(environmentId);
     await this.bus.publish(channel, environmentId).catch(() => {});
-    return row(rows[0]!);
   }
 
   async list(environmentId: string, q: { limit: number; after: string | null }): Promise<Currency[]> {

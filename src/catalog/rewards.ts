@@ -8,6 +8,7 @@ import { parseExpiryAfter, type RewardTerms } from '../domain/rewards.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Sql } from '../persistence/sql/db.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import type { CurrencyCatalog } from './currencies.js';
 
 export type RewardStatus = 'active' | 'archived';
@@ -100,18 +101,25 @@ export class RewardCatalog {
     private readonly currencies: Pick<CurrencyCatalog, 'all'>,
   ) {}
 
-  async create(environmentId: string, input: RewardInput): Promise<RewardRecord> {
-    checkExpiry(input.expiryAfter);
-    const currencies = await this.currencies.all(environmentId);
-    if (!currencies.some((c) => c.key === input.currency)) {
-      // As every body field naming a missing resource (tier programs, ledger entries, campaigns).
-      throw new ApiError('resource_not_found', { message: `No currency ${input.currency}.`, param: 'currency' });
-    }
-    const [r] = await this.sql`
-      insert into rewards (environment_id, id, name, cost, currency, availability, expiry_after)
-      values (${environmentId}, ${newId('rw')}, ${input.name}, ${input.cost}, ${input.currency}, ${input.availability}, ${input.expiryAfter})
-      returning *`;
-    return row(r!);
+  /** `callId`: the request's (an Idempotency-Key's); a run again of it answers the reward it created. */
+  async create(environmentId: string, input: RewardInput, callId?: string): Promise<RewardRecord> {
+    return createOncePerCall(this.sql, callId, (id) => this.get(environmentId, id), async () => {
+      checkExpiry(input.expiryAfter);
+      const currencies = await this.currencies.all(environmentId);
+      if (!currencies.some((c) => c.key === input.currency)) {
+        // As every body field naming a missing resource (tier programs, ledger entries, campaigns).
+        throw new ApiError('resource_not_found', { message: `No currency ${input.currency}.`, param: 'currency' });
+      }
+      const id = newId('rw');
+      const [r] = await this.sql.begin(async (tx) => {
+        await recordCreate(tx, callId, id);
+        return tx`
+          insert into rewards (environment_id, id, name, cost, currency, availability, expiry_after)
+          values (${environmentId}, ${id}, ${input.name}, ${input.cost}, ${input.currency}, ${input.availability}, ${input.expiryAfter})
+          returning *`;
+      });
+      return row(r!);
+    });
   }
 
   async list(environmentId: string, q: { limit: number; after: string | null; status: RewardStatus | null }): Promise<RewardRecord[]> {

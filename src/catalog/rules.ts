@@ -14,6 +14,7 @@ import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import { canonicalJson } from '../util/canonical-json.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 
 export const ruleStatuses = ['draft', 'published', 'paused', 'archived'] as const;
@@ -194,19 +195,28 @@ export class RuleCatalog {
     await this.bus.publish(channel, environmentId).catch(() => {});
   }
 
+  /** `callId`: the request's (an Idempotency-Key's); a run again of it answers the rule it created. */
   async create(
     environmentId: string,
     input: { name: string; definition: unknown; priority: number; campaignId: string | null },
+    callId?: string,
   ): Promise<Rule> {
-    const id = newId('rule');
-    await this.sql.begin(async (tx) => {
-      if (input.campaignId !== null) await lockCampaign(tx as unknown as Sql, environmentId, input.campaignId);
-      await tx`
-        insert into rules (environment_id, id, name, campaign_id, status, priority, draft_definition)
-        values (${environmentId}, ${id}, ${input.name}, ${input.campaignId}, 'draft', ${input.priority}, (${jsonText(input.definition)}::text)::jsonb)`;
+    const found = async (id: string): Promise<Rule> => {
+      await this.changed(environmentId);
+      return this.get(environmentId, id);
+    };
+    return createOncePerCall(this.sql, callId, found, async () => {
+      const id = newId('rule');
+      await this.sql.begin(async (tx) => {
+        await recordCreate(tx, callId, id);
+        if (input.campaignId !== null) await lockCampaign(tx as unknown as Sql, environmentId, input.campaignId);
+        await tx`
+          insert into rules (environment_id, id, name, campaign_id, status, priority, draft_definition)
+          values (${environmentId}, ${id}, ${input.name}, ${input.campaignId}, 'draft', ${input.priority}, (${jsonText(input.definition)}::text)::jsonb)`;
+      });
+      await this.changed(environmentId);
+      return this.get(environmentId, id);
     });
-    await this.changed(environmentId);
-    return this.get(environmentId, id);
   }
 
   async get(environmentId: string, id: string): Promise<Rule> {

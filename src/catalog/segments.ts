@@ -12,6 +12,7 @@ import type { Condition } from '../domain/rules/schema.js';
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 
 export interface Segment {
@@ -79,21 +80,38 @@ export class SegmentCatalog {
     await this.bus.publish(channel, environmentId).catch(() => {});
   }
 
-  async create(environmentId: string, input: { name: string; description: string | null; kind: SegmentKind; condition: unknown }): Promise<Segment> {
-    let condition: Condition | null = null;
-    if (input.kind === 'dynamic') condition = checkedCondition(input.condition);
-    else if (input.condition !== undefined && input.condition !== null) {
-      throw new ApiError('validation_failed', { param: 'condition', message: 'condition: only dynamic segments take a condition.' });
-    }
-    const rows = await this.sql`
-      insert into segments (environment_id, id, name, description, kind, condition)
-      values (${environmentId}, ${newId('seg')}, ${input.name}, ${input.description}, ${input.kind},
-        (${condition === null ? null : JSON.stringify(condition)}::text)::jsonb)
-      on conflict (environment_id, name) do nothing
-      returning *`;
-    if (rows.length === 0) throw new ApiError('already_exists', { message: `A segment named ${input.name} already exists.`, param: 'name' });
-    await this.changed(environmentId);
-    return row(rows[0]!);
+  /** `callId`: the request's (an Idempotency-Key's); a run again of it answers the segment it created. */
+  async create(
+    environmentId: string,
+    input: { name: string; description: string | null; kind: SegmentKind; condition: unknown },
+    callId?: string,
+  ): Promise<Segment> {
+    const found = async (id: string): Promise<Segment> => {
+      await this.changed(environmentId);
+      return this.get(environmentId, id);
+    };
+    return createOncePerCall(this.sql, callId, found, async () => {
+      let condition: Condition | null = null;
+      if (input.kind === 'dynamic') condition = checkedCondition(input.condition);
+      else if (input.condition !== undefined && input.condition !== null) {
+        throw new ApiError('validation_failed', { param: 'condition', message: 'condition: only dynamic segments take a condition.' });
+      }
+      const id = newId('seg');
+      const rows = await this.sql.begin(async (tx) => {
+        await recordCreate(tx, callId, id);
+        const inserted = await tx`
+          insert into segments (environment_id, id, name, description, kind, condition)
+          values (${environmentId}, ${id}, ${input.name}, ${input.description}, ${input.kind},
+            (${condition === null ? null : JSON.stringify(condition)}::text)::jsonb)
+          on conflict (environment_id, name) do nothing
+          returning *`;
+        // Thrown inside: the record of this call goes with the transaction.
+        if (inserted.length === 0) throw new ApiError('already_exists', { message: `A segment named ${input.name} already exists.`, param: 'name' });
+        return inserted;
+      });
+      await this.changed(environmentId);
+      return row(rows[0]!);
+    });
   }
 
   async get(environmentId: string, id: string): Promise<Segment> {

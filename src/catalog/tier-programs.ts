@@ -21,6 +21,7 @@ import {
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import { jsonColumn, type Sql } from '../persistence/sql/db.js';
 import type { CurrencyCatalog } from './currencies.js';
 
@@ -186,21 +187,37 @@ export class TierProgramCatalog {
     await this.bus.subscribe(channel, (envId) => this.cache.delete(envId));
   }
 
-  async create(environmentId: string, input: TierProgramInput): Promise<TierProgramRecord> {
-    validated(input);
-    const currencies = await this.currencies.all(environmentId);
-    if (!currencies.some((c) => c.key === input.currency)) {
-      throw new ApiError('resource_not_found', { message: `No currency ${input.currency}.`, param: 'currency' });
-    }
-    const rows = await this.sql`
-      insert into tier_programs (environment_id, id, key, name, currency, basis, rolling_days, levels, downgrade_check)
-      values (${environmentId}, ${newId('tp')}, ${input.key}, ${input.name}, ${input.currency}, ${input.basis}, ${input.rollingDays},
-        (${JSON.stringify(input.levels)}::text)::jsonb, (${input.downgradeCheck === null ? null : JSON.stringify(input.downgradeCheck)}::text)::jsonb)
-      on conflict (environment_id, key) do nothing
-      returning *`;
-    if (rows.length === 0) throw new ApiError('already_exists', { message: `Tier program ${input.key} already exists.`, param: 'key' });
-    await this.changed(environmentId);
-    return row(rows[0]!);
+  /**
+   * `callId`: the request's (an Idempotency-Key's); a run again of it answers the program it
+   * created (not already_exists: the key is its own).
+   */
+  async create(environmentId: string, input: TierProgramInput, callId?: string): Promise<TierProgramRecord> {
+    const found = async (id: string): Promise<TierProgramRecord> => {
+      await this.changed(environmentId);
+      return this.get(environmentId, id);
+    };
+    return createOncePerCall(this.sql, callId, found, async () => {
+      validated(input);
+      const currencies = await this.currencies.all(environmentId);
+      if (!currencies.some((c) => c.key === input.currency)) {
+        throw new ApiError('resource_not_found', { message: `No currency ${input.currency}.`, param: 'currency' });
+      }
+      const id = newId('tp');
+      const rows = await this.sql.begin(async (tx) => {
+        await recordCreate(tx, callId, id);
+        const inserted = await tx`
+          insert into tier_programs (environment_id, id, key, name, currency, basis, rolling_days, levels, downgrade_check)
+          values (${environmentId}, ${id}, ${input.key}, ${input.name}, ${input.currency}, ${input.basis}, ${input.rollingDays},
+            (${JSON.stringify(input.levels)}::text)::jsonb, (${input.downgradeCheck === null ? null : JSON.stringify(input.downgradeCheck)}::text)::jsonb)
+          on conflict (environment_id, key) do nothing
+          returning *`;
+        // Thrown inside: the record of this call goes with the transaction.
+        if (inserted.length === 0) throw new ApiError('already_exists', { message: `Tier program ${input.key} already exists.`, param: 'key' });
+        return inserted;
+      });
+      await this.changed(environmentId);
+      return row(rows[0]!);
+    });
   }
 
   async list(environmentId: string, q: { limit: number; after: string | null }): Promise<TierProgramRecord[]> {

@@ -56,7 +56,7 @@ export function attributeRoutes(deps: { attributes: AttributeCatalog }): AnyRout
       idempotent: true,
       responses: { 201: { description: 'The attribute definition.', schema: attributeDefinitionSchema } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
-        const d = await deps.attributes.create(environmentIdOf(ctx.principal), ctx.body);
+        const d = await deps.attributes.create(environmentIdOf(ctx.principal), ctx.body, ctx.callId);
         return { status: 201, body: wire(d) };
       },
     }),

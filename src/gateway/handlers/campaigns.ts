@@ -126,7 +126,7 @@ export function campaignRoutes(deps: CampaignDeps): AnyRoute[] {
           startsAtMs: msOf(b.starts_at),
           endsAtMs: msOf(b.ends_at),
           budgets: b.budgets,
-        });
+        }, ctx.callId);
         return reply(c, 201);
       },
     }),

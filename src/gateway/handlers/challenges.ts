@@ -294,7 +294,7 @@ export function challengeRoutes(deps: ChallengeDeps): AnyRoute[] {
           startsAtMs: ms(b.starts_at) ?? null,
           endsAtMs: ms(b.ends_at) ?? null,
           status: b.status,
-        });
+        }, ctx.callId);
         return { status: 201, body: challengeWire(c), headers: etagHeader(c.version) };
       },
     }),

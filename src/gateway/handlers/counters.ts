@@ -74,7 +74,7 @@ export function counterRoutes(deps: CounterDeps): AnyRoute[] {
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const env = environmentIdOf(ctx.principal);
         const b = ctx.body;
-        const c = await deps.counters.create(env, { name: b.name, event: b.event, window: b.window, filter: b.filter }, () => deps.provenEmpty(env));
+        const c = await deps.counters.create(env, { name: b.name, event: b.event, window: b.window, filter: b.filter }, () => deps.provenEmpty(env), ctx.callId);
         return { status: 201, body: counterWire(c), headers: etagHeader(c.version) };
       },
     }),

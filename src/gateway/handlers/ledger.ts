@@ -88,7 +88,7 @@ export function ledgerRoutes(deps: LedgerDeps): AnyRoute[] {
       responses: { 201: { description: 'The currency.', schema: currencySchema } },
       handler: async (ctx: RequestContext<z.infer<typeof currencyBody>>) => ({
         status: 201,
-        body: currencyWire(await deps.currencies.create(environmentIdOf(ctx.principal), ctx.body)),
+        body: currencyWire(await deps.currencies.create(environmentIdOf(ctx.principal), ctx.body, ctx.callId)),
       }),
     }),
     route({

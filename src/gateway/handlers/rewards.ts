@@ -190,7 +190,7 @@ export function rewardRoutes(deps: RewardDeps): AnyRoute[] {
           currency: b.currency,
           availability: b.availability,
           expiryAfter: b.expiry_after,
-        });
+        }, ctx.callId);
         return { status: 201, body: rewardWire(r), headers: etagHeader(r.version) };
       },
     }),

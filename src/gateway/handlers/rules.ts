@@ -244,7 +244,11 @@ export function rulesRoutes(deps: RulesDeps): AnyRoute[] {
         const b = ctx.body;
         checkDefinition(b.definition);
         await checkCampaign(environmentIdOf(ctx.principal), b.campaign_id);
-        const rule = await rules.create(environmentIdOf(ctx.principal), { name: b.name, definition: b.definition, priority: b.priority, campaignId: b.campaign_id });
+        const rule = await rules.create(
+          environmentIdOf(ctx.principal),
+          { name: b.name, definition: b.definition, priority: b.priority, campaignId: b.campaign_id },
+          ctx.callId,
+        );
         return reply(rule, 201);
       },
     }),

@@ -135,7 +135,11 @@ export function segmentRoutes(deps: SegmentDeps): AnyRoute[] {
       responses: { 201: { description: 'The segment.', schema: segmentSchema, etag: true } },
       handler: async (ctx: RequestContext<z.infer<typeof createBody>>) => {
         const b = ctx.body;
-        const s = await segments.create(environmentIdOf(ctx.principal), { name: b.name, description: b.description, kind: b.kind, condition: b.condition });
+        const s = await segments.create(
+          environmentIdOf(ctx.principal),
+          { name: b.name, description: b.description, kind: b.kind, condition: b.condition },
+          ctx.callId,
+        );
         return { status: 201, body: segmentWire(s), headers: etagHeader(s.version) };
       },
     }),

@@ -105,7 +105,7 @@ export function tierProgramRoutes(deps: TierProgramDeps): AnyRoute[] {
           rollingDays: b.rolling_days ?? null,
           levels: b.levels,
           downgradeCheck: checkOf(b.downgrade_check) ?? null,
-        });
+        }, ctx.callId);
         return { status: 201, body: tierProgramWire(p), headers: etagHeader(p.version) };
       },
     }),
