@@ -19,6 +19,7 @@ import {
 import { ApiError } from '../errors/api-error.js';
 import { newId } from '../ids.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import type { Sql } from '../persistence/sql/db.js';
 
 const channel = 'match_profiles.changed';
@@ -204,15 +205,25 @@ export class MatchProfileStore {
 
   // ---- change sets ----------------------------------------------------------------------------
 
-  /** Stores a validated set; `nowMs` is the environment's clock (its test clock in a test environment), like its profiles'. */
-  async createChangeSet(environmentId: string, commands: unknown[], createdBy: string, nowMs: number): Promise<ChangeSetRecord> {
-    for (let i = 0; i < commands.length; i++) validateCommand(commands[i], i);
-    const at = new Date(nowMs);
-    const rows = await this.sql`
-      insert into change_sets (environment_id, id, status, commands, created_by, created_at, updated_at)
-      values (${environmentId}, ${newId('cs')}, 'pending', (${JSON.stringify(commands)}::text)::jsonb, ${createdBy}, ${at}, ${at})
-      returning *`;
-    return changeSetRow(rows[0]!);
+  /**
+   * Stores a validated set; `nowMs` is the environment's clock (its test clock in a test environment),
+   * like its profiles'. `callId`: the request's (an Idempotency-Key's); a run again of it answers the
+   * set it stored, as it is now.
+   */
+  async createChangeSet(environmentId: string, commands: unknown[], createdBy: string, nowMs: number, callId?: string): Promise<ChangeSetRecord> {
+    return createOncePerCall(this.sql, callId, (id) => this.getChangeSet(environmentId, id), async () => {
+      for (let i = 0; i < commands.length; i++) validateCommand(commands[i], i);
+      const at = new Date(nowMs);
+      const id = newId('cs');
+      const rows = await this.sql.begin(async (tx) => {
+        await recordCreate(tx, callId, id);
+        return tx`
+          insert into change_sets (environment_id, id, status, commands, created_by, created_at, updated_at)
+          values (${environmentId}, ${id}, 'pending', (${JSON.stringify(commands)}::text)::jsonb, ${createdBy}, ${at}, ${at})
+          returning *`;
+      });
+      return changeSetRow(rows[0]!);
+    });
   }
 
   async getChangeSet(environmentId: string, id: string): Promise<ChangeSetRecord> {
@@ -252,7 +263,9 @@ export class MatchProfileStore {
    * Applies a set. `mode`: 'apply' (POST /change_set_applications: may answer awaiting_confirmation;
    * again for a set already awaiting it, the same answer and nothing written) or 'confirm' (a
    * signed-in owner or admin confirmed it). Applied twice: invalid_state. Timestamps are `nowMs`,
-   * the environment's clock, the same as the profiles the set writes.
+   * the environment's clock, the same as the profiles the set writes. `callId`: the request's (an
+   * Idempotency-Key's); a run again of it answers the set it applied or held, as it is now (not
+   * invalid_state).
    */
   async apply(
     environmentId: string,
@@ -260,10 +273,35 @@ export class MatchProfileStore {
     mode: 'apply' | 'confirm',
     actor: string,
     nowMs: number,
+    callId?: string,
+  ): Promise<{ changeSet: ChangeSetRecord; awaiting: boolean }> {
+    const found = async (setId: string) => {
+      const cs = await this.getChangeSet(environmentId, setId);
+      // A first run that died before telling the nodes: tell them now.
+      if (cs.status === 'applied') await this.changed(environmentId);
+      return { changeSet: cs, awaiting: cs.status === 'awaiting_confirmation' };
+    };
+    return createOncePerCall(this.sql, callId, found, () => this.applyOnce(environmentId, id, mode, actor, nowMs, callId));
+  }
+
+  private async changed(environmentId: string): Promise<void> {
+    this.cache.delete(environmentId);
+    await this.bus.publish(channel, environmentId).catch(() => {});
+  }
+
+  private async applyOnce(
+    environmentId: string,
+    id: string,
+    mode: 'apply' | 'confirm',
+    actor: string,
+    nowMs: number,
+    callId: string | undefined,
   ): Promise<{ changeSet: ChangeSetRecord; awaiting: boolean }> {
     const env = await this.autonomy(environmentId);
     const result = await this.sql
       .begin(async (tx) => {
+      // First: a run of the same call that committed while this one waited is found here.
+      await recordCreate(tx, callId, id);
       const rows = await tx`select * from change_sets where environment_id = ${environmentId} and id = ${id} for update`;
       if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No change set ${id}.`, param: mode === 'apply' ? 'change_set_id' : 'id' });
       const cs = changeSetRow(rows[0]!);
@@ -326,10 +364,7 @@ export class MatchProfileStore {
         if ((err as { code?: unknown }).code === '23505') throw new ApiError('already_exists', { message: 'A match profile with this key was created concurrently.' });
         throw err;
       });
-    if (!result.awaiting) {
-      this.cache.delete(environmentId);
-      await this.bus.publish(channel, environmentId).catch(() => {});
-    }
+    if (!result.awaiting) await this.changed(environmentId);
     return result;
   }
 }

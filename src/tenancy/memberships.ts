@@ -14,6 +14,7 @@ import { ApiError } from '../errors/api-error.js';
 import type { Page, PageRequest } from '../gateway/pagination.js';
 import { toPage } from '../gateway/pagination.js';
 import { newId } from '../ids.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import type { Sql, Tx } from '../persistence/sql/db.js';
 import { roleRank } from './roles.js';
 import { type MembershipRecord, normalizeEmail } from './service.js';
@@ -85,38 +86,44 @@ export class MembershipService {
    * pending while no identity provider has vouched for the address (see the file header); without
    * an identity provider such an invitation could never take effect and is refused.
    */
-  async add(principal: Principal, organizationId: string, input: { email: string; role: Role }): Promise<MembershipRecord> {
+  async add(principal: Principal, organizationId: string, input: { email: string; role: Role }, callId?: string): Promise<MembershipRecord> {
     const userId = callerOf(principal);
     const email = normalizeEmail(input.email);
-    return this.sql.begin(async (tx) => {
-      const role = await this.lockAndRole(tx, organizationId, userId);
-      requireManager(role);
-      if (input.role === 'owner') requireOwnerFor(role, 'grant owner');
-      // Locked (shared) so a first sign-in of this address, which locks the row to verify it, is
-      // either seen here or sees this invitation.
-      let user = (await tx`select id, email_verified_at from users where email = ${email} for share`)[0];
-      if ((user === undefined || user.email_verified_at === null) && !this.opts.signInConfigured) {
-        throw new ApiError('capability_unavailable', {
-          param: 'email',
-          message:
-            'An invitation takes effect when the invitee signs in with the identity provider, and none is configured here: only users who have signed in before can be added.',
-        });
-      }
-      if (user === undefined) {
-        await tx`insert into users (id, email, origin) values (${newId('usr')}, ${email}, 'invitation') on conflict (email) do nothing`;
-        user = (await tx`select id, email_verified_at from users where email = ${email} for share`)[0];
-      }
-      if (user === undefined) throw new ApiError('internal_error', { message: 'Could not find or create the user.' });
-      const pending = user.email_verified_at === null;
-      const inserted = await tx`
-        insert into memberships (organization_id, user_id, role, pending)
-        values (${organizationId}, ${user.id as string}, ${input.role}, ${pending})
-        on conflict do nothing returning organization_id`;
-      if (inserted.length === 0) {
-        throw new ApiError('already_exists', { param: 'email', message: 'This user is already a member.' });
-      }
-      return this.member(tx, organizationId, user.id as string);
-    }) as Promise<MembershipRecord>;
+    // A run again (`callId`: the request's, an Idempotency-Key's) answers the membership the first
+    // run made, as it is now (not already_exists).
+    const found = (memberId: string) => this.sql.begin((tx) => this.member(tx, organizationId, memberId)) as Promise<MembershipRecord>;
+    const create = () =>
+      this.sql.begin(async (tx) => {
+        const role = await this.lockAndRole(tx, organizationId, userId);
+        requireManager(role);
+        if (input.role === 'owner') requireOwnerFor(role, 'grant owner');
+        // Locked (shared) so a first sign-in of this address, which locks the row to verify it, is
+        // either seen here or sees this invitation.
+        let user = (await tx`select id, email_verified_at from users where email = ${email} for share`)[0];
+        if ((user === undefined || user.email_verified_at === null) && !this.opts.signInConfigured) {
+          throw new ApiError('capability_unavailable', {
+            param: 'email',
+            message:
+              'An invitation takes effect when the invitee signs in with the identity provider, and none is configured here: only users who have signed in before can be added.',
+          });
+        }
+        if (user === undefined) {
+          await tx`insert into users (id, email, origin) values (${newId('usr')}, ${email}, 'invitation') on conflict (email) do nothing`;
+          user = (await tx`select id, email_verified_at from users where email = ${email} for share`)[0];
+        }
+        if (user === undefined) throw new ApiError('internal_error', { message: 'Could not find or create the user.' });
+        await recordCreate(tx, callId, user.id as string);
+        const pending = user.email_verified_at === null;
+        const inserted = await tx`
+          insert into memberships (organization_id, user_id, role, pending)
+          values (${organizationId}, ${user.id as string}, ${input.role}, ${pending})
+          on conflict do nothing returning organization_id`;
+        if (inserted.length === 0) {
+          throw new ApiError('already_exists', { param: 'email', message: 'This user is already a member.' });
+        }
+        return this.member(tx, organizationId, user.id as string);
+      }) as Promise<MembershipRecord>;
+    return createOncePerCall(this.sql, callId, found, create);
   }
 
   async changeRole(principal: Principal, organizationId: string, targetUserId: string, newRole: Role): Promise<MembershipRecord> {

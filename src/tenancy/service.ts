@@ -13,6 +13,7 @@ import { toPage } from '../gateway/pagination.js';
 import { newId } from '../ids.js';
 import { limits } from '../limits.js';
 import type { Bus } from '../persistence/ports.js';
+import { createOncePerCall, recordCreate } from '../persistence/sql/create-calls.js';
 import type { Sql, Tx } from '../persistence/sql/db.js';
 import { CustomerTokens, type MintCustomerToken } from './customer-tokens.js';
 import { type OidcOptions, OidcVerifier, oidcOptionsFromConfig } from './oidc.js';
@@ -90,6 +91,13 @@ export interface ApiKeyRecord {
 export interface CreatedApiKey extends ApiKeyRecord {
   token: string;
 }
+/**
+ * What a create under a call id answers: a run again of it answers the key the first run created
+ * with token null (shown once, by the first run; a secret is never made again or derived).
+ */
+export interface ApiKeyAnswer extends ApiKeyRecord {
+  token: string | null;
+}
 export interface TenantCreated {
   organization: OrganizationRef;
   project: ProjectRecord;
@@ -98,6 +106,11 @@ export interface TenantCreated {
 export interface SignupResult extends TenantCreated {
   user: UserRecord;
   token: { id: string; token: string; scopes: Scope[] };
+}
+/** What a signup under a call id answers: a run again of it, the first run's account with token.token null. */
+export interface SignupAnswer extends TenantCreated {
+  user: UserRecord;
+  token: { id: string; token: string | null; scopes: Scope[] };
 }
 export interface SessionResult {
   user: UserRecord;
@@ -287,13 +300,34 @@ export class TenancyService {
     this.customerTokens = opts.customerTokens ?? new CustomerTokens(sql, this.now);
   }
 
-  async signup(input: SignupInput): Promise<SignupResult> {
+  /**
+   * `callId`: the request's (an Idempotency-Key's); a run again of it answers the account it
+   * created (not already_exists), with the PAT's token null.
+   */
+  async signup(input: SignupInput): Promise<SignupResult>;
+  async signup(input: SignupInput, callId: string | undefined): Promise<SignupResult | SignupAnswer>;
+  async signup(input: SignupInput, callId?: string): Promise<SignupResult | SignupAnswer> {
     if (!this.opts.signupEnabled) {
       throw new ApiError('forbidden', { message: 'Sign-up is turned off on this deployment.' });
     }
     validateTimezone(input.timezone);
     const email = normalizeEmail(input.email);
+    const found = async (patId: string): Promise<SignupAnswer> => {
+      const pats = await this.sql`select user_id, organization_id, scopes from credentials where id = ${patId} and kind = 'pat'`;
+      if (pats.length === 0) throw new ApiError('resource_not_found', { message: `No personal access token ${patId}.` });
+      const pat = pats[0]!;
+      const users = await this.sql`select id, email, name, created_at from users where id = ${pat.user_id as string}`;
+      if (users.length === 0) throw new ApiError('resource_not_found', { message: `No user ${pat.user_id as string}.` });
+      const tenant = await this.tenantOf(pat.organization_id as string);
+      return { user: userRecord(users[0]!), ...tenant, token: { id: patId, token: null, scopes: (pat.scopes as string[]).filter(isScope) } };
+    };
+    return createOncePerCall(this.sql, callId, found, () => this.signupOnce(email, input, callId));
+  }
+
+  private async signupOnce(email: string, input: SignupInput, callId: string | undefined): Promise<SignupResult> {
+    const id = newId('pat');
     return this.sql.begin(async (tx) => {
+      await recordCreate(tx, callId, id);
       // Unproven: anyone may type any address (the row is marked by origin and a null email_verified_at).
       const users = await tx`
         insert into users (id, email, name, origin) values (${newId('usr')}, ${email}, ${input.name ?? null}, 'signup')
@@ -306,7 +340,6 @@ export class TenancyService {
       const user = userRecord(userRow);
       const tenant = await this.createTenant(tx, user.id, input.organization_name, input.timezone);
       const token = newToken('opat');
-      const id = newId('pat');
       const scopes = [...allScopes];
       await tx`
         insert into credentials (id, kind, token_hash, token_hint, name, organization_id, user_id, scopes)
@@ -409,10 +442,39 @@ export class TenancyService {
     return result;
   }
 
-  async createOrganization(principal: Principal, input: { name: string; timezone: string }): Promise<TenantCreated> {
+  /** `callId`: the request's (an Idempotency-Key's); a run again of it answers the organization it created. */
+  async createOrganization(principal: Principal, input: { name: string; timezone: string }, callId?: string): Promise<TenantCreated> {
     const userId = requireManagement(principal);
     validateTimezone(input.timezone);
-    return this.sql.begin((tx) => this.createTenant(tx, userId, input.name, input.timezone)) as Promise<TenantCreated>;
+    return createOncePerCall(
+      this.sql,
+      callId,
+      (orgId) => this.tenantOf(orgId),
+      () =>
+        this.sql.begin(async (tx) => {
+          const orgId = newId('org');
+          await recordCreate(tx, callId, orgId);
+          return this.createTenant(tx, userId, input.name, input.timezone, orgId);
+        }) as Promise<TenantCreated>,
+    );
+  }
+
+  /** The organization createTenant made, with its default project and environments, as they are now. */
+  private async tenantOf(orgId: string): Promise<TenantCreated> {
+    const orgs = await this.sql`select id, name, slug from organizations where id = ${orgId}`;
+    if (orgs.length === 0) throw new ApiError('resource_not_found', { message: `No organization ${orgId}.` });
+    // The default project is the organization's first: createTenant made it with the organization.
+    const projects = await this.sql`select id, name from projects where organization_id = ${orgId} order by id limit 1`;
+    if (projects.length === 0) throw new ApiError('resource_not_found', { message: `No project of organization ${orgId}.` });
+    const project = projects[0]!;
+    // By id: the test environment was minted before the live one.
+    const envs = await this.sql`select id, name, runtime_class from environments where project_id = ${project.id as string} order by id`;
+    const o = orgs[0]!;
+    return {
+      organization: { id: o.id as string, name: o.name as string, slug: o.slug as string },
+      project: { id: project.id as string, name: project.name as string },
+      environments: envs.map((e) => ({ id: e.id as string, name: e.name as string, runtime_class: e.runtime_class as EnvironmentRecord['runtime_class'] })),
+    };
   }
 
   async listOrganizations(principal: Principal, page: PageRequest): Promise<Page<OrganizationListing>> {
@@ -452,8 +514,30 @@ export class TenancyService {
     }));
   }
 
-  async createApiKey(principal: Principal, input: CreateApiKeyInput): Promise<CreatedApiKey> {
+  /**
+   * `callId`: the request's (an Idempotency-Key's); a run again of it answers the key it created,
+   * as it is now, with token null: the token was shown once (to the first run's answer, which may
+   * never have reached the client: then the key can only be revoked and another made).
+   */
+  async createApiKey(principal: Principal, input: CreateApiKeyInput): Promise<CreatedApiKey>;
+  async createApiKey(principal: Principal, input: CreateApiKeyInput, callId: string | undefined): Promise<CreatedApiKey | ApiKeyAnswer>;
+  async createApiKey(principal: Principal, input: CreateApiKeyInput, callId?: string): Promise<CreatedApiKey | ApiKeyAnswer> {
     const ctx = requireKeyAdmin(principal);
+    const found = async (id: string): Promise<ApiKeyAnswer> => {
+      const rows = await this.sql`
+        select * from credentials where id = ${id} and environment_id = ${ctx.environmentId} and kind in ('secret', 'publishable')`;
+      if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No API key ${id}.` });
+      return { ...apiKeyRecord(rows[0]!), token: null };
+    };
+    return createOncePerCall(this.sql, callId, found, () => this.createApiKeyOnce(principal, ctx, input, callId));
+  }
+
+  private async createApiKeyOnce(
+    principal: Principal,
+    ctx: { environmentId: string; organizationId: string },
+    input: CreateApiKeyInput,
+    callId: string | undefined,
+  ): Promise<CreatedApiKey> {
     const events = input.allowed_events ?? [];
     const origins = input.allowed_origins ?? [];
     let scopes: Scope[];
@@ -499,7 +583,9 @@ export class TenancyService {
         }
       });
     }
+    const id = newId('key');
     return this.sql.begin(async (tx) => {
+      await recordCreate(tx, callId, id);
       // Nobody hands out more than they hold now: a role without customer_sessions:write cannot
       // mint a key that can. Secret keys never reach here (requireKeyAdmin).
       const held = await keyAdminScopesNow(tx, principal, ctx.organizationId);
@@ -514,7 +600,7 @@ export class TenancyService {
       const rows = await tx`
         insert into credentials (id, kind, token_hash, token_hint, name, organization_id, environment_id, scopes,
                                  allowed_events, allowed_origins)
-        values (${newId('key')}, ${input.kind}, ${hashToken(token)}, ${tokenHint(token)}, ${input.name}, ${ctx.organizationId},
+        values (${id}, ${input.kind}, ${hashToken(token)}, ${tokenHint(token)}, ${input.name}, ${ctx.organizationId},
                 ${ctx.environmentId}, ${scopes}, ${[...new Set(events)]}, ${[...new Set(origins)]})
         returning *`;
       return { ...apiKeyRecord(rows[0]!), token };
@@ -569,8 +655,7 @@ export class TenancyService {
   }
 
   /** Organization + default project + test and live environments + owner membership, inside tx. */
-  private async createTenant(tx: Tx, userId: string, name: string, timezone: string): Promise<TenantCreated> {
-    const orgId = newId('org');
+  private async createTenant(tx: Tx, userId: string, name: string, timezone: string, orgId: string = newId('org')): Promise<TenantCreated> {
     const slug = await this.insertOrganization(tx, orgId, name, timezone);
     const projectId = newId('proj');
     const projectName = 'Default project';

@@ -116,7 +116,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
         if (!Array.isArray(commands) || commands.length === 0 || commands.length > changeSetsMax) {
           throw new ApiError('validation_failed', { param: 'commands', message: `commands holds 1 to ${changeSetsMax} commands.` });
         }
-        const cs = await deps.profiles.createChangeSet(env, commands, actorOf(ctx.principal), await deps.nowMs(env));
+        const cs = await deps.profiles.createChangeSet(env, commands, actorOf(ctx.principal), await deps.nowMs(env), ctx.callId);
         return { status: 201, body: changeSetWire(cs) };
       },
     }),
@@ -153,7 +153,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       },
       handler: async (ctx: RequestContext<z.infer<typeof applicationBody>>) => {
         const env = environmentIdOf(ctx.principal);
-        const r = await deps.profiles.apply(env, ctx.body.change_set_id, 'apply', actorOf(ctx.principal), await deps.nowMs(env));
+        const r = await deps.profiles.apply(env, ctx.body.change_set_id, 'apply', actorOf(ctx.principal), await deps.nowMs(env), ctx.callId);
         return { status: r.awaiting ? 202 : 201, body: applicationWire(r.changeSet, r.awaiting) };
       },
     }),
@@ -170,7 +170,7 @@ export function matchRoutes(deps: MatchDeps): AnyRoute[] {
       handler: async (ctx: RequestContext) => {
         await requireOwnerOrAdmin(deps, ctx.principal);
         const env = environmentIdOf(ctx.principal);
-        const r = await deps.profiles.apply(env, ctx.params.id ?? '', 'confirm', actorOf(ctx.principal), await deps.nowMs(env));
+        const r = await deps.profiles.apply(env, ctx.params.id ?? '', 'confirm', actorOf(ctx.principal), await deps.nowMs(env), ctx.callId);
         return { status: 201, body: applicationWire(r.changeSet, false) };
       },
     }),

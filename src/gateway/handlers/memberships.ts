@@ -63,7 +63,7 @@ export function membershipRoutes(deps: MembershipRouteDeps): AnyRoute[] {
       body: addBody,
       idempotent: true,
       responses: { 201: { description: 'Membership created', schema: membershipSchema } },
-      handler: async (ctx) => ({ status: 201, body: await memberships.add(ctx.principal, ctx.params.id!, ctx.body) }),
+      handler: async (ctx) => ({ status: 201, body: await memberships.add(ctx.principal, ctx.params.id!, ctx.body, ctx.callId) }),
     }),
     route({
       method: 'PATCH',

@@ -119,7 +119,7 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
           }),
         },
       },
-      handler: async (ctx) => ({ status: 201, body: await tenancy.signup(ctx.body) }),
+      handler: async (ctx) => ({ status: 201, body: await tenancy.signup(ctx.body, ctx.callId) }),
     }),
     route({
       method: 'POST',
@@ -150,7 +150,7 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
       body: organizationBody,
       idempotent: true,
       responses: { 201: { description: 'Organization created', schema: tenantSchema } },
-      handler: async (ctx) => ({ status: 201, body: await tenancy.createOrganization(ctx.principal, ctx.body) }),
+      handler: async (ctx) => ({ status: 201, body: await tenancy.createOrganization(ctx.principal, ctx.body, ctx.callId) }),
     }),
     route({
       method: 'GET',
@@ -193,7 +193,7 @@ export function tenancyRoutes(deps: TenancyRouteDeps): AnyRoute[] {
           schema: apiKeySchema.extend({ token: z.string().nullable() }),
         },
       },
-      handler: async (ctx) => ({ status: 201, body: await tenancy.createApiKey(ctx.principal, ctx.body) }),
+      handler: async (ctx) => ({ status: 201, body: await tenancy.createApiKey(ctx.principal, ctx.body, ctx.callId) }),
     }),
     route({
       method: 'GET',
