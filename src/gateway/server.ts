@@ -508,9 +508,11 @@ export function createGateway(opts: GatewayOptions): Gateway {
       // applied twice: the handlers pass ctx.callId, the same in every run, on the commands the
       // actors remember (actors/calls.ts: ledger entries, issuances, customers created, segment
       // members), and a run again gets the first run's answer; match reviews dedupe by their
-      // event ids. Catalog creates (rewards, rules, segments, ...) have no such memory: a run again
-      // of one whose answer was never stored creates a second resource, or answers 409 where the
-      // first took a unique key (a currency's).
+      // event ids. Creates that insert rows in PostgreSQL (rewards, rules, segments, currencies,
+      // campaigns, API keys, organizations, change sets and their applications, ...) record
+      // ctx.callId with the resource in the same transaction (persistence/sql/create-calls.ts): a
+      // run again answers the resource the first run created, as it is now (an API key's or a
+      // signup's token null: shown once).
       logger.error({ err, request_id: inc.requestId, path: inc.path }, 'idempotency store write failed');
     }
     return out;
