@@ -8,6 +8,15 @@ import { MemoryIdempotencyStore } from '../../src/persistence/memory/idempotency
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Polls until `cond` holds: a loaded box runs the keeper's timers late, so counts are awaited, not timed. */
+async function until(what: string, cond: () => boolean, withinMs = 10_000): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`not in ${withinMs} ms: ${what}`);
+    await sleep(5);
+  }
+}
+
 class Spy extends MemoryIdempotencyStore {
   touches = 0;
   failNext = false;
@@ -27,8 +36,9 @@ t.test('touches until stopped, and not before the first interval', async (t) => 
   const problems: string[] = [];
   const keeper = new ClaimKeeper(store, 'env', 'k', 30, (p) => problems.push(p));
   await sleep(10);
+  // The 10 ms timer expires before the keeper's 30 ms one, so it runs first however late both fire.
   t.equal(store.touches, 0, 'a request that ends within the interval writes nothing');
-  await sleep(120);
+  await until('two touches', () => store.touches >= 2);
   t.ok(store.touches >= 2, `touched while running (${store.touches})`);
   keeper.stop();
   const atStop = store.touches;
@@ -43,10 +53,11 @@ t.test('a failed touch is reported and the next still comes; a lost claim stops 
   const problems: string[] = [];
   store.failNext = true;
   const keeper = new ClaimKeeper(store, 'env', 'k', 20, (p) => problems.push(p));
-  await sleep(70);
+  await until('a touch after the failed one', () => store.touches >= 2);
   t.equal(problems[0], 'touch_failed');
   t.ok(store.touches >= 2, 'touched again after the failure');
   await store.release('env', 'k');
+  await until('the lost claim reported', () => problems.length >= 2);
   await sleep(60);
   t.same(problems, ['touch_failed', 'claim_lost'], 'reported once');
   const atLoss = store.touches;
