@@ -71,7 +71,7 @@ function recordSaves(s: MemoryStorage): number[][] {
 const sweeps = () => new Promise((r) => setTimeout(r, 120));
 
 /** Polls until `cond` holds (a loaded CI box may run timers late), failing after `ms`. */
-async function waitFor(cond: () => boolean, ms = 5000): Promise<void> {
+async function waitFor(cond: () => boolean, ms = 10_000): Promise<void> {
   const deadline = Date.now() + ms;
   while (!cond()) {
     if (Date.now() > deadline) throw new Error('condition not reached in time');
@@ -257,6 +257,12 @@ t.test('a customer id from another environment does not exist here', async (t) =
   await n.placement.stop();
 });
 
+/** Waits until every partition of `n` has loaded its key filter (until then an unknown key costs a lookup). */
+async function filtersLoaded(n: Awaited<ReturnType<typeof node>>): Promise<void> {
+  const parts = Array.from({ length: P }, (_, p) => n.placement.local(p) as unknown as { filterReady: boolean } | undefined);
+  await waitFor(() => parts.every((p) => p?.filterReady === true));
+}
+
 t.test('once the key filter is loaded, a new customer costs no key lookup', async (t) => {
   const s = shared();
   let lookups = 0;
@@ -266,13 +272,13 @@ t.test('once the key filter is loaded, a new customer costs no key lookup', asyn
     return original(env, keys);
   };
   const n = await node(s);
-  await new Promise((r) => setTimeout(r, 20)); // filters load in the background after recovery
+  await filtersLoaded(n); // they load in the background after recovery
   for (let i = 0; i < 50; i++) ok(await n.engine.execute(ev(`new-${i}`, `nk${i}`)));
   t.equal(lookups, 0, 'no lookups for never-seen keys');
   // A known key that was passivated is still found (the filter says maybe: lookup).
   await n.placement.stop();
   const m = await node(s, 'n2');
-  await new Promise((r) => setTimeout(r, 20));
+  await filtersLoaded(m);
   const again = ok(await m.engine.execute(ev('new-7', 'nk7')));
   t.match(again, { duplicate: true }, 'the stored customer was found, not recreated');
   t.ok(lookups > 0);
@@ -289,11 +295,16 @@ t.test('a known customer asked for twice while its snapshot loads is found, not 
   const lookupKeys = s.snapshots.lookupKeys.bind(s.snapshots);
   const load = s.snapshots.load.bind(s.snapshots);
   const later = <T>(ms: number, v: Promise<T>) => v.then((x) => new Promise<T>((r) => setTimeout(r, ms, x)));
-  s.snapshots.lookupKeys = (env, keys) => later(20, lookupKeys(env, keys));
+  let lookupOut: () => void = () => {};
+  const firstLookup = new Promise<void>((r) => (lookupOut = r));
+  s.snapshots.lookupKeys = (env, keys) => {
+    if (keys.includes('slow-1')) lookupOut();
+    return later(20, lookupKeys(env, keys));
+  };
   s.snapshots.load = (env, ids) => later(60, load(env, ids));
   const b = await node(s, 'n2');
   const one = b.engine.execute(ev('slow-1', 'sl2'));
-  await new Promise((r) => setTimeout(r, 5));
+  await firstLookup;
   const two = b.engine.execute(ev('slow-1', 'sl3'));
   const [r1, r2] = [ok(await one), ok(await two)];
   const id = first.kind === 'event' ? first.customerId : '';
@@ -545,7 +556,7 @@ t.test('the timer-driven passivation keeps the node at its cap, dropping clean a
   // One more, after the save: dirty, so it stays whatever the cap says.
   ok(await n.engine.execute({ ...ev('cap-dirty', 'cap-e-dirty'), nowMs: fiveSecondsAgo }));
   t.equal(part.activeActors, 301);
-  for (let i = 0; i < 60 && part.activeActors > 100; i++) await new Promise((r) => setTimeout(r, 50));
+  await waitFor(() => part.activeActors <= 100).catch(() => {}); // the pass runs on a timer, late on a loaded box
   t.equal(part.activeActors, 100, 'the over-cap pass dropped exactly the excess');
   const view = ok(await n.engine.execute({ env: 'env_1', target: { by: 'key', key: 'cap-dirty' }, command: { kind: 'customer.view' }, nowMs: Date.now() }));
   t.equal(view.kind === 'customer' && view.customer.eventCount, 1, 'the dirty customer is still there');
@@ -596,7 +607,7 @@ t.test('ingest gate: events wait while it is shut and go on when it opens; a wai
 /** Waits until the partition holding `key` is served again after a rebuild (a new Partition object). */
 async function rebuilt(n: Awaited<ReturnType<typeof node>>, key: string, before: Partition): Promise<void> {
   const p = n.engine.partitionOfTarget('env_1', { by: 'key', key });
-  for (let i = 0; i < 200; i++) {
+  for (const until = Date.now() + 10_000; Date.now() < until; ) {
     const now = n.placement.local(p);
     if (now !== undefined && now !== before) return;
     await new Promise((r) => setTimeout(r, 10));
