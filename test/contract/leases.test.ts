@@ -40,6 +40,13 @@ const adapters: Array<[string, (t: Test) => Promise<Harness>]> = [
 
 const long = 60_000;
 
+/**
+ * Ttls and waits in ms, scaled: on Redis time is real, and a loaded box that stalls this process
+ * for a few hundred ms between two steps must not move a lease past its ttl where the
+ * test says it is held. The memory adapter's clock is moved by hand, so the scale costs it nothing.
+ */
+const ms = (n: number) => n * 5;
+
 function leasesContract(name: string, make: (t: Test) => Promise<Harness>): void {
   t.test(`leases contract: ${name}`, async (t) => {
     t.test('one holder at a time; list shows it', async (t) => {
@@ -69,9 +76,9 @@ function leasesContract(name: string, make: (t: Test) => Promise<Harness>): void
 
     t.test('after expiry another node acquires with a strictly greater epoch; the old holder is out', async (t) => {
       const { leases, advance } = await make(t);
-      const ea = (await leases.acquire(4, 'node-a', 50))!;
-      t.ok(await leases.renew(4, 'node-a', ea, 50), 'renew while held');
-      await advance(120);
+      const ea = (await leases.acquire(4, 'node-a', ms(50)))!;
+      t.ok(await leases.renew(4, 'node-a', ea, ms(50)), 'renew while held');
+      await advance(ms(120));
       t.same(await leases.list(5), [null, null, null, null, null], 'an expired lease is listed as free');
       const eb = await leases.acquire(4, 'node-b', long);
       t.ok(eb !== null && eb > ea, `epoch ${eb} > ${ea}`);
@@ -82,8 +89,8 @@ function leasesContract(name: string, make: (t: Test) => Promise<Harness>): void
 
     t.test('an expired lease that nobody took is not renewable either', async (t) => {
       const { leases, advance } = await make(t);
-      const e = (await leases.acquire(0, 'node-a', 50))!;
-      await advance(120);
+      const e = (await leases.acquire(0, 'node-a', ms(50)))!;
+      await advance(ms(120));
       t.notOk(await leases.renew(0, 'node-a', e, long));
       const again = await leases.acquire(0, 'node-a', long);
       t.ok(again !== null && again > e, 'epochs grow even though the lease key expired');
@@ -91,24 +98,24 @@ function leasesContract(name: string, make: (t: Test) => Promise<Harness>): void
 
     t.test('renew extends the lease and is refused for a wrong node or epoch', async (t) => {
       const { leases, advance } = await make(t);
-      const e = (await leases.acquire(2, 'node-a', 300))!;
-      t.notOk(await leases.renew(2, 'node-b', e, 300), 'other node');
-      t.notOk(await leases.renew(2, 'node-a', e + 1, 300), 'other epoch');
-      await advance(200);
-      t.ok(await leases.renew(2, 'node-a', e, 300));
-      await advance(200);
-      t.equal(await leases.acquire(2, 'node-b', long), null, 'still held 400 ms after a 300 ms acquire');
+      const e = (await leases.acquire(2, 'node-a', ms(300)))!;
+      t.notOk(await leases.renew(2, 'node-b', e, ms(300)), 'other node');
+      t.notOk(await leases.renew(2, 'node-a', e + 1, ms(300)), 'other epoch');
+      await advance(ms(200));
+      t.ok(await leases.renew(2, 'node-a', e, ms(300)));
+      await advance(ms(200));
+      t.equal(await leases.acquire(2, 'node-b', long), null, 'still held past the ttl of the acquire: the renew extended it');
       t.same((await leases.list(3))[2], { partition: 2, nodeId: 'node-a', epoch: e });
     });
 
     t.test('renewMany answers per partition, in order, and extends only what the node still holds', async (t) => {
       const { leases, advance } = await make(t);
-      t.same(await leases.renewMany('node-a', [], 300), [], 'nothing to renew');
-      const e0 = (await leases.acquire(0, 'node-a', 300))!;
-      const e1 = (await leases.acquire(1, 'node-a', 300))!;
-      const e2 = (await leases.acquire(2, 'node-b', 300))!;
-      const e3 = (await leases.acquire(3, 'node-a', 50))!;
-      await advance(120);
+      t.same(await leases.renewMany('node-a', [], ms(300)), [], 'nothing to renew');
+      const e0 = (await leases.acquire(0, 'node-a', ms(300)))!;
+      const e1 = (await leases.acquire(1, 'node-a', ms(300)))!;
+      const e2 = (await leases.acquire(2, 'node-b', ms(300)))!;
+      const e3 = (await leases.acquire(3, 'node-a', ms(50)))!;
+      await advance(ms(120));
       const ok = await leases.renewMany(
         'node-a',
         [
@@ -118,12 +125,12 @@ function leasesContract(name: string, make: (t: Test) => Promise<Harness>): void
           { partition: 3, epoch: e3 },
           { partition: 0, epoch: e0 },
         ],
-        300,
+        ms(300),
       );
       t.same(ok, [true, false, false, false, true], 'held: true; wrong epoch, another node, expired: false');
-      await advance(250);
+      await advance(ms(250));
       const held = await leases.list(4);
-      t.same(held[0], { partition: 0, nodeId: 'node-a', epoch: e0 }, 'renewed: still held 370 ms after a 300 ms acquire');
+      t.same(held[0], { partition: 0, nodeId: 'node-a', epoch: e0 }, 'renewed: still held past the ttl of the acquire');
       t.same(held[1], { partition: 1, nodeId: 'node-a', epoch: e1 });
       t.equal(held[2], null, "another node's lease was not extended for node-a");
       t.equal(held[3], null, 'an expired lease stays expired');
