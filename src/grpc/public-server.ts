@@ -38,7 +38,11 @@ export type { InvokeRequest, InvokeResponse };
 export type Invoke = (req: InvokeRequest) => Promise<InvokeResponse>;
 
 export const publicGrpcLimits = {
-  /** Events of one IngestStream being processed at once; reading pauses beyond it. */
+  /**
+   * Messages of one IngestStream running, or answered with an ack the client has not taken yet
+   * (not yet handed to the connection: HTTP/2 flow control holds acks back while the client
+   * reads none); reading pauses at this many.
+   */
   streamInFlightMax: 64,
   closeGraceMsDefault: 10_000,
   /** error-param and error-details longer than this (encoded) are left out of the trailers. */
@@ -354,8 +358,10 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
 
   /**
    * One POST /v1/events per message. Events of one customer run one after another in arrival
-   * order (their acks too); different customers run concurrently, at most inFlightMax at once,
-   * beyond which reading pauses so HTTP/2 flow control pushes back on the client.
+   * order (their acks too); different customers run concurrently. At most inFlightMax messages
+   * are running or have an ack the client has not taken yet; reading pauses beyond it, so HTTP/2
+   * flow control pushes back on the client, and a client that stops reading its acks stops
+   * being read rather than having the server run its messages and hold their acks.
    */
   function ingestStream(stream: ServerDuplexStream<IngestStreamRequest, IngestStreamResponse>): void {
     const headers = headersOf(stream.metadata);
@@ -385,10 +391,19 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
         stream.pause();
       }
       const key = msg.event?.customerId ?? '';
+      /** Frees the message's place in the window: once its ack is taken, or when it has none. */
+      const release = () => {
+        inFlight--;
+        if (paused && inFlight < inFlightMax && refusal === null) {
+          paused = false;
+          stream.resume();
+        }
+        maybeFinish();
+      };
       const run: Promise<void> = (tails.get(key) ?? Promise.resolve())
         .then(() => (gone || refusal !== null ? null : ingestOne(headers, msg)))
         .then((one) => {
-          if (one === null || gone) return;
+          if (one === null || gone) return false;
           if (one.refused !== null) {
             // Nothing read from now on runs, and reading stops; the messages already running
             // (other customers': they passed the credential check before it was revoked, and may
@@ -398,18 +413,21 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
               paused = true;
               stream.pause();
             }
-            return;
+            return false;
           }
-          stream.write(one.ack);
+          // The callback runs once grpc-js's write of the ack is done, i.e. once Node's HTTP/2
+          // stream has handed it to the connection, which flow control holds back while the
+          // client reads nothing: an ack not yet taken keeps its place in the window, so a
+          // client that stops reading stops the stream being read instead of piling acks up
+          // here. (Not called if the call is cancelled first: nothing waits then.)
+          stream.write(one.ack, release);
+          return true;
         })
-        .finally(() => {
-          inFlight--;
+        .catch(() => false) // ingestOne answers every failure; were anything to throw, the place is freed
+        .then((written) => {
+          // The customer's next message may run now (its ack is written after this one).
           if (tails.get(key) === run) tails.delete(key);
-          if (paused && inFlight < inFlightMax && refusal === null) {
-            paused = false;
-            stream.resume();
-          }
-          maybeFinish();
+          if (!written) release();
         });
       tails.set(key, run);
     });

@@ -312,6 +312,71 @@ t.test('public gRPC API against the real service', async (t) => {
     t.equal((await api.get(`/v1/customers/${id}/export`)).body.events.length, 2);
   });
 
+  await t.test('IngestStream: a client that stops reading its acks stops being read; when it reads, all are acked once, in order', async (t) => {
+    // Acks of ~540 bytes (the 240-character event id twice): the client library and the HTTP/2
+    // windows (64 KiB) take in ~150 of them, the server holds at most 64 more; then it stops
+    // reading, so nothing else runs and nothing piles up in its memory.
+    const n = 1500;
+    const customersN = 3;
+    const idOf = (i: number) => `bp-${String(i).padStart(5, '0')}-${'y'.repeat(230)}`;
+    const journaled = async () => {
+      let sum = 0;
+      for (let c = 0; c < customersN; c++) {
+        const list = await api.get(`/v1/customers?external_id=g-bp-${c}`);
+        const id = list.body.data?.[0]?.id as string | undefined;
+        if (id !== undefined) sum += ((await api.get(`/v1/customers/${id}/export`)).body.events as Json[]).length;
+      }
+      return sum;
+    };
+    const call = events.ingestStream(secret());
+    const acks: IngestStreamResponse[] = [];
+    const ended = new Promise<void>((resolve, reject) => {
+      call.on('end', resolve);
+      call.on('error', reject);
+    });
+    call.on('data', (a: IngestStreamResponse) => acks.push(a));
+    call.pause(); // reads no ack until resumed
+    let i = 0;
+    const pump = () => {
+      while (i < n) {
+        const ok = call.write({ correlationId: `bp-${i}`, event: ev(idOf(i), `g-bp-${i % customersN}`, { propertiesJson: JSON.stringify({ i }) }), mode: 0 });
+        i++;
+        if (!ok) return void call.once('drain', pump);
+      }
+      call.end();
+    };
+    pump();
+    // Until the count of journaled events stops moving (1.5 s without a change).
+    let count = await journaled();
+    for (let quiet = 0, tries = 0; quiet < 6 && tries < 120; tries++) {
+      await new Promise((r) => setTimeout(r, 250));
+      const now = await journaled();
+      quiet = now === count ? quiet + 1 : 0;
+      count = now;
+    }
+    t.equal(acks.length, 0, 'the client read nothing');
+    t.ok(count < 500, `the server stopped reading: ${count} of ${n} events journaled`);
+
+    call.resume();
+    await ended;
+    t.equal(acks.length, n, 'once the client reads, every message is acknowledged');
+    t.equal(new Set(acks.map((a) => a.correlationId)).size, n, 'each once');
+    t.equal(acks.filter((a) => a.result?.accepted?.id.startsWith('evt_') && !a.result.accepted.duplicate).length, n, 'all accepted, none a duplicate');
+    for (let c = 0; c < customersN; c++) {
+      const sent = Array.from({ length: n }, (_, k) => k).filter((k) => k % customersN === c);
+      const mine = acks.filter((a) => Number(a.correlationId.slice(3)) % customersN === c);
+      t.same(
+        mine.map((a) => a.result?.clientEventId),
+        sent.map(idOf),
+        `customer ${c}: acks in send order`,
+      );
+      const id = await customerIdOf(api, `g-bp-${c}`);
+      const evs = (await api.get(`/v1/customers/${id}/export`)).body.events as Json[];
+      t.equal(evs.length, sent.length, `customer ${c}: every event journaled once`);
+      t.same(new Set(evs.map((e) => e.id)), new Set(mine.map((a) => a.result?.accepted?.id)), `customer ${c}: the acknowledged ids`);
+    }
+  });
+
   await t.test('IngestBatch: size limits as over HTTP (body_too_large, event_too_large per item)', async (t) => {
     const blob = 'x'.repeat(12_000);
     const big = Array.from({ length: 100 }, (_, i) => ev(`sz-${i}`, 'g-size', { propertiesJson: JSON.stringify({ blob }) }));

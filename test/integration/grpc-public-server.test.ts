@@ -437,3 +437,70 @@ t.test('IngestStream: a refused credential still acknowledges the messages alrea
   t.equal(acks.length, 1, 'the refused message gets no ack');
   t.same(ran, ['e-slow', 'e-refused'], 'nothing after the refusal runs');
 });
+
+/** Polls until `count()` has not changed for `quietMs` (or `maxMs` passed); the last value. */
+async function settled(count: () => number, quietMs = 600, maxMs = 15_000): Promise<number> {
+  const until = Date.now() + maxMs;
+  let last = count();
+  let since = Date.now();
+  while (Date.now() < until) {
+    await sleep(100);
+    const now = count();
+    if (now !== last) {
+      last = now;
+      since = Date.now();
+    } else if (Date.now() - since >= quietMs) break;
+  }
+  return last;
+}
+
+t.test('IngestStream: a client that stops reading its acks stops the stream being read (acks not taken count)', async (t) => {
+  const { fake, events } = await setup(t);
+  // A client whose acks the server cannot hand over (it stopped reading: HTTP/2 flow control
+  // holds them back) must not make the server keep running its messages and holding their acks.
+  const n = 3000;
+  const customersN = 5;
+  // ~620-byte acks: the client library and the HTTP/2 windows take in ~150 of them before the
+  // flow control stops the server's writes.
+  const idOf = (i: number) => `${String(i).padStart(6, '0')}-${'x'.repeat(200)}`;
+  const stream = events.ingestStream(auth());
+  const acks: IngestStreamResponse[] = [];
+  const ended = new Promise<void>((resolve, reject) => {
+    stream.on('end', resolve);
+    stream.on('error', reject);
+  });
+  stream.on('data', (a: IngestStreamResponse) => acks.push(a));
+  stream.pause(); // reads nothing until resumed
+  let i = 0;
+  const pump = () => {
+    while (i < n) {
+      const ok = stream.write({ correlationId: `p${i}`, mode: 0, event: ev(idOf(i), { customerId: `c${i % customersN}` }) });
+      i++;
+      if (!ok) return void stream.once('drain', pump);
+    }
+    stream.end();
+  };
+  pump();
+  const ran = await settled(() => fake.requests.length);
+  t.equal(acks.length, 0, 'the client read nothing');
+  // 64 in the window, the rest taken by the client (its library reads ahead 16, and the HTTP/2
+  // windows, 64 KiB, hold ~100 of these acks): far from the 3000 sent.
+  t.ok(ran < 600, `the server stopped reading: ${ran} of ${n} messages ran`);
+
+  stream.resume();
+  await ended;
+  t.equal(acks.length, n, 'once the client reads, every message is acknowledged');
+  t.equal(new Set(acks.map((a) => a.correlationId)).size, n, 'each once');
+  t.equal(fake.requests.length, n, 'each message ran once');
+  for (let c = 0; c < customersN; c++) {
+    const expected = Array.from({ length: n }, (_, k) => k)
+      .filter((k) => k % customersN === c)
+      .map(idOf);
+    t.same(fake.order.get(`c${c}`), expected, `c${c}: run in arrival order`);
+    t.same(
+      acks.filter((a) => Number(a.correlationId.slice(1)) % customersN === c).map((a) => a.result?.accepted?.id),
+      expected.map((id) => `evt_${id}`),
+      `c${c}: acknowledged in arrival order`,
+    );
+  }
+});
