@@ -419,7 +419,10 @@ export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOpt
           // stream has handed it to the connection, which flow control holds back while the
           // client reads nothing: an ack not yet taken keeps its place in the window, so a
           // client that stops reading stops the stream being read instead of piling acks up
-          // here. (Not called if the call is cancelled first: nothing waits then.)
+          // here. (Not called if the call is cancelled first: nothing waits then.) Only public
+          // API; that grpc-js calls back this late is its behaviour, not its contract: the
+          // stalled-client tests (test/integration/grpc-public-server.test.ts,
+          // test/api/grpc-public.test.ts) fail if an update calls back before the hand-over.
           stream.write(one.ack, release);
           return true;
         })
