@@ -146,16 +146,20 @@ t.test('event ids on postgres: a claim racing an uncommitted insert of the same 
   const ids = new PgEventIds(sql);
   let commit!: () => void;
   const held = new Promise<void>((r) => (commit = r));
-  let inserted!: () => void;
-  const didInsert = new Promise<void>((r) => (inserted = r));
+  let inserted!: (pid: number) => void;
+  const didInsert = new Promise<number>((r) => (inserted = r));
   const other = sql.begin(async (tx) => {
+    const [me] = await tx`select pg_backend_pid() as pid`;
     await tx`insert into event_ids (environment_id, client_event_id, fp) values ('env_race', 'late', 7)`;
-    inserted();
+    inserted(Number(me!.pid));
     await held;
   });
-  await didInsert;
+  const otherPid = await didInsert;
   const claim = ids.claim('env_race', [{ id: 'late', fp: 9 }, { id: 'fresh', fp: 3 }]);
-  await new Promise((r) => setTimeout(r, 100));
+  // Committed only once the claim waits on the insert (a slow box may take a while to send it).
+  const waiting = async () => (await sql`select count(*)::int as n from pg_stat_activity where ${otherPid}::int = any(pg_blocking_pids(pid))`)[0]!.n as number;
+  for (const until = Date.now() + 10_000; (await waiting()) === 0 && Date.now() < until; ) await new Promise((r) => setTimeout(r, 10));
+  t.equal(await waiting(), 1, 'the claim waits on the uncommitted insert');
   commit();
   await other;
   t.same(await claim, [7, 3], 'the committed winner, and the other item as usual');
