@@ -133,17 +133,27 @@ async function publishAndRollback(t: Test, anon: Client, storage: Storage): Prom
   t.teardown(() => sql.end());
   const inVip = (name: string) => ({ ...ruleDefinition, conditions: { path: 'customer.segments', op: 'contains', value: name } });
 
-  /** Runs `request` while another transaction holds the segment locked and deletes it; commits after 300 ms. */
+  /**
+   * Runs `request` while another transaction holds the segment locked and deletes it; commits once
+   * the request waits on that transaction (seen in pg_stat_activity), or after 10 s.
+   */
   async function whileDeleting(segment: string, request: () => Promise<Reply>): Promise<{ reply: Reply; waited: boolean }> {
     let reply: Reply | undefined;
     let pending: Promise<Reply> | undefined;
     let waited = false;
     await sql.begin(async (tx) => {
+      const [me] = await tx`select pg_backend_pid() as pid`;
+      const pid = Number(me!.pid);
       await tx`select 1 from segments where environment_id = ${tenant.testEnv} and name = ${segment} for update`;
       await tx`delete from segments where environment_id = ${tenant.testEnv} and name = ${segment}`;
       pending = request().then((r) => (reply = r));
-      await new Promise((r) => setTimeout(r, 300));
-      waited = reply === undefined;
+      const blocked = async () => (await sql`select count(*)::int as n from pg_stat_activity where ${pid}::int = any(pg_blocking_pids(pid))`)[0]!.n > 0;
+      let isBlocked = false;
+      for (const until = Date.now() + 10_000; !isBlocked && reply === undefined && Date.now() < until; ) {
+        isBlocked = await blocked();
+        if (!isBlocked) await new Promise((r) => setTimeout(r, 10));
+      }
+      waited = isBlocked && reply === undefined;
     });
     return { reply: await pending!, waited };
   }
