@@ -79,7 +79,7 @@ t.test('challenges in campaigns', async (t) => {
   t.match(state.balances, [{ currency: 'coins', available: 100 }]);
   // The requested reward is issued after the ack (the unit is reserved, then the actor records it).
   let issued: Array<{ reward_id: string; status: string }> = [];
-  for (let i = 0; i < 50 && issued.length === 0; i++) {
+  for (const until = Date.now() + 15_000; issued.length === 0 && Date.now() < until; ) {
     issued = (await api.get(`/v1/customers/${annId}/state`)).body.issuances;
     if (issued.length === 0) await new Promise((r) => setTimeout(r, 100));
   }
