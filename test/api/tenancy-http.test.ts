@@ -327,7 +327,7 @@ t.test('tenancy over HTTP', async (t) => {
     const twice = await owner.admin.post(`/v1/api_keys/${k.body.id}/revoke`, {});
     t.same(twice.body, r.body, 'revoking again answers the first revocation');
     let after = await client.get('/v1/customers');
-    for (let i = 0; i < 30 && after.status !== 401; i++) {
+    for (const until = Date.now() + 10_000; after.status !== 401 && Date.now() < until; ) {
       await new Promise((res) => setTimeout(res, 100));
       after = await client.get('/v1/customers');
     }
