@@ -43,7 +43,7 @@ const adapters: Array<[string, (t: Test) => Promise<Harness>]> = [
 ];
 
 /** Resolves once `got` has `n` messages; rejects after a generous bound (delivery is async). */
-async function until(got: string[], n: number, boundMs = 3000): Promise<void> {
+async function until(got: string[], n: number, boundMs = 10_000): Promise<void> {
   const start = Date.now();
   while (got.length < n) {
     if (Date.now() - start > boundMs) throw new Error(`got ${got.length} of ${n} messages`);
