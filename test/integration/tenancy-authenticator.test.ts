@@ -332,8 +332,9 @@ t.test('revocation reaches every node through the bus', async (t) => {
   t.notOk(nodeB.authenticate(req, eventsRoute) instanceof Promise, 'cached on node B');
 
   await service.revokeApiKey(ownerHere, key.id);
-  const seen = await waitFor(async () => (await outcome(nodeB, req, eventsRoute)) === 'credentials_revoked', 1500);
-  t.ok(seen >= 0, 'node B refuses the key');
+  // Any wait far below the hour-long poll proves the bus; 10 s because a loaded box is late.
+  const seen = await waitFor(async () => (await outcome(nodeB, req, eventsRoute)) === 'credentials_revoked', 10_000);
+  t.ok(seen >= 0, `node B refuses the key (${seen} ms)`);
   t.equal(await outcome(nodeA, req, eventsRoute), 'credentials_revoked', 'node A too');
   t.throws(() => nodeB.authenticate(req, eventsRoute), { code: 'credentials_revoked' }, 'still from the cache');
 });
@@ -357,8 +358,9 @@ t.test('a lost bus message is covered by the poll backstop', async (t) => {
   t.notOk(node.authenticate(req, eventsRoute) instanceof Promise, 'cached');
 
   await service.revokeApiKey(ownerHere, key.id);
-  const seen = await waitFor(async () => (await outcome(node, req, eventsRoute)) === 'credentials_revoked', 2000);
-  t.ok(seen >= 0, `refused within the propagation bound (${seen} ms)`);
+  // The poll runs every second; the wait is not a timing check (a loaded box runs the timer late).
+  const seen = await waitFor(async () => (await outcome(node, req, eventsRoute)) === 'credentials_revoked', 10_000);
+  t.ok(seen >= 0, `refused once the poll ran (${seen} ms)`);
   t.throws(() => node.authenticate(req, eventsRoute), { code: 'credentials_revoked' });
 });
 
