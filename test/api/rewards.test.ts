@@ -330,8 +330,9 @@ t.test('rule action reward.issue: journaled request, delivered after the ack, re
   t.equal((await api.post(`/v1/rules/${rule.body.id}/publish`, {})).status, 200);
   const at = () => new Date(Date.now() - 1000).toISOString();
   const send = (id: string, customer: string) => api.post('/v1/events', { id, name: 'match.won', customer_id: customer, occurred_at: at(), mode: 'sync' });
+  // The issuance lands after the ack: up to 15 s on a loaded box.
   const settled = async (id: string) => {
-    for (let i = 0; i < 100; i++) {
+    for (const until = Date.now() + 15_000; Date.now() < until; ) {
       const r = await api.get(`/v1/reward_issuances/${id}`);
       if (r.status === 200) return r;
       await new Promise((res) => setTimeout(res, 50));
