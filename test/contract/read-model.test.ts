@@ -616,3 +616,38 @@ t.test('the expiry index holds dated entries only, and the due-work condition us
   });
   t.match(plan.map((r) => Object.values(r)[0]).join('\n'), /ledger_entries_expiry_due/, 'the sweep reads the expiry index');
 });
+
+// Issued rewards past expires_at read as expired before the sweep records it. Both the list of
+// `status=expired` and the sweep of one environment look them up by (environment, expires_at):
+// ordered by id through the list index instead, they walked every issued row of the environment.
+t.test('lapsed issuances are found through the lapsing index, not by walking every issued row (PostgreSQL)', async (t) => {
+  const { schema } = await sqlForTest(t, 'postgres');
+  const statements: Array<{ query: string; params: unknown[] }> = [];
+  const sql = postgres(testDatabaseUrl, {
+    max: 1,
+    onnotice: () => {},
+    connection: { search_path: schema },
+    debug: (_connection, query, params) => statements.push({ query, params: params as unknown[] }),
+  });
+  t.teardown(() => sql.end());
+  // Given 20,000 issued rewards, a handful of them past expires_at, and some recorded as expired
+  await sql.unsafe(
+    `insert into reward_issuances (environment_id, id, reward_id, customer_id, status, source_type, expires_at, version, created_at)
+     select 'env_a', 'iss_' || lpad(g::text, 6, '0'), 'rw_1', 'cust_' || (g % 500),
+            case when g % 50 = 0 then 'expired' else 'issued' end, 'api',
+            case when g % 4000 = 7 then now() - interval '1 minute' else now() + (g % 300) * interval '1 day' end, 1, now()
+     from generate_series(1, 20000) g`,
+  );
+  await sql`analyze reward_issuances`;
+  const rm = new PgReadModel(sql);
+  // When the expired list is read
+  statements.length = 0;
+  const page = await rm.listIssuances('env_a', { limit: 51, after: null, status: 'expired', customerId: null, atMs: Date.now() });
+  t.equal(page.filter((r) => r.status === 'expired').length, 51);
+  const [listed] = statements;
+  // Then its plan takes the lapsed rows from the lapsing index
+  const plan = await sql.unsafe(`explain ${listed!.query}`, listed!.params as postgres.ParameterOrJSON<never>[]);
+  const text = plan.map((r) => Object.values(r)[0]).join('\n');
+  t.match(text, /reward_issuances_lapsing/, 'the lapsed branch reads the lapsing index');
+  t.notMatch(text, /Filter: .*expires_at/, 'no issued row is read only to be filtered out by its expiry');
+});

@@ -825,7 +825,8 @@ export class PgReadModel {
     if (q.status === null) rows = await select(sql`and status not in ('pending', 'refused')`);
     else if (q.status === 'issued') rows = await select(sql`and status = 'issued' and (expires_at is null or expires_at > ${at})`);
     else if (q.status === 'expired') {
-      // Two ordered index scans (the recorded ones, the lapsed ones), merged in id order.
+      // The recorded ones in id order (the list index) merged with the lapsed ones: the few issued
+      // rows past expires_at the sweep has not reached, from the lapsing index (migration 034), sorted.
       rows = await sql`
         select * from (
           (${select(sql`and status = 'expired'`)})
