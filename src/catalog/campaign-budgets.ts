@@ -26,6 +26,9 @@ interface Holding {
   dryUntilMs: number;
 }
 
+/** What remaining() reads for a key the node has never leased. */
+const idle: Readonly<Pick<Holding, 'local' | 'leasing' | 'leases'>> = { local: 0, leasing: null, leases: 0 };
+
 /** A caller waits for at most this many leases before taking what the node holds. */
 const leaseAttemptsMax = 8;
 
@@ -186,10 +189,12 @@ export class BudgetAllowances {
     const out: BudgetGrant = {};
     if (keys.length === 0) return out;
     const campaignIds = [...new Set(keys.map((k) => k.slice(0, k.indexOf('|'))))];
-    const holdings = keys.map((k) => this.holding(environmentId, k));
+    // Read, not created: a key this node never leased holds nothing and has no lease in flight.
+    const holdingsNow = () => keys.map((k) => this.held.get(`${environmentId}|${k}`) ?? idle);
     // A lease moves budget from PostgreSQL's free part to the node's chunks in two steps (the
     // UPDATE, then the chunk): read both with no lease between, or the sum counts it twice or not at all.
     for (let attempt = 0; ; attempt++) {
+      const holdings = holdingsNow();
       const inFlight = holdings.filter((h) => h.leasing !== null);
       if (inFlight.length > 0 && attempt < 4) {
         await Promise.all(inFlight.map((h) => h.leasing!.catch(() => {})));
@@ -200,7 +205,9 @@ export class BudgetAllowances {
       const rows = await this.sql`
         select campaign_id, currency, greatest(amount - reserved, 0)::float8 as free from campaign_budgets
         where environment_id = ${environmentId} and campaign_id = any(${campaignIds}::text[])`;
-      if (attempt < 4 && holdings.some((h, i) => h.leases !== before[i])) continue;
+      // A lease started meanwhile (on a key held before, or on one first leased now): read again.
+      const after = holdingsNow();
+      if (attempt < 4 && after.some((h, i) => h !== holdings[i] || h.leases !== before[i])) continue;
       const free = new Map<string, number>();
       for (const r of rows) free.set(`${r.campaign_id as string}|${r.currency as string}`, r.free as number);
       for (const [i, k] of keys.entries()) out[k] = held[i]! + (free.get(k) ?? 0);

@@ -89,4 +89,12 @@ t.test('remaining counts a lease in flight once: neither in both places nor in n
     t.same(reads, [{ [k]: 50 }, { [k]: 50 }], `try ${i}`);
     t.equal(node.holds('env_1', k), 10, 'the top-up landed');
   }
+  // A key this node had never leased, first leased while a read is under way: read again too.
+  await sql`insert into campaign_budgets (environment_id, campaign_id, currency, amount) values ('env_1', 'cmp_new', 'coins', 150)`;
+  const reading = node.remaining('env_1', ['cmp_new|coins']);
+  t.same(await node.grant('env_1', { 'cmp_new|coins': 100 }), { 'cmp_new|coins': 100 });
+  t.same(await reading, { 'cmp_new|coins': 50 }, 'the grant made during the read is not counted as free');
+  // Reading keeps no record of keys the node never leased.
+  await node.remaining('env_1', Array.from({ length: 100 }, (_, i) => `cmp_read_only_${i}|coins`));
+  t.equal((node as unknown as { held: Map<string, unknown> }).held.size, 6, 'only the leased keys are held');
 });
