@@ -44,6 +44,11 @@ export const publicGrpcLimits = {
    * reads none); reading pauses at this many.
    */
   streamInFlightMax: 64,
+  /**
+   * Calls open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): with the
+   * window above, what one connection can make the server hold is bounded too.
+   */
+  streamsPerConnectionMax: 100,
   closeGraceMsDefault: 10_000,
   /** error-param and error-details longer than this (encoded) are left out of the trailers. */
   metadataValueCharsMax: 8192,
@@ -286,7 +291,7 @@ export interface PublicGrpcServer {
 
 export function createPublicGrpcServer(invoke: Invoke, opts: PublicGrpcServerOptions = {}): PublicGrpcServer {
   const inFlightMax = opts.streamInFlightMax ?? publicGrpcLimits.streamInFlightMax;
-  const server = new Server();
+  const server = new Server({ 'grpc.max_concurrent_streams': publicGrpcLimits.streamsPerConnectionMax });
 
   /** Runs invoke and turns a thrown bug into a 500 answer. */
   async function call(req: InvokeRequest): Promise<InvokeResponse> {

@@ -3,6 +3,7 @@
 // order with per-item errors, HTTP errors as gRPC status + error-code trailers, and IngestStream
 // acks (every correlation id once, one customer's events in order, bounded concurrency).
 import { credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
+import { connect, type Settings } from 'node:http2';
 import t, { type Test } from 'tap';
 import { CustomersClient, type GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
 import {
@@ -13,7 +14,7 @@ import {
   type IngestStreamResponse,
 } from '../../src/grpc/gen/public/v1/events.js';
 import { MatchesClient, type ReportRequest, type ReportResponse } from '../../src/grpc/gen/public/v1/matches.js';
-import { createPublicGrpcServer, type InvokeRequest, type InvokeResponse } from '../../src/grpc/public-server.js';
+import { createPublicGrpcServer, type InvokeRequest, type InvokeResponse, publicGrpcLimits } from '../../src/grpc/public-server.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -503,4 +504,20 @@ t.test('IngestStream: a client that stops reading its acks stops the stream bein
       `c${c}: acknowledged in arrival order`,
     );
   }
+});
+
+t.test('one connection may open at most streamsPerConnectionMax calls at once (HTTP/2 SETTINGS)', async (t) => {
+  // Each IngestStream may hold its window of messages; the connection's stream count bounds how
+  // many windows one client connection holds.
+  const api = createPublicGrpcServer(makeFake().invoke);
+  const port = await api.listen('127.0.0.1', 0);
+  t.teardown(() => api.close(0));
+  const session = connect(`http://127.0.0.1:${port}`);
+  t.teardown(() => session.close());
+  const settings = await new Promise<Settings>((resolve, reject) => {
+    session.once('remoteSettings', resolve);
+    session.once('error', reject);
+  });
+  t.equal(settings.maxConcurrentStreams, publicGrpcLimits.streamsPerConnectionMax);
+  t.equal(publicGrpcLimits.streamsPerConnectionMax, 100);
 });
