@@ -275,13 +275,16 @@ export class MatchProfileStore {
     nowMs: number,
     callId?: string,
   ): Promise<{ changeSet: ChangeSetRecord; awaiting: boolean }> {
-    const found = async (setId: string) => {
-      const cs = await this.getChangeSet(environmentId, setId);
-      // A first run that died before telling the nodes: tell them now.
-      if (cs.status === 'applied') await this.changed(environmentId);
-      return { changeSet: cs, awaiting: cs.status === 'awaiting_confirmation' };
+    const again = {
+      found: async (setId: string) => {
+        const cs = await this.getChangeSet(environmentId, setId);
+        // A first run that died before telling the nodes: tell them now.
+        if (cs.status === 'applied') await this.changed(environmentId);
+        return { changeSet: cs, awaiting: cs.status === 'awaiting_confirmation' };
+      },
+      gone: (setId: string) => `An earlier run of this request ${mode === 'apply' ? 'applied or held' : 'confirmed'} change set ${setId}, which is gone since.`,
     };
-    return createOncePerCall(this.sql, callId, found, () => this.applyOnce(environmentId, id, mode, actor, nowMs, callId));
+    return createOncePerCall(this.sql, callId, again, () => this.applyOnce(environmentId, id, mode, actor, nowMs, callId));
   }
 
   private async changed(environmentId: string): Promise<void> {

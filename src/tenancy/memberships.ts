@@ -90,13 +90,22 @@ export class MembershipService {
     const userId = callerOf(principal);
     const email = normalizeEmail(input.email);
     // A run again (`callId`: the request's, an Idempotency-Key's) answers the membership the first
-    // run made, as it is now (not already_exists).
-    const found = (memberId: string) => this.sql.begin((tx) => this.member(tx, organizationId, memberId)) as Promise<MembershipRecord>;
+    // run made, as it is now (not already_exists), to a caller who may still add it.
+    const allowedNow = async (tx: Tx) => {
+      const role = await this.lockAndRole(tx, organizationId, userId);
+      requireManager(role);
+      if (input.role === 'owner') requireOwnerFor(role, 'grant owner');
+    };
+    const again = {
+      allowed: async () => {
+        await this.sql.begin(allowedNow);
+      },
+      found: (memberId: string) => this.sql.begin((tx) => this.member(tx, organizationId, memberId)) as Promise<MembershipRecord>,
+      gone: (memberId: string) => `An earlier run of this request added ${memberId} to the organization, who is not a member any more.`,
+    };
     const create = () =>
       this.sql.begin(async (tx) => {
-        const role = await this.lockAndRole(tx, organizationId, userId);
-        requireManager(role);
-        if (input.role === 'owner') requireOwnerFor(role, 'grant owner');
+        await allowedNow(tx);
         // Locked (shared) so a first sign-in of this address, which locks the row to verify it, is
         // either seen here or sees this invitation.
         let user = (await tx`select id, email_verified_at from users where email = ${email} for share`)[0];
@@ -123,7 +132,7 @@ export class MembershipService {
         }
         return this.member(tx, organizationId, user.id as string);
       }) as Promise<MembershipRecord>;
-    return createOncePerCall(this.sql, callId, found, create);
+    return createOncePerCall(this.sql, callId, again, create);
   }
 
   async changeRole(principal: Principal, organizationId: string, targetUserId: string, newRole: Role): Promise<MembershipRecord> {

@@ -268,6 +268,22 @@ async function keyAdminScopesNow(tx: Tx, p: Principal, organizationId: string): 
   return effectiveScopes([...p.scopes], role);
 }
 
+/**
+ * Nobody hands out more than they hold now: a role without customer_sessions:write cannot mint a
+ * key that can (keyAdminScopesNow first: the caller is an admin or owner now). Secret keys never
+ * reach here (requireKeyAdmin).
+ */
+async function grantableNow(tx: Tx, p: Principal, organizationId: string, scopes: readonly Scope[]): Promise<void> {
+  const held = await keyAdminScopesNow(tx, p, organizationId);
+  const missing = scopes.filter((s) => !held.has(s));
+  if (missing.length > 0) {
+    throw new ApiError('insufficient_scope', {
+      param: 'scopes',
+      message: `Your role cannot grant: ${missing.join(', ')}.`,
+    });
+  }
+}
+
 function validOrigin(origin: string): boolean {
   try {
     const u = new URL(origin);
@@ -442,14 +458,25 @@ export class TenancyService {
     return result;
   }
 
-  /** `callId`: the request's (an Idempotency-Key's); a run again of it answers the organization it created. */
+  /**
+   * `callId`: the request's (an Idempotency-Key's); a run again of it answers the organization it
+   * created, to a caller still a member of it (another may read nothing of it).
+   */
   async createOrganization(principal: Principal, input: { name: string; timezone: string }, callId?: string): Promise<TenantCreated> {
     const userId = requireManagement(principal);
     validateTimezone(input.timezone);
+    const again = {
+      allowed: async (orgId: string) => {
+        if ((await roleNow(this.sql, orgId, userId)) === null) {
+          throw new ApiError('forbidden', { message: `An earlier run of this request created organization ${orgId}, which you are not a member of any more.` });
+        }
+      },
+      found: (orgId: string) => this.tenantOf(orgId),
+    };
     return createOncePerCall(
       this.sql,
       callId,
-      (orgId) => this.tenantOf(orgId),
+      again,
       () =>
         this.sql.begin(async (tx) => {
           const orgId = newId('org');
@@ -523,21 +550,24 @@ export class TenancyService {
   async createApiKey(principal: Principal, input: CreateApiKeyInput, callId: string | undefined): Promise<CreatedApiKey | ApiKeyAnswer>;
   async createApiKey(principal: Principal, input: CreateApiKeyInput, callId?: string): Promise<CreatedApiKey | ApiKeyAnswer> {
     const ctx = requireKeyAdmin(principal);
-    const found = async (id: string): Promise<ApiKeyAnswer> => {
-      const rows = await this.sql`
-        select * from credentials where id = ${id} and environment_id = ${ctx.environmentId} and kind in ('secret', 'publishable')`;
-      if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No API key ${id}.` });
-      return { ...apiKeyRecord(rows[0]!), token: null };
+    const grant = this.keyGrant(input);
+    const again = {
+      // As the create checks, now: a removed or demoted admin, or one whose role lost a scope of the key, is refused.
+      allowed: async () => {
+        await this.sql.begin((tx) => grantableNow(tx, principal, ctx.organizationId, grant.scopes));
+      },
+      found: async (id: string): Promise<ApiKeyAnswer> => {
+        const rows = await this.sql`
+          select * from credentials where id = ${id} and environment_id = ${ctx.environmentId} and kind in ('secret', 'publishable')`;
+        if (rows.length === 0) throw new ApiError('resource_not_found', { message: `No API key ${id}.` });
+        return { ...apiKeyRecord(rows[0]!), token: null };
+      },
     };
-    return createOncePerCall(this.sql, callId, found, () => this.createApiKeyOnce(principal, ctx, input, callId));
+    return createOncePerCall(this.sql, callId, again, () => this.createApiKeyOnce(principal, ctx, input, grant, callId));
   }
 
-  private async createApiKeyOnce(
-    principal: Principal,
-    ctx: { environmentId: string; organizationId: string },
-    input: CreateApiKeyInput,
-    callId: string | undefined,
-  ): Promise<CreatedApiKey> {
+  /** What a key create grants, validated: its scopes, and a publishable key's events and origins. */
+  private keyGrant(input: CreateApiKeyInput): { scopes: Scope[]; events: string[]; origins: string[] } {
     const events = input.allowed_events ?? [];
     const origins = input.allowed_origins ?? [];
     let scopes: Scope[];
@@ -583,19 +613,20 @@ export class TenancyService {
         }
       });
     }
+    return { scopes, events, origins };
+  }
+
+  private async createApiKeyOnce(
+    principal: Principal,
+    ctx: { environmentId: string; organizationId: string },
+    input: CreateApiKeyInput,
+    { scopes, events, origins }: { scopes: Scope[]; events: string[]; origins: string[] },
+    callId: string | undefined,
+  ): Promise<CreatedApiKey> {
     const id = newId('key');
     return this.sql.begin(async (tx) => {
       await recordCreate(tx, callId, id);
-      // Nobody hands out more than they hold now: a role without customer_sessions:write cannot
-      // mint a key that can. Secret keys never reach here (requireKeyAdmin).
-      const held = await keyAdminScopesNow(tx, principal, ctx.organizationId);
-      const missing = scopes.filter((s) => !held.has(s));
-      if (missing.length > 0) {
-        throw new ApiError('insufficient_scope', {
-          param: 'scopes',
-          message: `Your role cannot grant: ${missing.join(', ')}.`,
-        });
-      }
+      await grantableNow(tx, principal, ctx.organizationId, scopes);
       const token = newToken(input.kind === 'secret' ? 'osk' : 'opk');
       const rows = await tx`
         insert into credentials (id, kind, token_hash, token_hint, name, organization_id, environment_id, scopes,

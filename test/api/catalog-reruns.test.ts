@@ -1,7 +1,8 @@
 // A creating request whose answer was never stored under its Idempotency-Key (the store write
 // failed, or the process died, so the claim went stale; or a 5xx released it) runs again when the
 // client repeats it. A catalog create (rows in PostgreSQL, no actor) must find what the first run
-// created and answer it, not create a second resource or answer 409 for its own unique key. The
+// created and answer it, not create a second resource or answer 409 for its own unique key; only
+// to a caller the create would allow now; a test clock's advance moves the clock once. The
 // lost answer is made here as the gateway leaves it: the claim in_progress and untouched for longer
 // than the stale window (or gone, after a release). Real service, PostgreSQL and Redis.
 import t, { type Test } from 'tap';
@@ -40,14 +41,14 @@ t.test('creates run again after a lost answer find the first run’s resource', 
     t.equal(rows.length, 1, 'the claim is released');
   };
 
-  /** POST, lose the answer, POST again: the run again answers 201 with the first run's resource; a third POST replays it. */
-  const rerun = async (t: Test, client: Client, path: string, body: unknown, lose = loseAnswer): Promise<{ first: Answer; again: Answer }> => {
+  /** POST, lose the answer, POST again: the run again answers `status` (201) with the first run's resource; a third POST replays it. */
+  const rerun = async (t: Test, client: Client, path: string, body: unknown, lose = loseAnswer, status = 201): Promise<{ first: Answer; again: Answer }> => {
     const key = idem();
     const first = await client.post(path, body, key);
-    t.equal(first.status, 201, `${path}: created (${JSON.stringify(first.body)})`);
+    t.equal(first.status, status, `${path}: created (${JSON.stringify(first.body)})`);
     await lose(t, key['idempotency-key']!);
     const again = await client.post(path, body, key);
-    t.equal(again.status, 201, `${path}: the run again answers 201 (${JSON.stringify(again.body)})`);
+    t.equal(again.status, status, `${path}: the run again answers ${status} (${JSON.stringify(again.body)})`);
     t.equal(again.headers.get('idempotent-replayed'), null, 'it ran again (no stored answer to replay)');
     t.equal(again.headers.get('etag'), first.headers.get('etag'), 'the same ETag');
     const replay = await client.post(path, body, key);
@@ -231,10 +232,85 @@ t.test('creates run again after a lost answer find the first run’s resource', 
     const made = await inLive.post('/v1/change_sets', { commands: [duel] }, idem());
     t.equal((await inLive.post('/v1/change_set_applications', { change_set_id: made.body.id }, idem())).status, 201);
     const archive = await inLive.post('/v1/change_sets', { commands: [{ type: 'match_profile.archive', key: 'bout' }] }, idem());
-    t.equal((await inLive.post('/v1/change_set_applications', { change_set_id: archive.body.id }, idem())).status, 202, 'held');
+    const held = await rerun(t, inLive, '/v1/change_set_applications', { change_set_id: archive.body.id }, loseAnswer, 202);
+    t.equal(held.again.body.status, 'awaiting_confirmation', 'the run again of an application that held the set answers 202 held');
+    t.same(held.again.body, held.first.body);
     const confirmed = await rerun(t, inLive, `/v1/change_sets/${archive.body.id}/confirm`, {});
     t.equal(confirmed.again.body.status, 'applied');
     t.same(confirmed.again.body, confirmed.first.body);
+  });
+
+  /** A person signed in with the identity provider, made a member of the tenant's organization with `role` if given. */
+  const signIn = async (t: Test, role?: string) => {
+    const email = `${uniqueName('person')}@example.com`;
+    const s = await anon.post('/v1/auth/sessions', { id_token: await idp.sign({ sub: uniqueName('sub'), email }) });
+    t.equal(s.status, 201, 'signed in');
+    const owner = anon.with({ authorization: `Bearer ${tenant.pat}` });
+    if (role !== undefined) t.equal((await owner.post(`/v1/organizations/${tenant.orgId}/memberships`, { email, role }, idem())).status, 201, `made ${role}`);
+    return { email, userId: s.body.user.id as string, client: anon.with({ authorization: `Bearer ${s.body.token.token}` }) };
+  };
+
+  await t.test('a run again answers only a caller allowed now: a demoted admin is refused a membership and an API key', async (t) => {
+    const owner = anon.with({ authorization: `Bearer ${tenant.pat}` });
+    const members = `/v1/organizations/${tenant.orgId}/memberships`;
+    const manager = await signIn(t, 'admin');
+    const invite = { email: `${uniqueName('m')}@example.com`, role: 'viewer' };
+    const inviteKey = idem();
+    const invited = await manager.client.post(members, invite, inviteKey);
+    t.equal(invited.status, 201);
+    await loseAnswer(t, inviteKey['idempotency-key']!);
+    const inTest = manager.client.with({ 'x-service-environment': tenant.testEnv });
+    const apiKey = { kind: 'secret', name: uniqueName('demoted') };
+    const apiKeyKey = idem();
+    t.equal((await inTest.post('/v1/api_keys', apiKey, apiKeyKey)).status, 201);
+    await loseAnswer(t, apiKeyKey['idempotency-key']!);
+
+    t.equal((await owner.patch(`${members}/${manager.userId}`, { role: 'viewer' })).status, 200, 'demoted');
+    const again = await manager.client.post(members, invite, inviteKey);
+    t.equal(again.status, 403, `the membership's run again is refused (${JSON.stringify(again.body)})`);
+    t.equal(again.body.error?.code, 'forbidden');
+    const keyAgain = await inTest.post('/v1/api_keys', apiKey, apiKeyKey);
+    t.equal(keyAgain.status, 403, `the API key's run again is refused (${JSON.stringify(keyAgain.body)})`);
+    t.equal(keyAgain.body.error?.code, 'forbidden');
+
+    // A refusal of the caller is not stored: made admin again, the run again answers what was made.
+    t.equal((await owner.patch(`${members}/${manager.userId}`, { role: 'admin' })).status, 200, 'admin again');
+    const answered = await manager.client.post(members, invite, inviteKey);
+    t.equal(answered.status, 201);
+    t.equal(answered.body.user_id, invited.body.user_id);
+  });
+
+  await t.test('an organization’s run again is refused to its creator who left it', async (t) => {
+    const creator = await signIn(t);
+    const heir = await signIn(t);
+    const body = { name: uniqueName('Handed') };
+    const key = idem();
+    const made = await creator.client.post('/v1/organizations', body, key);
+    t.equal(made.status, 201);
+    await loseAnswer(t, key['idempotency-key']!);
+    const orgMembers = `/v1/organizations/${made.body.organization.id}/memberships`;
+    t.equal((await creator.client.post(orgMembers, { email: heir.email, role: 'owner' }, idem())).status, 201, 'handed over');
+    t.equal((await creator.client.delete(`${orgMembers}/${creator.userId}`)).status, 204, 'left');
+    const again = await creator.client.post('/v1/organizations', body, key);
+    t.equal(again.status, 403, `refused (${JSON.stringify(again.body)})`);
+    t.equal(again.body.error?.code, 'forbidden');
+    t.notOk(JSON.stringify(again.body).includes(body.name), 'nothing of the organization shown');
+  });
+
+  await t.test('a membership removed before the run again: 404 saying so, no second membership', async (t) => {
+    const owner = anon.with({ authorization: `Bearer ${tenant.pat}` });
+    const members = `/v1/organizations/${tenant.orgId}/memberships`;
+    const key = idem();
+    const body = { email: `${uniqueName('m')}@example.com`, role: 'viewer' };
+    const first = await owner.post(members, body, key);
+    t.equal(first.status, 201);
+    await loseAnswer(t, key['idempotency-key']!);
+    t.equal((await owner.delete(`${members}/${first.body.user_id}`)).status, 204);
+    const again = await owner.post(members, body, key);
+    t.equal(again.status, 404);
+    t.equal(again.body.error.code, 'resource_not_found');
+    t.equal(again.body.error.message, `An earlier run of this request added ${first.body.user_id} to the organization, who is not a member any more.`);
+    t.equal(await count(t, owner, members, (m) => m.email === body.email), 0);
   });
 
   await t.test('another Idempotency-Key is another request: a second reward', async (t) => {
@@ -242,5 +318,20 @@ t.test('creates run again after a lost answer find the first run’s resource', 
     t.equal((await api.post('/v1/rewards', body, idem())).status, 201);
     t.equal((await api.post('/v1/rewards', body, idem())).status, 201);
     t.equal(await count(t, api, '/v1/rewards', (r) => r.name === body.name), 2);
+  });
+
+  await t.test('a test clock advance: moved once, the run again answers the clock as it is now', async (t) => {
+    const hour = 3600_000;
+    const before = Date.parse((await api.get('/v1/test_clock')).body.now);
+    const key = idem();
+    const first = await api.post('/v1/test_clock/advance', { seconds: 3600 }, key);
+    t.equal(first.status, 200);
+    await loseAnswer(t, key['idempotency-key']!);
+    const again = await api.post('/v1/test_clock/advance', { seconds: 3600 }, key);
+    t.equal(again.status, 200, JSON.stringify(again.body));
+    t.equal(again.headers.get('idempotent-replayed'), null, 'it ran again');
+    const now = Date.parse((await api.get('/v1/test_clock')).body.now);
+    t.ok(now - before >= hour && now - before < 2 * hour - 60_000, `moved one hour, not two (${(now - before) / hour} h)`);
+    t.ok(Math.abs(Date.parse(again.body.now) - Date.parse(first.body.now)) < 60_000, 'answered the clock as it is now');
   });
 });

@@ -70,7 +70,9 @@ export function testClockRoutes(deps: {
       handler: async (ctx: RequestContext) => {
         const env = testEnvironment(ctx.principal);
         const body = validate(advanceBody, ctx.body ?? {}, 'body');
-        const nowMs = await deps.clocks.advance(env.id, env.runtimeClass, body.seconds);
+        // A run again (its answer lost) moves nothing: it answers the clock as it is now, and runs
+        // what is due then (what a first run that died did not get to).
+        const nowMs = await deps.clocks.advance(env.id, env.runtimeClass, body.seconds, ctx.callId);
         const run = await deps.runDue(env.id, nowMs);
         const answer: z.infer<typeof advanceSchema> = {
           now: isoTime(nowMs),
