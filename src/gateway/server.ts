@@ -512,7 +512,11 @@ export function createGateway(opts: GatewayOptions): Gateway {
       // campaigns, API keys, organizations, change sets and their applications, ...) record
       // ctx.callId with the resource in the same transaction (persistence/sql/create-calls.ts): a
       // run again answers the resource the first run created, as it is now (an API key's or a
-      // signup's token null: shown once).
+      // signup's token null: shown once); a test clock's advance records it the same way and a run
+      // again answers the clock as it is. Not covered (README, durability contract): other action
+      // POSTs (rule publish and rollback, campaign and challenge operations, counter backfills)
+      // change nothing twice but may answer a run again differently (409 where the first run
+      // already did it), and a customer session mint makes another token.
       logger.error({ err, request_id: inc.requestId, path: inc.path }, 'idempotency store write failed');
     }
     return out;
