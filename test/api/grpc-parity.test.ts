@@ -7,7 +7,6 @@ import { credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js'
 import t from 'tap';
 import { CustomersClient, type GetStateRequest, type GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
 import {
-  type Event,
   EventsClient,
   type IngestBatchRequest,
   type IngestBatchResponse,
@@ -16,24 +15,9 @@ import {
 } from '../../src/grpc/gen/public/v1/events.js';
 import { MatchesClient, type ReportRequest, type ReportResponse } from '../../src/grpc/gen/public/v1/matches.js';
 import { limits } from '../../src/limits.js';
+import { bearer, ev, now } from '../helpers/grpc.js';
 import { type Client, idem, signUp, startForTest } from '../helpers/service.js';
 
-const now = () => new Date(Date.now() - 1000).toISOString();
-const ev = (id: string, customerId: string, extra: Partial<Event> = {}): Event => ({
-  id,
-  name: 'level.completed',
-  customerId,
-  occurredAt: now(),
-  propertiesJson: '{"level":3}',
-  ...extra,
-});
-
-function bearer(token: string, extra: Record<string, string> = {}): Metadata {
-  const md = new Metadata();
-  md.set('authorization', `Bearer ${token}`);
-  for (const [k, v] of Object.entries(extra)) md.set(k, v);
-  return md;
-}
 
 /** A unary call: its error, its answer, and the trailing metadata of the call (also on success). */
 function unary<Req, Res>(

@@ -6,7 +6,6 @@ import { credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js'
 import t from 'tap';
 import { CustomersClient, type GetStateRequest, type GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
 import {
-  type Event,
   EventsClient,
   type IngestBatchRequest,
   type IngestBatchResponse,
@@ -15,26 +14,11 @@ import {
   type IngestStreamResponse,
 } from '../../src/grpc/gen/public/v1/events.js';
 import { MatchesClient, type ReportRequest, type ReportResponse } from '../../src/grpc/gen/public/v1/matches.js';
+import { bearer, ev, now } from '../helpers/grpc.js';
 import { type Client, idem, signUp, startForTest } from '../helpers/service.js';
 
 type Json = Record<string, any>;
 
-const now = () => new Date(Date.now() - 1000).toISOString();
-const ev = (id: string, customerId: string, extra: Partial<Event> = {}): Event => ({
-  id,
-  name: 'level.completed',
-  customerId,
-  occurredAt: now(),
-  propertiesJson: '{"level":3}',
-  ...extra,
-});
-
-function bearer(token: string, extra: Record<string, string> = {}): Metadata {
-  const md = new Metadata();
-  md.set('authorization', `Bearer ${token}`);
-  for (const [k, v] of Object.entries(extra)) md.set(k, v);
-  return md;
-}
 
 function unary<Req, Res>(
   fn: (req: Req, md: Metadata, cb: (err: ServiceError | null, res: Res) => void) => unknown,
