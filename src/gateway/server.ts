@@ -763,7 +763,17 @@ export function createGateway(opts: GatewayOptions): Gateway {
   return {
     listen(host: string, port: number): Promise<number> {
       return new Promise((resolve, reject) => {
-        app.listen(host, port, (socket) => {
+        // Exclusive: uWebSockets.js otherwise sets SO_REUSEPORT, and a second process started on
+        // a taken port would share it (the kernel splitting requests between two services).
+        // (The typings offer the option only without a host; the module exports its value.)
+        const exclusive = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT: uWS.ListenOptions }).LIBUS_LISTEN_EXCLUSIVE_PORT;
+        const listenWith = app.listen as unknown as (
+          host: string,
+          port: number,
+          options: uWS.ListenOptions,
+          cb: (socket: uWS.us_listen_socket | false) => void,
+        ) => uWS.TemplatedApp;
+        listenWith.call(app, host, port, exclusive, (socket) => {
           if (socket === false) {
             reject(new Error(`cannot listen on ${host}:${port}`));
             return;

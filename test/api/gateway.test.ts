@@ -3,7 +3,7 @@
 // real time). Every code this layer produces is exercised; invoke() is checked against HTTP
 // answer for answer; close() is checked to drain.
 import { createHash } from 'node:crypto';
-import { connect } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { pino } from 'pino';
 import t from 'tap';
 import { z } from 'zod';
@@ -357,6 +357,27 @@ const gateway: Gateway = createGateway({
 const port = await gateway.listen('127.0.0.1', 0);
 const base = `http://127.0.0.1:${port}`;
 t.ok(port > 0, 'listen resolves the bound port');
+
+t.test('a port held by a gateway is not shared with a second one (no SO_REUSEPORT)', async (t) => {
+  // uWebSockets.js shares a port between processes by default: a second service started on it
+  // would take every other request, with other data behind it. (A port chosen by the kernel, as
+  // 0 asks, is not shared anyway: the test names one.)
+  const free = createServer();
+  const fixed = await new Promise<number>((resolve) => free.listen(0, '127.0.0.1', () => resolve((free.address() as { port: number }).port)));
+  await new Promise((r) => free.close(r));
+  const quiet = { routes: [], authenticate, idempotency: store, logger: pino({ level: 'silent' }), ready: async () => ({ ok: true, checks: {} }) };
+  const first = createGateway(quiet);
+  t.equal(await first.listen('127.0.0.1', fixed), fixed);
+  t.teardown(() => first.close());
+  await t.rejects(createGateway(quiet).listen('127.0.0.1', fixed), /cannot listen on 127\.0\.0\.1:/, 'a second gateway cannot listen there');
+  const probe = createServer();
+  const err = await new Promise<NodeJS.ErrnoException | null>((resolve) => {
+    probe.once('error', resolve);
+    probe.listen(fixed, '127.0.0.1', () => resolve(null));
+  });
+  if (err === null) probe.close();
+  t.equal(err?.code, 'EADDRINUSE', 'another process cannot bind it either');
+});
 
 type Json = any;
 
