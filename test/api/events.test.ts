@@ -30,6 +30,9 @@ t.test('events', async (t) => {
     t.equal(got.body.customer_id, event('e-1').customer_id, 'customer_id is the caller\'s identifier, as sent');
     t.equal(got.body.customer_service_id, customer.id, 'and the service id alongside');
     t.equal(got.body.trust, 'merchant_asserted', 'a secret key asserts its events');
+    // The id the client sent is not this route's: the error says which id it takes.
+    const byClientId = await api.get('/v1/events/e-1');
+    t.match([byClientId.status, byClientId.body.error], [404, { code: 'resource_not_found', param: 'id', message: /evt_.*client_event_id/ }]);
     t.same(got.body.source, { type: 'secret_key', id: tenant.secretKeyId }, 'the sending key is kept with the event');
   });
 

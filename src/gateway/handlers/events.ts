@@ -378,7 +378,12 @@ export function eventRoutes(deps: EventDeps): AnyRoute[] {
         const env = ctx.principal.environment;
         if (env === null) throw new ApiError('environment_required');
         const id = ctx.params.id ?? '';
-        if (!id.startsWith('evt_')) throw new ApiError('resource_not_found', { message: 'No event with this id.', param: 'id' });
+        if (!id.startsWith('evt_')) {
+          throw new ApiError('resource_not_found', {
+            message: "No event with this id: this route takes the service's event id (evt_...), the id in the answer to POST /v1/events (the id you sent comes back there as client_event_id).",
+            param: 'id',
+          });
+        }
         let row = await deps.readModel.getEvent(env.id, id);
         if (row === null) {
           await deps.drainProjector();
