@@ -351,7 +351,11 @@ export class TenancyService {
         returning id, email, name, created_at`;
       const userRow = users[0];
       if (userRow === undefined) {
-        throw new ApiError('already_exists', { param: 'email', message: 'An account with this email already exists.' });
+        throw new ApiError('already_exists', {
+          param: 'email',
+          message:
+            'An account with this email already exists. Sign in with POST /v1/auth/sessions (an ID token of the configured identity provider) for a session, or use a personal access token of that account.',
+        });
       }
       const user = userRecord(userRow);
       const tenant = await this.createTenant(tx, user.id, input.organization_name, input.timezone);

@@ -71,6 +71,7 @@ t.test('tenancy over HTTP', async (t) => {
     const dupKey = idem();
     const dup = await anon.post('/v1/auth/signup', { ...body, email: body.email.toUpperCase() }, dupKey);
     t.same(err(dup), { status: 409, code: 'already_exists', param: 'email' }, 'the same email, in any case, is 409');
+    t.match(dup.body.error.message, /POST \/v1\/auth\/sessions.*personal access token/, 'and says how to get in instead');
     const dupReplay = await anon.post('/v1/auth/signup', { ...body, email: body.email.toUpperCase() }, dupKey);
     t.same(dupReplay.body.error.code, 'already_exists', 'a stored 409 replays unchanged');
     t.notOk('token' in dupReplay.body, 'no token field is added to a replayed error');
