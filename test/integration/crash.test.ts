@@ -59,16 +59,16 @@ t.test('kill -9 under load loses no acknowledged event and applies none twice', 
   const server = await spawnServer(env);
   t.teardown(() => kill9(server));
   // Ready once it holds its partitions; they replay in the background until none is recovering.
-  let checks: { partitions_owned?: string; partitions_recovering?: string } = {};
+  let checks: { partitions_owned?: number; partitions_recovering?: number } = {};
   for (const until = Date.now() + 60_000; Date.now() < until; ) {
     const r = await fetch(`http://127.0.0.1:${server.port}/readyz`);
     checks = ((await r.json()) as { checks: typeof checks }).checks;
-    if (r.status === 200 && checks.partitions_recovering === '0') break;
+    if (r.status === 200 && checks.partitions_recovering === 0) break;
     await new Promise((r) => setTimeout(r, 50));
   }
   t.same(
     { owned: checks.partitions_owned, recovering: checks.partitions_recovering },
-    { owned: '8', recovering: '0' },
+    { owned: 8, recovering: 0 },
     'readyz: every partition replayed and served',
   );
   const metrics = await (await fetch(`http://127.0.0.1:${server.port}/metrics`)).text();
