@@ -3,10 +3,15 @@
 // shape for responses), so the document cannot drift from the code. Response bodies come from
 // wire-schemas.ts (test/api/openapi-responses.test.ts holds the real answers to them); If-Match,
 // ETag and Idempotent-Replayed are declared from the route's flags. The Error schema's code enum
-// is the whole error table. Pure and deterministic; the server builds it once and caches it.
+// is the whole error table. A field a semantic validator checks (a rule definition: 422
+// rule_invalid) is declared loosely in its route and paired with documentAs (util/doc-schema.ts)
+// with the schema of what that validator accepts; that schema is rendered in its place, as a
+// named component when it has an id (RuleDefinition). Pure and deterministic; the server builds
+// it once and caches it.
 import { z } from 'zod';
 import { limits } from '../limits.js';
 import { roleScopes } from '../tenancy/roles.js';
+import { documentationOf } from '../util/doc-schema.js';
 import type { AnyRoute } from './route.js';
 import { apiErrorBody } from './wire-schemas.js';
 
@@ -75,12 +80,48 @@ const headerRefs = {
 
 class SchemaConverter {
   readonly components: Record<string, JsonSchema> = {};
+  /** Documentation schemas being converted (a documentation that holds its own field is not expanded again). */
+  private readonly documenting = new Set<z.ZodType>();
+
+  /**
+   * zod's override hook: a field paired with documentAs is rendered as its documentation, a
+   * $ref to components.schemas.<id> when the documentation has an id, else inline. The field's
+   * own description is kept when the documentation has none.
+   */
+  private document(zodSchema: z.core.$ZodType, json: JsonSchema, io: Io): void {
+    const doc = documentationOf(zodSchema);
+    if (doc === undefined || this.documenting.has(doc)) return;
+    this.documenting.add(doc);
+    let rendered: JsonSchema;
+    try {
+      const id = z.globalRegistry.get(doc)?.id;
+      if (id === undefined) rendered = this.convert(doc, io);
+      else {
+        rendered = { $ref: `#/components/schemas/${id}` };
+        if (this.components[id] === undefined) {
+          // A named root may come back as a $ref to itself, its body hoisted already.
+          const body = this.convert(doc, io);
+          if (body.$ref !== rendered.$ref) this.components[id] = body;
+        }
+      }
+    } finally {
+      this.documenting.delete(doc);
+    }
+    const description = json.description;
+    for (const k of Object.keys(json)) delete json[k];
+    Object.assign(json, rendered);
+    if (description !== undefined && json.description === undefined && json.$ref === undefined) json.description = description;
+  }
 
   /** zod -> JSON Schema; named ($defs) parts are hoisted into components.schemas. */
   convert(schema: z.ZodType, io: Io): JsonSchema {
     let out: JsonSchema;
     try {
-      out = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as JsonSchema;
+      out = z.toJSONSchema(schema, {
+        io,
+        unrepresentable: 'any',
+        override: (ctx) => this.document(ctx.zodSchema, ctx.jsonSchema as JsonSchema, io),
+      }) as JsonSchema;
     } catch {
       // Cyclic or otherwise unconvertible: document it as "any JSON" rather than failing startup.
       return { description: 'Schema not representable in JSON Schema.' };

@@ -42,13 +42,18 @@ export {
   traceRule,
 } from './evaluate.js';
 export { Op, type OpCode, type OpName, opNames } from './ops.js';
-export { PathSource, parsePath } from './paths.js';
+export { PathSource, parsePath, pathPattern, pathSources } from './paths.js';
 export {
   actionSchema,
   actionTypes,
   type Condition,
   conditionSchema,
+  conditionTreeDoc,
+  eventNameSchema,
+  fixedPointsAwardSchema,
   formatProblemPath,
+  itemGrantSchema,
+  leafConditionDoc,
   type LeafCondition,
   type RuleAction,
   type RuleDefinition,
@@ -60,6 +65,8 @@ export {
   type RuleV1,
   type RuleV2,
   type RuleValidation,
+  rewardIssueSchema,
+  tierEvaluateSchema,
   type ValidateOptions,
   ruleV1Schema,
   ruleV2Schema,

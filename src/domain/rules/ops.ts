@@ -49,6 +49,31 @@ const restricted: Partial<Record<PathSource, { ops: readonly OpName[]; type: 'st
 };
 
 /**
+ * The value each op takes (checkOpValue's cases, for the OpenAPI document): primitive a string,
+ * number, boolean or null; scalar the same but null; number a finite number; list a non-empty
+ * array of scalars; flag an optional boolean.
+ */
+export type OpValueForm = 'primitive' | 'scalar' | 'number' | 'list' | 'flag';
+export const opValueForms: Readonly<Record<OpName, OpValueForm>> = {
+  eq: 'primitive',
+  ne: 'primitive',
+  gt: 'number',
+  gte: 'number',
+  lt: 'number',
+  lte: 'number',
+  in: 'list',
+  not_in: 'list',
+  exists: 'flag',
+  contains: 'scalar',
+};
+
+/** Whether op may read a path of this source (a restricted source allows only some ops). */
+export function opReadsSource(op: OpName, src: PathSource): boolean {
+  const r = restricted[src];
+  return r === undefined || r.ops.includes(op);
+}
+
+/**
  * Checks an op against its value and the path it reads. Returns null when fine, else one
  * problem: `field` is 'op' or 'value' (where the client should look) and a message.
  */

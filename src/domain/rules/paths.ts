@@ -38,6 +38,49 @@ function fail(message: string): ParsedPath {
   return { ok: false, message };
 }
 
+/** The sources each use of a path may read (parsePath refuses the others). */
+export const pathSources: Readonly<Record<PathUse, readonly PathSource[]>> = {
+  condition: [
+    PathSource.eventName,
+    PathSource.eventProperty,
+    PathSource.attribute,
+    PathSource.counter,
+    PathSource.segments,
+    PathSource.tier,
+    PathSource.externalId,
+  ],
+  scope: [PathSource.customer, PathSource.eventName, PathSource.eventProperty, PathSource.attribute, PathSource.tier, PathSource.externalId],
+  amount: [PathSource.eventProperty, PathSource.attribute, PathSource.counter],
+};
+
+/** Each source's prefix and how many names follow it (as parsePath reads them). */
+const sourceShapes: Readonly<Record<PathSource, { prefix: string; below: 'none' | 'one' | 'many' }>> = {
+  [PathSource.eventName]: { prefix: 'event.name', below: 'none' },
+  [PathSource.eventProperty]: { prefix: 'event.properties', below: 'many' },
+  [PathSource.attribute]: { prefix: 'customer.attributes', below: 'many' },
+  [PathSource.counter]: { prefix: 'customer.counters', below: 'one' },
+  [PathSource.segments]: { prefix: 'customer.segments', below: 'none' },
+  [PathSource.tier]: { prefix: 'customer.tiers', below: 'one' },
+  [PathSource.externalId]: { prefix: 'customer.external_id', below: 'none' },
+  [PathSource.customer]: { prefix: 'customer', below: 'none' },
+};
+
+/**
+ * A regular expression (JSON Schema `pattern`) matching exactly the paths of the given sources
+ * that parsePath accepts, length aside (at most ruleBounds.pathCharsMax characters). For the
+ * OpenAPI document; test/api/openapi-request-bodies.test.ts holds it to parsePath.
+ */
+export function pathPattern(sources: readonly PathSource[]): string {
+  const segment = segmentPattern.source.slice(1, -1);
+  const alternatives = sources.map((src) => {
+    const { prefix, below } = sourceShapes[src];
+    const head = prefix.replaceAll('.', '\\.');
+    if (below === 'none') return head;
+    return below === 'one' ? `${head}\\.${segment}` : `${head}(?:\\.${segment}){1,${ruleBounds.pathSegmentsMax}}`;
+  });
+  return `^(?:${alternatives.join('|')})$`;
+}
+
 /** Classifies a dotted path for one use; the message says what is wrong and what is expected. */
 export function parsePath(path: string, use: PathUse): ParsedPath {
   if (path.length === 0) return fail(`A path is required; use ${expected(use)}.`);

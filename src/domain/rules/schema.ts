@@ -3,11 +3,16 @@
 // {path: 'conditions.all[2].op', message} for a 422 rule_invalid. Pure and synchronous (zod
 // safeParse, no async refinements); never throws. Semantic checks (path prefixes, op vs value)
 // live in paths.ts / ops.ts so compile and validation agree by construction.
+// The same schemas describe definitions in /v1/openapi.json (components RuleDefinition,
+// RuleCondition, RuleConditionLeaf, RuleAction): what zod cannot render from a refinement (an
+// integer, a path's grammar, the value an op takes) is added with .meta() or documentAs, which
+// document and never validate. test/api/openapi-request-bodies.test.ts holds them to validateRule.
 import { formatPath as formatProblemPath } from '../../util/param-path.js';
 import { z } from 'zod';
+import { documentAs } from '../../util/doc-schema.js';
 import { ruleBounds } from './bounds.js';
-import { type OpName, checkOpValue, opNames } from './ops.js';
-import { PathSource, parsePath } from './paths.js';
+import { type OpName, type OpValueForm, checkOpValue, opNames, opReadsSource, opValueForms } from './ops.js';
+import { PathSource, parsePath, pathPattern, pathSources } from './paths.js';
 import { type TrustLevel, trustLevels, unreachableTrustLevels } from './trust.js';
 
 export const ruleSchemas = ['service.rule/v1', 'service.rule/v2'] as const;
@@ -62,7 +67,7 @@ export type RuleValidation = { ok: true; definition: RuleDefinition } | { ok: fa
 const eventNamePattern = /^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$/;
 const idPattern = /^[A-Za-z0-9_.:-]+$/;
 
-const eventName = z
+export const eventNameSchema = z
   .string({ error: 'An event name (string) is required.' })
   .min(1, 'An event name is required.')
   .max(ruleBounds.eventNameCharsMax, `An event name has at most ${ruleBounds.eventNameCharsMax} characters.`)
@@ -77,14 +82,39 @@ const key = (what: string) =>
 
 const positiveInt = (what: string) => {
   const message = `${what} must be a positive integer (at most ${Number.MAX_SAFE_INTEGER}).`;
-  return z.number({ error: message }).refine((n) => Number.isSafeInteger(n) && n > 0, { message });
+  return z
+    .number({ error: message })
+    .refine((n) => Number.isSafeInteger(n) && n > 0, { message })
+    .meta({ type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER });
 };
 
+/** How the OpenAPI document names each source of a path. */
+const sourceNames: Readonly<Record<PathSource, string>> = {
+  [PathSource.eventName]: 'event.name',
+  [PathSource.eventProperty]: 'event.properties.<name>',
+  [PathSource.attribute]: 'customer.attributes.<name>',
+  [PathSource.counter]: 'customer.counters.<name>',
+  [PathSource.segments]: 'customer.segments',
+  [PathSource.tier]: 'customer.tiers.<program key>',
+  [PathSource.externalId]: 'customer.external_id',
+  [PathSource.customer]: 'customer',
+};
+
+/** A path's grammar for the OpenAPI document: its length and a pattern of exactly the paths of these sources. */
+const pathMeta = (sources: readonly PathSource[]) => ({
+  maxLength: ruleBounds.pathCharsMax,
+  pattern: pathPattern(sources),
+  description: `A dotted path: ${sources.map((src) => sourceNames[src]).join(', ')} (names of letters, digits, _, $, : and -).`,
+});
+
 const path = (use: 'condition' | 'scope' | 'amount') =>
-  z.string({ error: 'A path (string) is required.' }).superRefine((p, ctx) => {
-    const r = parsePath(p, use);
-    if (!r.ok) ctx.addIssue({ code: 'custom', message: r.message });
-  });
+  z
+    .string({ error: 'A path (string) is required.' })
+    .superRefine((p, ctx) => {
+      const r = parsePath(p, use);
+      if (!r.ok) ctx.addIssue({ code: 'custom', message: r.message });
+    })
+    .meta(pathMeta(pathSources[use]));
 
 const trustChoices = `use one of ${trustLevels.join(', ')} (lowest first)`;
 
@@ -103,17 +133,74 @@ const opSchema = z.enum(opNames, {
       : `Unknown op ${JSON.stringify(iss.input)}; use one of ${opNames.join(', ')}.`,
 });
 
-export const leafConditionSchema = z
-  .strictObject({ path: path('condition'), op: opSchema, value: z.unknown().optional() })
-  .superRefine((leaf, ctx) => {
-    // Runs even when path or op failed: check only what is checkable.
-    if (typeof leaf.op !== 'string' || !(opNames as readonly string[]).includes(leaf.op)) return;
-    const parsed = typeof leaf.path === 'string' ? parsePath(leaf.path, 'condition') : null;
-    const src = parsed?.ok ? parsed.src : null;
-    const problem = checkOpValue(leaf.op, leaf.value, Object.hasOwn(leaf, 'value') && leaf.value !== undefined, src);
-    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem.message, path: [problem.field] });
-  })
-  .describe('{path, op, value?}: compares the value at path with value.');
+function valueDoc(form: OpValueForm): z.ZodType {
+  const text = z.string().max(ruleBounds.valueCharsMax);
+  switch (form) {
+    case 'primitive':
+      return z.union([text, z.number(), z.boolean(), z.null()]);
+    case 'scalar':
+      return z.union([text, z.number(), z.boolean()]);
+    case 'number':
+      return z.number();
+    case 'list':
+      return z.array(z.union([text, z.number(), z.boolean()])).min(1).max(ruleBounds.inValuesMax);
+    case 'flag':
+      return z.boolean().optional().describe('Default true: the path holds a value (not null). false: it does not.');
+  }
+}
+
+/**
+ * Documentation of a leaf {path, op, value} over paths of these sources: one form per group of
+ * ops taking the same value and reading the same sources (checkOpValue's rules), discriminated by
+ * op. What it leaves to the validators: the value's type a source fixes (event.name,
+ * customer.external_id, customer.tiers.* and customer.segments compare strings, counters numbers).
+ */
+export function leafConditionDoc(sources: readonly PathSource[]): z.ZodType {
+  const groups = new Map<string, { ops: OpName[]; form: OpValueForm; sources: PathSource[] }>();
+  for (const op of opNames) {
+    const readable = sources.filter((src) => opReadsSource(op, src));
+    if (readable.length === 0) continue;
+    const key = `${opValueForms[op]}:${readable.join(',')}`;
+    const group = groups.get(key);
+    if (group === undefined) groups.set(key, { ops: [op], form: opValueForms[op], sources: readable });
+    else group.ops.push(op);
+  }
+  const forms = [...groups.values()].map((g) =>
+    z.strictObject({
+      path: z.string().meta(pathMeta(g.sources)),
+      op: g.ops.length === 1 ? z.literal(g.ops[0]!) : z.enum(g.ops as [OpName, ...OpName[]]),
+      value: valueDoc(g.form),
+    }),
+  );
+  const strings = [PathSource.eventName, PathSource.externalId, PathSource.tier, PathSource.segments].filter((src) => sources.includes(src));
+  const typed = [
+    strings.length > 0 ? ` ${strings.map((src) => sourceNames[src]).join(', ')} compare with strings.` : '',
+    sources.includes(PathSource.counter) ? ` ${sourceNames[PathSource.counter]} compares with numbers.` : '',
+  ].join('');
+  return z
+    .discriminatedUnion('op', forms as unknown as [z.ZodObject, ...z.ZodObject[]])
+    .describe(
+      '{path, op, value}: compares the value at path with value; op decides what value is and which paths it reads. ' +
+        `Nothing is coerced: a value of another type never matches.${typed}`,
+    );
+}
+
+export const leafConditionSchema = documentAs(
+  z
+    .strictObject({ path: path('condition'), op: opSchema, value: z.unknown().optional() })
+    .superRefine((leaf, ctx) => {
+      // Runs even when path or op failed: check only what is checkable.
+      if (typeof leaf.op !== 'string' || !(opNames as readonly string[]).includes(leaf.op)) return;
+      const parsed = typeof leaf.path === 'string' ? parsePath(leaf.path, 'condition') : null;
+      const src = parsed?.ok ? parsed.src : null;
+      const problem = checkOpValue(leaf.op, leaf.value, Object.hasOwn(leaf, 'value') && leaf.value !== undefined, src);
+      if (problem !== null) ctx.addIssue({ code: 'custom', message: problem.message, path: [problem.field] });
+    })
+    .describe('{path, op, value?}: compares the value at path with value.'),
+  leafConditionDoc(pathSources.condition).meta({ id: 'RuleConditionLeaf' }),
+);
+
+const conditionBounds = `Groups nest at most ${ruleBounds.conditionDepthMax} deep, with at most ${ruleBounds.conditionLeavesMax} leaves in all.`;
 
 const groupItems = (name: string) =>
   z
@@ -121,21 +208,50 @@ const groupItems = (name: string) =>
     .min(1, `${name} needs at least one condition.`)
     .max(ruleBounds.groupItemsMax, `${name} takes at most ${ruleBounds.groupItemsMax} conditions.`);
 
-export const conditionSchema: z.ZodType<Condition> = z.lazy(() =>
-  z.union([
-    leafConditionSchema,
-    z.strictObject({ all: groupItems('all') }),
-    z.strictObject({ any: groupItems('any') }),
-    z.strictObject({ not: conditionSchema }),
-  ]),
-);
+export const conditionSchema: z.ZodType<Condition> = z
+  .lazy(() =>
+    z.union([
+      leafConditionSchema,
+      z.strictObject({ all: groupItems('all') }),
+      z.strictObject({ any: groupItems('any') }),
+      z.strictObject({ not: conditionSchema }),
+    ]),
+  )
+  .meta({
+    id: 'RuleCondition',
+    description: `A leaf {path, op, value}, or {all: [...]} (every one holds), {any: [...]} (one holds), {not: condition}. ${conditionBounds}`,
+  });
+
+/**
+ * Documentation of a condition over paths of some sources only (a segment's, a counter filter's):
+ * the rule condition language with those leaves, as the OpenAPI component `id`.
+ */
+export function conditionTreeDoc(id: string, sources: readonly PathSource[], description: string): z.ZodType {
+  const leaf = leafConditionDoc(sources);
+  let tree: z.ZodType;
+  const items = z
+    .array(z.lazy(() => tree))
+    .min(1)
+    .max(ruleBounds.groupItemsMax);
+  tree = z
+    .lazy(() => z.union([leaf, z.strictObject({ all: items }), z.strictObject({ any: items }), z.strictObject({ not: z.lazy(() => tree) })]))
+    .meta({ id, description: `${description} ${conditionBounds}` });
+  return tree;
+}
 
 const limitSchema = z.strictObject({
   id: key('A limit id'),
   scope: z
     .array(path('scope'), { error: 'scope is an array of paths, such as ["customer", "event.properties.order_id"].' })
     .min(1, 'scope needs at least one path (use ["customer"] for once per customer).')
-    .max(ruleBounds.scopePathsMax, `scope takes at most ${ruleBounds.scopePathsMax} paths.`),
+    .max(ruleBounds.scopePathsMax, `scope takes at most ${ruleBounds.scopePathsMax} paths.`)
+    // sharedScopeProblems: without `customer`, a scope is shared by every customer and reads the event only.
+    .meta({
+      anyOf: [{ contains: { const: 'customer' } }, { items: { pattern: pathPattern([PathSource.eventName, PathSource.eventProperty]) } }],
+      description:
+        'The values the limit counts per: with "customer", per customer (e.g. ["customer", "event.properties.match_id"]); ' +
+        'without it, shared by every customer, so only event.name and event.properties.<name> paths.',
+    }),
   max: positiveInt('max'),
 });
 
@@ -160,6 +276,7 @@ const pointsAward = z
     multiplier: z
       .number({ error: 'multiplier must be a positive finite number.' })
       .refine((n) => Number.isFinite(n) && n > 0, { message: 'multiplier must be a positive finite number.' })
+      .meta({ exclusiveMinimum: 0, description: 'The award is floor(value at amount_from x multiplier); default 1.' })
       .optional(),
   })
   .superRefine((a, ctx) => {
@@ -172,15 +289,29 @@ const pointsAward = z
     if (a.multiplier !== undefined && !hasFrom) {
       ctx.addIssue({ code: 'custom', message: 'multiplier applies only with amount_from.', path: ['multiplier'] });
     }
+  })
+  .meta({
+    oneOf: [{ required: ['amount'] }, { required: ['amount_from'] }],
+    dependentRequired: { multiplier: ['amount_from'] },
+    description: 'amount (fixed) or amount_from (a numeric path, optionally with multiplier), not both.',
   });
 
-export const actionSchema = z.discriminatedUnion('type', [
-  pointsAward,
-  z.strictObject({ type: z.literal('item.grant'), item: key('item'), quantity: positiveInt('quantity') }),
-  z.strictObject({ type: z.literal('tier.evaluate'), program: key('program').optional() }),
-  z.strictObject({ type: z.literal('reward.issue'), reward_id: key('reward_id') }),
-  z.strictObject({ type: z.literal('challenge.progress'), challenge_id: key('challenge_id') }),
-]);
+export const itemGrantSchema = z.strictObject({ type: z.literal('item.grant'), item: key('item'), quantity: positiveInt('quantity') });
+export const tierEvaluateSchema = z.strictObject({ type: z.literal('tier.evaluate'), program: key('program').optional() });
+export const rewardIssueSchema = z.strictObject({ type: z.literal('reward.issue'), reward_id: key('reward_id') });
+
+/** points.award with a fixed amount only (challenge completion actions; documentation). */
+export const fixedPointsAwardSchema = z.strictObject({ type: z.literal('points.award'), currency: key('currency'), amount: positiveInt('amount') });
+
+export const actionSchema = z
+  .discriminatedUnion('type', [
+    pointsAward,
+    itemGrantSchema,
+    tierEvaluateSchema,
+    rewardIssueSchema,
+    z.strictObject({ type: z.literal('challenge.progress'), challenge_id: key('challenge_id') }),
+  ])
+  .meta({ id: 'RuleAction' });
 
 const actionsSchema = z
   .array(actionSchema, { error: 'actions is an array of {type, ...}.' })
@@ -189,7 +320,7 @@ const actionsSchema = z
 
 export const ruleV1Schema = z.strictObject({
   schema: z.literal('service.rule/v1'),
-  trigger: z.strictObject({ event: eventName }, { error: 'trigger is {event}.' }),
+  trigger: z.strictObject({ event: eventNameSchema }, { error: 'trigger is {event}.' }),
   limits: limitsSchema.optional(),
   conditions: z
     .array(leafConditionSchema, {
@@ -206,7 +337,7 @@ export const ruleV2Schema = z
     trigger: z.strictObject(
       {
         kind: z.literal('customer_event', { error: "trigger.kind must be 'customer_event'." }),
-        event: eventName,
+        event: eventNameSchema,
       },
       { error: "trigger is {kind: 'customer_event', event}." },
     ),
@@ -249,8 +380,14 @@ function measure(c: unknown, depth: number, count: { leaves: number; deepest: nu
   for (const item of items) measure(item, depth + 1, count);
 }
 
-/** Both versions, keyed on `schema`: the shape published in the OpenAPI document. */
-export const ruleDefinitionSchema = z.discriminatedUnion('schema', [ruleV1Schema, ruleV2Schema]);
+/** Both versions, keyed on `schema`: the shape published in the OpenAPI document (validateRule is the validator). */
+export const ruleDefinitionSchema = z.discriminatedUnion('schema', [ruleV1Schema, ruleV2Schema]).meta({
+  id: 'RuleDefinition',
+  description:
+    'service.rule/v1: trigger {event}, conditions a list of leaves (all must hold). service.rule/v2: trigger {kind: customer_event, event}, ' +
+    'conditions one condition, trust {minimum}. Checked beyond this schema: limit ids are unique per definition, and publish names ' +
+    'only currencies, rewards, challenges, tier programs (and their levels), segments and counters the environment has.',
+});
 
 
 

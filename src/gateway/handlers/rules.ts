@@ -13,12 +13,13 @@ import { ruleStatuses } from '../../catalog/rules.js';
 import type { BudgetGrant, CampaignGate } from '../../domain/campaigns.js';
 import type { ResolvedAction, RuleCompilation, RuleMeta, RulePlan } from '../../domain/rules/compile.js';
 import type { RuleTrace } from '../../domain/rules/evaluate.js';
-import { type RuleProblem, validateRule } from '../../domain/rules/schema.js';
+import { type RuleProblem, ruleDefinitionSchema, validateRule } from '../../domain/rules/schema.js';
 import { budgetKeysOf, type NotLive, type SimulatedCampaign, sharedScopeKeys, simulateRule } from '../../domain/rules/simulate.js';
 import type { SharedLimits } from '../../persistence/ports.js';
 import { trustLevels } from '../../domain/rules/trust.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
+import { documentAs } from '../../util/doc-schema.js';
 import type { WorkerPool } from '../../workers/pool.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
@@ -51,7 +52,11 @@ export interface RulesDeps {
   references?: ReferenceSources;
 }
 
-const definitionField = z.custom<unknown>((v) => v !== undefined && v !== null, 'A rule definition document is required.');
+// validateRule checks the definition (422 rule_invalid naming every bad path); OpenAPI shows its schema.
+const definitionField = documentAs(
+  z.custom<unknown>((v) => v !== undefined && v !== null, 'A rule definition document is required.'),
+  ruleDefinitionSchema,
+);
 const nameField = z.string().min(1).max(limits.nameCharsMax);
 const priorityField = z.number().int().min(-1_000_000).max(1_000_000);
 const campaignField = z.string().min(1).max(255).nullable();
