@@ -602,7 +602,7 @@ export type Validation =
   | { ok: true }
   | { ok: false; code: 'validation_failed'; param: string; message: string; details: IssueDetail[] };
 
-const contributionKeyPattern = /^(event\.(id|name|properties(\.[A-Za-z0-9_-]+)+)|customer\.attributes(\.[A-Za-z0-9_-]+)+)$/;
+export const contributionKeyPattern = /^(event\.(id|name|properties(\.[A-Za-z0-9_-]+)+)|customer\.attributes(\.[A-Za-z0-9_-]+)+)$/;
 
 /** Checks a definition as a client wrote it; params name wire fields, every issue in details. */
 export function validateChallenge(c: Omit<ChallengeConfig, 'id'>): Validation {

@@ -150,7 +150,7 @@ export type Validation =
   | { ok: true }
   | { ok: false; code: 'validation_failed'; param: string; message: string; details: IssueDetail[] };
 
-const levelKeyPattern = /^[a-z0-9][a-z0-9_-]*$/i;
+export const levelKeyPattern = /^[A-Za-z0-9][A-Za-z0-9_-]*$/;
 
 /**
  * Checks a program as a client wrote it. Params name wire fields (`levels[2].threshold`,

@@ -13,6 +13,7 @@ import {
   type ProfileCommand,
   profileCreateSchema,
   profileToWire,
+  profileUpdateSchema,
   validateProfileCreate,
   validateProfileUpdate,
 } from '../domain/match/profile.js';
@@ -79,11 +80,14 @@ const versionField = z.number({ error: 'expected_version must be an integer.' })
 const keyField = z.string({ error: 'key (string) is required.' }).min(1).max(64);
 
 /** Documents the command shapes in OpenAPI; validation itself runs per command (index in param). */
-export const commandDocSchema = z.union([
+export const commandDocSchema = z.discriminatedUnion('type', [
   profileCreateSchema.extend({ type: z.literal('match_profile.create') }),
-  z.looseObject({ type: z.literal('match_profile.update'), key: keyField, expected_version: versionField }).describe(
-    'key, expected_version, and any of the sections of match_profile.create (event, metrics, duration, players, rate_limits, outliers); each named section replaces the stored one.',
-  ),
+  // validateCommand: key names the profile (keyField), the rest is validateProfileUpdate's.
+  profileUpdateSchema
+    .extend({ type: z.literal('match_profile.update'), key: profileUpdateSchema.shape.key.unwrap(), expected_version: versionField })
+    .describe(
+      'key, expected_version, and any of the sections of match_profile.create (event, metrics, duration, players, rate_limits, outliers); each named section replaces the stored one.',
+    ),
   z.strictObject({ type: z.literal('match_profile.archive'), key: keyField, expected_version: versionField }),
 ]);
 

@@ -105,7 +105,10 @@ const finite = (what: string) =>
 
 const intIn = (what: string, min: number, max: number) => {
   const message = `${what} must be an integer from ${min} to ${max}.`;
-  return z.number({ error: message }).refine((n) => Number.isSafeInteger(n) && n >= min && n <= max, { message });
+  return z
+    .number({ error: message })
+    .refine((n) => Number.isSafeInteger(n) && n >= min && n <= max, { message })
+    .meta({ type: 'integer', minimum: min, maximum: max });
 };
 
 const eventSchema = z

@@ -45,7 +45,10 @@ const customerRefSchema = z.union(
 const playerSchema = z.strictObject(
   {
     customer: customerRefSchema,
-    metrics: z.record(z.string(), z.unknown(), { error: 'metrics is a map of metric key to number.' }),
+    // Values are checked against the profile's metrics (checkReportMetrics); OpenAPI says what they are.
+    metrics: z.record(z.string(), z.unknown().meta({ type: 'number' }), { error: 'metrics is a map of metric key to number.' }).describe(
+      "Every metric of the profile, and only those, by key: a finite number.",
+    ),
     won: z.boolean({ error: 'won must be a boolean.' }).nullable().optional(),
   },
   { error: 'A player is {customer, metrics, won?}.' },

@@ -10,7 +10,24 @@ import type { ChallengeCatalog, ChallengeRecord } from '../../catalog/challenges
 import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import { tierProgramOf } from '../../catalog/rules-context.js';
 import { type ChallengeContext, compileChallenge } from '../../domain/challenge-effects.js';
-import { challengeLimits, challengeStatuses, type Command as ChallengeCommand, type ChallengeProgress, enrollmentModes } from '../../domain/challenges.js';
+import {
+  conditionSchema,
+  eventNameSchema,
+  fixedPointsAwardSchema,
+  itemGrantSchema,
+  rewardIssueSchema,
+  ruleBounds,
+  tierEvaluateSchema,
+} from '../../domain/rules/index.js';
+import { documentAs } from '../../util/doc-schema.js';
+import {
+  challengeLimits,
+  challengeStatuses,
+  type Command as ChallengeCommand,
+  type ChallengeProgress,
+  contributionKeyPattern,
+  enrollmentModes,
+} from '../../domain/challenges.js';
 import { periodKey, periodKinds } from '../../domain/periods.js';
 import type { TierProgram } from '../../domain/tiers.js';
 import { ApiError } from '../../errors/api-error.js';
@@ -32,11 +49,26 @@ import { challengeSchema, enrollmentSchema, pageOf, progressRevokedSchema, progr
 const timestamp = z.iso.datetime({ offset: true });
 const status = z.enum(challengeStatuses as [string, ...string[]]);
 
+/**
+ * completion_actions as validateChallengeDefinition accepts them (documentation): rule actions
+ * with a fixed points.award amount and no challenge.progress, at most as many as a rule has.
+ */
+const completionActionsDoc = z
+  .array(
+    z
+      .discriminatedUnion('type', [fixedPointsAwardSchema, itemGrantSchema, tierEvaluateSchema, rewardIssueSchema])
+      .meta({ id: 'ChallengeCompletionAction', description: 'A rule action run at completion: points.award takes a fixed amount; no challenge.progress.' }),
+  )
+  .max(Math.min(challengeLimits.completionActionsMax, ruleBounds.actionsMax));
+
 // Shapes only: qualifying.conditions and completion_actions are checked by the rules schema (the
-// domain names the wire path of each problem, e.g. qualifying.conditions.all[0].op).
+// domain names the wire path of each problem, e.g. qualifying.conditions.all[0].op); OpenAPI
+// shows what that check accepts (documentAs).
 const qualifying = z.strictObject({
-  event: z.string().describe('The event name that counts.'),
-  conditions: z.unknown().optional().describe('Rule condition language: {path, op, value} | {all|any: [...]} | {not: ...}.'),
+  event: documentAs(z.string(), eventNameSchema).describe('The event name that counts.'),
+  conditions: documentAs(z.unknown(), conditionSchema.nullable())
+    .optional()
+    .describe('A condition of the rule language (RuleCondition), as a service.rule/v2 rule has; null or absent: every such event counts.'),
 });
 
 const fields = {
@@ -44,13 +76,18 @@ const fields = {
   qualifying,
   target: z.number().int().min(1),
   period: z.enum(periodKinds as [string, ...string[]]).describe('none, daily, weekly or monthly (in the environment time zone).'),
-  contribution_key: z.string().min(1).max(challengeLimits.contributionKeyCharsMax).nullable().describe('e.g. event.properties.match_id; null: every event counts.'),
+  contribution_key: z
+    .string()
+    .min(1)
+    .max(challengeLimits.contributionKeyCharsMax)
+    .meta({ pattern: contributionKeyPattern.source })
+    .nullable()
+    .describe('A path (event.id, event.name, event.properties.<name> or customer.attributes.<name>), e.g. event.properties.match_id: each distinct value counts once; null: every event counts.'),
   enrollment: z.enum(enrollmentModes as [string, ...string[]]),
   repeatable: z.boolean(),
-  completion_actions: z
-    .array(z.unknown())
-    .max(challengeLimits.completionActionsMax)
-    .describe('Rule actions: points.award {currency, amount}, item.grant {item, quantity}, reward.issue {reward_id}, tier.evaluate {program?}.'),
+  completion_actions: documentAs(z.array(z.unknown()).max(challengeLimits.completionActionsMax), completionActionsDoc).describe(
+    'Rule actions: points.award {currency, amount}, item.grant {item, quantity}, reward.issue {reward_id}, tier.evaluate {program?}.',
+  ),
   campaign_id: z.string().min(1).max(64).nullable(),
   starts_at: timestamp.nullable(),
   ends_at: timestamp.nullable(),

@@ -5,9 +5,12 @@
 // shows ready). No rename: a definition has no PATCH.
 import { z } from 'zod';
 import type { CounterCatalog, CounterRecord } from '../../catalog/counters.js';
+import { counterLimits, counterPeriods } from '../../domain/counters.js';
+import { conditionTreeDoc, PathSource } from '../../domain/rules/index.js';
 import { ApiError } from '../../errors/api-error.js';
 import type { CounterBackfill } from '../../jobs/counter-backfill.js';
 import { limits } from '../../limits.js';
+import { documentAs } from '../../util/doc-schema.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
@@ -16,6 +19,14 @@ import { counterDefinitionSchema, pageOf } from '../wire-schemas.js';
 import { eventNamePattern } from './events.js';
 
 // Shapes only: the window and the filter are checked by the domain so errors name the wire path.
+// OpenAPI shows what those checks accept (validateWindow, compileCounterFilter).
+const windowDoc = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('lifetime') }),
+  z.strictObject({ kind: z.literal('rolling_days'), days: z.int().min(1).max(counterLimits.rollingDaysMax) }),
+  z.strictObject({ kind: z.literal('period'), period: z.enum(counterPeriods as [string, ...string[]]) }),
+]);
+const filterDoc = conditionTreeDoc('CounterFilter', [PathSource.eventProperty], 'The rule condition language over event.properties.<name> only.');
+
 const createBody = z.strictObject({
   name: z
     .string()
@@ -23,14 +34,17 @@ const createBody = z.strictObject({
     .max(64)
     .regex(/^[a-z][a-z0-9_]*$/, 'Use snake_case, e.g. purchases_7d.'),
   event: z.string().min(1).max(limits.eventNameCharsMax).regex(eventNamePattern, 'Use dotted snake_case, e.g. level.completed.'),
-  window: z
-    .union([
+  window: documentAs(
+    z.union([
       z.strictObject({ kind: z.literal('lifetime') }),
       z.strictObject({ kind: z.literal('rolling_days'), days: z.number() }),
       z.strictObject({ kind: z.literal('period'), period: z.string() }),
-    ])
-    .describe('{kind: "lifetime"}, {kind: "rolling_days", days: 1..365} or {kind: "period", period: "day" | "week" | "month"}.'),
-  filter: z.unknown().optional().describe('A condition in the rule language over event.properties.* (e.g. {path, op, value}).'),
+    ]),
+    windowDoc,
+  ).describe('{kind: "lifetime"}, {kind: "rolling_days", days: 1..365} or {kind: "period", period: "day" | "week" | "month"}.'),
+  filter: documentAs(z.unknown(), filterDoc.nullable())
+    .optional()
+    .describe('A condition in the rule language over event.properties.<name> (e.g. {path, op, value}); null or absent: every event counts.'),
 });
 
 export interface CounterDeps {

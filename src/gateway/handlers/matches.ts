@@ -30,7 +30,11 @@ export interface MatchDeps {
 const changeSetsMax = 100;
 
 const changeSetBody = z.strictObject({
-  commands: z.array(commandDocSchema).describe(`1 to ${changeSetsMax} commands, each {type, key, expected_version?, ...fields}.`),
+  commands: z
+    .array(commandDocSchema)
+    .min(1)
+    .max(changeSetsMax)
+    .describe(`1 to ${changeSetsMax} commands, each {type, key, expected_version?, ...fields}.`),
 });
 const applicationBody = z.strictObject({ change_set_id: z.string().min(1).max(64) });
 const settingsBody = z.strictObject({

@@ -8,9 +8,11 @@
 import { z } from 'zod';
 import type { Engine } from '../../actors/engine.js';
 import type { Segment, SegmentCatalog } from '../../catalog/segments.js';
+import { conditionTreeDoc, PathSource } from '../../domain/rules/index.js';
 import { segmentKinds } from '../../domain/segments.js';
 import { ApiError } from '../../errors/api-error.js';
 import { limits } from '../../limits.js';
+import { documentAs } from '../../util/doc-schema.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
 import { type AnyRoute, type AuthSpec, environmentIdOf, type RequestContext, route } from '../route.js';
@@ -39,8 +41,12 @@ const nameField = z
   .regex(/^[A-Za-z0-9_.:-]+$/, 'Use letters, digits, _, ., : and -, e.g. vip.')
   .describe('Unique per environment; rules and challenge qualifying conditions (customer.segments contains <name>) and campaign audiences use it.');
 const descriptionField = z.string().max(1000).nullable();
-// The condition is checked by the rule language (validation_failed names condition.all[0].path).
-const conditionField = z.unknown().describe('Dynamic only: a rule-language condition over customer.attributes.<name>.');
+// The condition is checked by the rule language (validation_failed names condition.all[0].path);
+// OpenAPI shows what that check accepts.
+const conditionField = documentAs(
+  z.unknown(),
+  conditionTreeDoc('SegmentCondition', [PathSource.attribute], 'The rule condition language over customer.attributes.<name> only.').nullable(),
+).describe('Dynamic segments: the condition (required); static segments take none (null or absent).');
 
 const createBody = z.strictObject({
   name: nameField,

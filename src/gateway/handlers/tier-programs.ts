@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import type { CurrencyCatalog } from '../../catalog/currencies.js';
 import type { TierProgramCatalog, TierProgramRecord } from '../../catalog/tier-programs.js';
-import { tierBases } from '../../domain/tiers.js';
+import { levelKeyPattern, tierBases, tierLimits } from '../../domain/tiers.js';
 import { limits } from '../../limits.js';
 import { etagHeader, expectedVersion } from '../etag.js';
 import { pageQuerySchema, pageRequest, toPage } from '../pagination.js';
@@ -18,10 +18,24 @@ import { pageOf, tierProgramSchema } from '../wire-schemas.js';
 
 // Shapes only: ranges, ordering and level keys are checked by validateTierProgram so that the
 // error names the wire path (levels[1].threshold) with the domain's message.
-const level = z.strictObject({ key: z.string(), title: z.string(), threshold: z.number() });
-const levels = z.array(level).max(1000);
+// The .meta() bounds are validateTierProgram's, for OpenAPI only.
+const level = z.strictObject({
+  key: z.string().meta({ minLength: 1, maxLength: tierLimits.levelKeyCharsMax, pattern: levelKeyPattern.source }),
+  title: z.string().meta({ minLength: 1, maxLength: tierLimits.levelTitleCharsMax }),
+  threshold: z.number().meta({ type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, description: 'Currency minor units; the first level 0, then ascending strictly.' }),
+});
+const levels = z
+  .array(level)
+  .max(1000)
+  .meta({ minItems: 1, maxItems: tierLimits.levelsMax, description: 'Levels by ascending threshold, the first at 0; keys unique.' });
 const basis = z.enum(tierBases as [string, ...string[]]);
-const downgradeCheck = z.strictObject({ every_days: z.number() }).nullable();
+const downgradeCheck = z
+  .strictObject({ every_days: z.number().meta({ type: 'integer', minimum: 1, maximum: tierLimits.downgradeEveryDaysMax }) })
+  .nullable();
+const rollingDays = z
+  .number()
+  .meta({ type: 'integer', minimum: 1, maximum: tierLimits.rollingDaysMax, description: 'Required when basis is earned_rolling_days, else absent or null.' })
+  .nullable();
 
 const createBody = z.strictObject({
   key: z
@@ -32,7 +46,7 @@ const createBody = z.strictObject({
   name: z.string().min(1).max(limits.nameCharsMax),
   currency: z.string().min(1).max(64),
   basis,
-  rolling_days: z.number().nullable().optional(),
+  rolling_days: rollingDays.optional(),
   levels,
   downgrade_check: downgradeCheck.optional(),
 });
@@ -44,7 +58,7 @@ const patchBody = z
   .strictObject({
     name: z.string().min(1).max(limits.nameCharsMax).optional(),
     basis: basis.optional(),
-    rolling_days: z.number().nullable().optional(),
+    rolling_days: rollingDays.optional(),
     levels: levels.optional(),
     downgrade_check: downgradeCheck.optional(),
     reassign_to: z.string().min(1).max(64).nullable().optional(),
