@@ -71,6 +71,13 @@ export const limits = {
   /** Placement ticks: read owners, acquire and recover, hand over. */
   placementTickEveryMs: 1000,
   nodeHeartbeatTtlMs: 5000,
+  /**
+   * Embedded mode's lock on DATA_DIR (src/persistence/file/data-dir-lock.ts): its holder refreshes
+   * it every dataDirLockRefreshMs, from a thread of its own; one not refreshed for
+   * dataDirLockStaleMs belongs to a process that died, and the next start takes it over.
+   */
+  dataDirLockStaleMs: 5000,
+  dataDirLockRefreshMs: 1000,
   credentialCacheTtlMs: 60_000,
   revocationPropagationMs: 1000,
   /**

@@ -28,6 +28,8 @@ try {
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
 } catch (err) {
-  logger.fatal({ err }, 'start failed');
+  // The reason in the message itself (a second process on a DATA_DIR in use, a port taken): the
+  // line a person starting the service reads.
+  logger.fatal({ err }, `start failed: ${err instanceof Error ? err.message : String(err)}`);
   process.exit(1);
 }

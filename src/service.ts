@@ -50,6 +50,7 @@ import { createGateway, type Gateway } from './gateway/server.js';
 import { ForwardClient, ForwardServer } from './grpc/forwarding.js';
 import { createPublicGrpcServer, type PublicGrpcServer } from './grpc/public-server.js';
 import { startEmbeddedPostgres } from './persistence/embedded-pg.js';
+import { DataDirLock } from './persistence/file/data-dir-lock.js';
 import { FileJournal } from './persistence/file/file-journal.js';
 import { MemoryBus } from './persistence/memory/bus.js';
 import { MemoryLeases } from './persistence/memory/leases.js';
@@ -107,7 +108,7 @@ interface Storage {
   close(): Promise<void>;
 }
 
-async function openStorage(config: Config): Promise<Storage> {
+async function openStorage(config: Config, logger: Logger): Promise<Storage> {
   if (storageMode(config) === 'external') {
     const redis = createRedis(config.REDIS_URL!);
     const journal = new RedisJournal(redis, config.KEY_PREFIX);
@@ -134,14 +135,32 @@ async function openStorage(config: Config): Promise<Storage> {
     };
   }
   mkdirSync(config.DATA_DIR, { recursive: true });
-  const pg = await startEmbeddedPostgres(join(config.DATA_DIR, 'pg'));
+  // Before anything under DATA_DIR is opened: a second process on it is refused here (README).
+  const lock = await DataDirLock.acquire(config.DATA_DIR, {
+    onWait: (holder, ageMs) =>
+      logger.warn(
+        { dataDir: config.DATA_DIR, holder, refreshedMsAgo: Math.round(ageMs) },
+        `the data directory is locked; watching whether its holder is alive (a lock not refreshed for ${limits.dataDirLockStaleMs / 1000} s is taken over)`,
+      ),
+  });
+  if (lock.tookOver !== null) {
+    const { holder, ageMs, waitedMs } = lock.tookOver;
+    logger.warn({ dataDir: config.DATA_DIR, holder, refreshedMsAgo: Math.round(ageMs), waitedMs }, 'took over the data directory lock of a process that died');
+  }
+  // A start that fails from here on gives the lock back, once what it opened is closed (PGlite
+  // that fails to close keeps it: it goes stale when this process ends).
+  const giveBack = async (err: unknown): Promise<never> => {
+    await lock.release().catch(() => {});
+    throw err;
+  };
+  const pg = await startEmbeddedPostgres(join(config.DATA_DIR, 'pg')).catch(giveBack);
   const leases = new MemoryLeases();
   const journal = await FileJournal.open(join(config.DATA_DIR, 'journal'), {
     currentEpoch: (p) => leases.currentEpoch(p),
     fsync: config.EMBEDDED_FSYNC,
   }).catch(async (err: unknown) => {
     await pg.close();
-    throw err;
+    return giveBack(err);
   });
   const sql = openSql({ url: pg.url, schema: config.DB_SCHEMA, max: 1 });
   const bus = new MemoryBus();
@@ -159,7 +178,10 @@ async function openStorage(config: Config): Promise<Storage> {
       await journal.close().catch(() => {});
       await sql.end({ timeout: 5 }).catch(() => {});
       await bus.close().catch(() => {});
+      // The lock goes once PGlite is closed: the next start on DATA_DIR need not wait. (When
+      // closing fails it stays, and goes stale once this process ends.)
       await pg.close();
+      await lock.release();
     },
   };
 }
@@ -182,7 +204,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
 
 async function startParts(config: Config, logger: Logger, teardown: Teardown): Promise<Service> {
   const mode = storageMode(config);
-  const storage = await openStorage(config);
+  const storage = await openStorage(config, logger);
   teardown.add('storage', () => storage.close());
   const { sql } = storage;
   await migrate(sql, config.DB_SCHEMA);

@@ -5,11 +5,14 @@
 // claim waited for one), then a restart on the same data directory that finds everything again.
 // And a reject and an admit review each as the first request after a restart (every catalog cache
 // cold): the review used to read the time zone and counter definitions inside its transaction.
+// The data directory's lock is given back by a stop and by a start that fails.
+import { existsSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import t from 'tap';
+import { lockPaths } from '../../src/persistence/file/data-dir-lock.js';
 import { type Service, startService } from '../../src/service.js';
 import { Client, embeddedConfig, idem, signUp } from '../helpers/service.js';
 
@@ -107,8 +110,10 @@ t.test('embedded mode end to end, and again after a restart', async (t) => {
   const balances = [await balanceOf(api, held.customer_id), await balanceOf(api, admitted.customer_id)];
   t.same(balances.sort(), [0, 10], 'the shared limit let one player of the match have the bonus');
 
-  // Restart on the same data directory: the journal and PGlite hold it all.
+  // Restart on the same data directory: the journal and PGlite hold it all. The stop gave the
+  // directory's lock back (a lock left behind would hold the next start up until it went stale).
   await service.stop();
+  t.notOk(existsSync(lockPaths(dataDir).lock), 'the stop removed the data directory lock');
   service = await startEmbedded(dataDir);
   const after = new Client(`http://127.0.0.1:${service.httpPort}`).with({ authorization: `Bearer ${tenant.secretKey}` });
   const state = await within(30_000, 'state after restart', after.get(`/v1/customers/${held.customer_id}/state`));
@@ -175,4 +180,15 @@ t.test('embedded mode: a review right after a restart, with every catalog cache 
   t.equal(admit.body.player.status, 'admitted');
   const stored = await within(30_000, 'a read after the admit', c.admin.get(`/v1/match_results/${reported.body.id}`));
   t.match(stored.body.players, [{ status: 'rejected' }, { status: 'admitted' }], 'the service still answers, with both reviews');
+});
+
+t.test('embedded mode: a start that fails gives the data directory lock back', async (t) => {
+  // Given a data directory whose PGlite cannot open (its pg is a file)
+  const dataDir = await mkdtemp(join(tmpdir(), 'embedded-api-'));
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }));
+  writeFileSync(join(dataDir, 'pg'), 'not a directory');
+  // When the service starts on it, Then the start fails, and leaves no lock to hold the next one up
+  await t.rejects(startEmbedded(dataDir), 'the start fails');
+  t.notOk(existsSync(lockPaths(dataDir).lock), 'the lock directory is gone');
+  t.notOk(existsSync(lockPaths(dataDir).owner), 'and so is its owner file');
 });
