@@ -77,7 +77,7 @@ t.test("a dead holder's lock is taken over once stale, and named", async (t) => 
   t.same(waits, [999_999], 'it said whose lock it was waiting on');
   t.equal(taken.tookOver?.holder?.pid, 999_999, 'and whose it took over');
   const sinceRefresh = takenAt - lastRefresh.getTime();
-  t.ok(sinceRefresh >= fast.staleMs && sinceRefresh < fast.staleMs + 1000, `taken over ${sinceRefresh} ms after the last refresh (stale after ${fast.staleMs})`);
+  t.ok(sinceRefresh >= fast.staleMs && sinceRefresh < fast.staleMs + 3000, `taken over ${sinceRefresh} ms after the last refresh (stale after ${fast.staleMs})`);
 
   // One that is already old (a power loss, a start long after the crash) is taken at once.
   await taken.release();
@@ -85,7 +85,7 @@ t.test("a dead holder's lock is taken over once stale, and named", async (t) => 
   const old = new Date(Date.now() - 60_000);
   utimesSync(lock, old, old);
   const next = await take(t, dir);
-  t.ok(next.tookOver !== null && next.tookOver.waitedMs < 500, `an old lock taken over at once (${next.tookOver?.waitedMs} ms)`);
+  t.ok(next.tookOver !== null && next.tookOver.waitedMs < 2000, `an old lock taken over at once (${next.tookOver?.waitedMs} ms)`);
 });
 
 t.test('a stalled event loop does not let the lock go stale: its thread keeps refreshing it', async (t) => {
