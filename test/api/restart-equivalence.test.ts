@@ -539,6 +539,9 @@ const constantly = { SNAPSHOT_EVERY_MS: '50' };
 
 // Two at a time: the variant that waits a whole snapshot cycle runs beside the others.
 t.jobs = 2;
+// Eight sessions, each with its restarts and settles: about a minute alone, 2-4 minutes beside the
+// rest of the suite on a two-core box, near .taprc's 240 s: this file gets 8 minutes.
+t.setTimeout(480_000);
 t.test('embedded, a default snapshot cycle passes mid-session', async (t) => restartCheck(t, await embeddedStorage(t), { pause: onceLong }));
 t.test('embedded, the session inside one snapshot window', async (t) => restartCheck(t, await embeddedStorage(t)));
 t.test('embedded, snapshots between phases', async (t) => restartCheck(t, await embeddedStorage(t), { overrides: everyPhase, pause: short }));

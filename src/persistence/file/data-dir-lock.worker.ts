@@ -14,6 +14,8 @@ const { lock: lockPath, owner: ownerPath } = lockPaths(init.dir);
 const port = parentPort!;
 const post = (m: FromLockThread) => port.postMessage(m);
 let release: (() => void) | null = null;
+/** A still lock whose last refresh is further ahead of this clock than this is refused, not waited for. */
+const aheadWaitMaxMs = 10_000;
 
 function readHolder(): LockHolder | null {
   try {
@@ -40,12 +42,15 @@ function lost(err: Error): void {
  * Takes the lock, or answers who holds it. A lock whose mtime moves while we watch has a live
  * holder: refused at once. One that stays still is its dead holder's: proper-lockfile takes it
  * over once it is staleMs old. One that stays still but does not age (its time is ahead of this
- * clock: a clock set back, another host's clock) is refused after staleMs plus three refreshes.
+ * clock: a clock set back, another host's clock) is refused after staleMs plus three refreshes,
+ * plus how far ahead it was (at most aheadWaitMaxMs).
  */
 async function acquire(): Promise<FromLockThread> {
   const started = Date.now();
   let firstMtimeMs: number | null = null;
   let firstLookAt = 0;
+  /** How long to watch a still lock before calling it one that does not age. */
+  let patienceMs = 0;
   for (;;) {
     const before = statSync(lockPath, { throwIfNoEntry: false });
     const holder = before === undefined ? null : readHolder();
@@ -65,13 +70,16 @@ async function acquire(): Promise<FromLockThread> {
       if (firstMtimeMs === null) {
         firstMtimeMs = now.mtimeMs;
         firstLookAt = Date.now();
+        // A last refresh a little ahead of this clock (hosts' clocks a few seconds apart) goes
+        // stale that much later: wait for it too, up to aheadWaitMaxMs.
+        patienceMs = init.staleMs + 3 * init.refreshMs + Math.min(Math.max(0, now.mtimeMs - firstLookAt), aheadWaitMaxMs);
         post({ kind: 'waiting', holder, ageMs });
       } else if (now.mtimeMs !== firstMtimeMs) {
         return { kind: 'held', holder, ageMs, refreshed: true };
       }
       // A still lock goes stale within staleMs of its last refresh (one more second where mtimes
       // are whole seconds: proper-lockfile rounds them up).
-      if (Date.now() - firstLookAt > init.staleMs + 3 * init.refreshMs) return { kind: 'held', holder, ageMs, refreshed: false };
+      if (Date.now() - firstLookAt > patienceMs) return { kind: 'held', holder, ageMs, refreshed: false };
       await sleep(init.pollMs);
       continue;
     }
