@@ -16,6 +16,7 @@ import { readFile } from 'node:fs/promises';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import t from 'tap';
 import { actionTypes, opNames } from '../../src/domain/rules/index.js';
+import { acceptedRuleDefinitions, cond, leaf, v1, v2 } from '../fixtures/rule-definitions.js';
 import { type Client, idem, signUp, startForTest } from '../helpers/service.js';
 
 type Json = any;
@@ -30,32 +31,9 @@ interface Body {
 
 // ---- the corpus: accepted ---------------------------------------------------------------------
 
-const leaf = (path: string, op: string, value?: unknown) => (value === undefined ? { path, op } : { path, op, value });
-const v2 = (over: Record<string, unknown> = {}) => ({
-  schema: 'service.rule/v2',
-  trigger: { kind: 'customer_event', event: 'order.completed' },
-  actions: [{ type: 'points.award', currency: 'points', amount: 100 }],
-  ...over,
-});
-const v1 = (over: Record<string, unknown> = {}) => ({
-  schema: 'service.rule/v1',
-  trigger: { event: 'order.completed' },
-  actions: [{ type: 'points.award', currency: 'points', amount: 100 }],
-  ...over,
-});
-const cond = (c: unknown) => v2({ conditions: c });
-
 /** Rule definitions the service accepts (test/api/rules*.test.ts, shared-limits, segments, unit rules-schema, README). */
 const ruleDefinitions: Array<[string, unknown]> = [
-  ['minimal v1', v1()],
-  ['minimal v2', v2()],
-  [
-    'v1 with flat conditions and limits',
-    v1({
-      conditions: [leaf('event.properties.total', 'gte', 10), leaf('customer.attributes.country', 'in', ['DE', 'FR'])],
-      limits: [{ id: 'once', scope: ['customer'], max: 1 }],
-    }),
-  ],
+  ...acceptedRuleDefinitions,
   [
     'README: kills pay',
     {
@@ -65,39 +43,6 @@ const ruleDefinitions: Array<[string, unknown]> = [
       limits: [{ id: 'once_per_match', scope: ['customer', 'event.properties.match_id'], max: 1 }],
       actions: [{ type: 'points.award', currency: 'coins', amount: 10 }],
     },
-  ],
-  [
-    'v2 with every feature',
-    v2({
-      trust: { minimum: 'merchant_asserted' },
-      limits: [{ id: 'per_level', scope: ['customer', 'event.properties.level'], max: 1 }],
-      conditions: {
-        all: [
-          leaf('customer.segments', 'contains', 'vip'),
-          {
-            any: [
-              leaf('customer.counters.orders_30d', 'gt', 3),
-              { not: leaf('customer.tiers.main', 'in', ['bronze']) },
-              leaf('event.properties.coupon', 'exists'),
-              leaf('event.properties.coupon', 'exists', false),
-              leaf('customer.external_id', 'contains', 'test'),
-              leaf('event.name', 'ne', 'order.cancelled'),
-              leaf('event.properties.cart.items', 'contains', 'sku_1'),
-              leaf('customer.attributes.vip', 'eq', true),
-              leaf('customer.attributes.nickname', 'eq', null),
-            ],
-          },
-        ],
-      },
-      actions: [
-        { type: 'points.award', currency: 'points', amount_from: 'event.properties.total', multiplier: 0.5 },
-        { type: 'item.grant', item: 'sword', quantity: 1 },
-        { type: 'tier.evaluate' },
-        { type: 'tier.evaluate', program: 'main' },
-        { type: 'reward.issue', reward_id: 'rw_1' },
-        { type: 'challenge.progress', challenge_id: 'chl_1' },
-      ],
-    }),
   ],
   ['a single leaf as conditions (lt)', cond(leaf('event.properties.total', 'lt', 5))],
   ['lte on a counter', cond(leaf('customer.counters.visits', 'lte', 100))],

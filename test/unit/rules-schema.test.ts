@@ -2,66 +2,11 @@
 // kind of invalid document answers every problem path with a reason (the 422 rule_invalid body).
 import t from 'tap';
 import { validateRule } from '../../src/domain/rules/schema.js';
-
-const v2 = (over: Record<string, unknown> = {}) => ({
-  schema: 'service.rule/v2',
-  trigger: { kind: 'customer_event', event: 'order.completed' },
-  actions: [{ type: 'points.award', currency: 'points', amount: 100 }],
-  ...over,
-});
-const v1 = (over: Record<string, unknown> = {}) => ({
-  schema: 'service.rule/v1',
-  trigger: { event: 'order.completed' },
-  actions: [{ type: 'points.award', currency: 'points', amount: 100 }],
-  ...over,
-});
-const cond = (c: unknown) => v2({ conditions: c });
-const leaf = (path: string, op: string, value?: unknown) => (value === undefined ? { path, op } : { path, op, value });
+import { acceptedRuleDefinitions, cond, leaf, v1, v2 } from '../fixtures/rule-definitions.js';
 
 t.test('valid documents are accepted and returned as parsed', async (t) => {
   const valid: [string, unknown][] = [
-    ['minimal v1', v1()],
-    ['minimal v2', v2()],
-    [
-      'v1 with flat conditions and limits',
-      v1({
-        conditions: [leaf('event.properties.total', 'gte', 10), leaf('customer.attributes.country', 'in', ['DE', 'FR'])],
-        limits: [{ id: 'once', scope: ['customer'], max: 1 }],
-      }),
-    ],
-    [
-      'v2 with every feature',
-      v2({
-        trust: { minimum: 'merchant_asserted' },
-        limits: [{ id: 'per_level', scope: ['customer', 'event.properties.level'], max: 1 }],
-        conditions: {
-          all: [
-            leaf('customer.segments', 'contains', 'vip'),
-            {
-              any: [
-                leaf('customer.counters.orders_30d', 'gt', 3),
-                { not: leaf('customer.tiers.main', 'in', ['bronze']) },
-                leaf('event.properties.coupon', 'exists'),
-                leaf('event.properties.coupon', 'exists', false),
-                leaf('customer.external_id', 'contains', 'test'),
-                leaf('event.name', 'ne', 'order.cancelled'),
-                leaf('event.properties.cart.items', 'contains', 'sku_1'),
-                leaf('customer.attributes.vip', 'eq', true),
-                leaf('customer.attributes.nickname', 'eq', null),
-              ],
-            },
-          ],
-        },
-        actions: [
-          { type: 'points.award', currency: 'points', amount_from: 'event.properties.total', multiplier: 0.5 },
-          { type: 'item.grant', item: 'sword', quantity: 1 },
-          { type: 'tier.evaluate' },
-          { type: 'tier.evaluate', program: 'main' },
-          { type: 'reward.issue', reward_id: 'rw_1' },
-          { type: 'challenge.progress', challenge_id: 'chl_1' },
-        ],
-      }),
-    ],
+    ...acceptedRuleDefinitions,
     ['v2 with a single leaf as conditions', cond(leaf('event.properties.total', 'lt', 5))],
   ];
   for (const [name, doc] of valid) {
