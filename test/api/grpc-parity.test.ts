@@ -3,19 +3,19 @@
 // of checks (the credential before anything about the request), error metadata a client can read
 // whatever the text, Retry-After on a stream acknowledgement, request ids, and the credential kinds
 // and customer states HTTP already covers. Real service, real Redis + PostgreSQL.
-import { credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
+import { Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import t from 'tap';
-import { CustomersClient, type GetStateRequest, type GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
-import {
+import type { GetStateRequest, GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
+import type {
   EventsClient,
-  type IngestBatchRequest,
-  type IngestBatchResponse,
-  type IngestStreamRequest,
-  type IngestStreamResponse,
+  IngestBatchRequest,
+  IngestBatchResponse,
+  IngestStreamRequest,
+  IngestStreamResponse,
 } from '../../src/grpc/gen/public/v1/events.js';
-import { MatchesClient, type ReportRequest, type ReportResponse } from '../../src/grpc/gen/public/v1/matches.js';
+import type { ReportRequest, ReportResponse } from '../../src/grpc/gen/public/v1/matches.js';
 import { limits } from '../../src/limits.js';
-import { bearer, ev, now } from '../helpers/grpc.js';
+import { bearer, ev, now, publicClients } from '../helpers/grpc.js';
 import { type Client, idem, signUp, startForTest } from '../helpers/service.js';
 
 
@@ -69,15 +69,7 @@ t.test('public gRPC API: parity with HTTP', async (t) => {
   const { service, anon } = await startForTest(t);
   const tenant = await signUp(anon);
   const api = tenant.server;
-  const target = `127.0.0.1:${service.publicGrpcPort}`;
-  const events = new EventsClient(target, credentials.createInsecure());
-  const customers = new CustomersClient(target, credentials.createInsecure());
-  const matches = new MatchesClient(target, credentials.createInsecure());
-  t.teardown(() => {
-    events.close();
-    customers.close();
-    matches.close();
-  });
+  const { events, customers, matches } = publicClients(t, service.publicGrpcPort);
   const ingestBatch = (req: IngestBatchRequest, md: Metadata) =>
     unary<IngestBatchRequest, IngestBatchResponse>(events.ingestBatch.bind(events), req, md);
   const getState = (req: GetStateRequest, md: Metadata) => unary<GetStateRequest, GetStateResponse>(customers.getState.bind(customers), req, md);

@@ -2,19 +2,19 @@
 // real Redis + PostgreSQL, the real gateway pipeline behind gateway.invoke, a grpc-js client built
 // from the generated code. Checks the gRPC answers against what HTTP says about the same data
 // (events by id, customer state and export) and the HTTP error codes in trailing metadata.
-import { credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
+import { Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import t from 'tap';
-import { CustomersClient, type GetStateRequest, type GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
+import type { GetStateRequest, GetStateResponse } from '../../src/grpc/gen/public/v1/customers.js';
 import {
-  EventsClient,
+  type EventsClient,
   type IngestBatchRequest,
   type IngestBatchResponse,
   IngestMode,
   type IngestStreamRequest,
   type IngestStreamResponse,
 } from '../../src/grpc/gen/public/v1/events.js';
-import { MatchesClient, type ReportRequest, type ReportResponse } from '../../src/grpc/gen/public/v1/matches.js';
-import { bearer, ev, now } from '../helpers/grpc.js';
+import type { ReportRequest, ReportResponse } from '../../src/grpc/gen/public/v1/matches.js';
+import { bearer, ev, now, publicClients } from '../helpers/grpc.js';
 import { type Client, idem, signUp, startForTest } from '../helpers/service.js';
 
 type Json = Record<string, any>;
@@ -40,15 +40,7 @@ t.test('public gRPC API against the real service', async (t) => {
   const { service, anon } = await startForTest(t);
   const tenant = await signUp(anon);
   const api = tenant.server;
-  const target = `127.0.0.1:${service.publicGrpcPort}`;
-  const events = new EventsClient(target, credentials.createInsecure());
-  const customers = new CustomersClient(target, credentials.createInsecure());
-  const matches = new MatchesClient(target, credentials.createInsecure());
-  t.teardown(() => {
-    events.close();
-    customers.close();
-    matches.close();
-  });
+  const { events, customers, matches } = publicClients(t, service.publicGrpcPort);
   const ingestBatch = (req: IngestBatchRequest, md: Metadata) =>
     unary<IngestBatchRequest, IngestBatchResponse>(events.ingestBatch.bind(events), req, md);
   const getState = (req: GetStateRequest, md: Metadata) => unary<GetStateRequest, GetStateResponse>(customers.getState.bind(customers), req, md);

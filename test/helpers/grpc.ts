@@ -1,7 +1,9 @@
-// Public gRPC test helpers shared by the API tests: an event message and call metadata with a
-// bearer credential.
-import { Metadata } from '@grpc/grpc-js';
-import type { Event } from '../../src/grpc/gen/public/v1/events.js';
+// Public gRPC test helpers shared by the API tests: an event message, call metadata with a bearer
+// credential, and clients of a started service.
+import { credentials, Metadata } from '@grpc/grpc-js';
+import { CustomersClient } from '../../src/grpc/gen/public/v1/customers.js';
+import { type Event, EventsClient } from '../../src/grpc/gen/public/v1/events.js';
+import { MatchesClient } from '../../src/grpc/gen/public/v1/matches.js';
 
 /** A second ago, as RFC 3339. */
 export const now = () => new Date(Date.now() - 1000).toISOString();
@@ -22,4 +24,18 @@ export function bearer(token: string, extra: Record<string, string> = {}): Metad
   md.set('authorization', `Bearer ${token}`);
   for (const [k, v] of Object.entries(extra)) md.set(k, v);
   return md;
+}
+
+/** Clients of the three public services on a started service's public gRPC port, closed at teardown. */
+export function publicClients(t: { teardown(fn: () => unknown): void }, publicGrpcPort: number) {
+  const target = `127.0.0.1:${publicGrpcPort}`;
+  const events = new EventsClient(target, credentials.createInsecure());
+  const customers = new CustomersClient(target, credentials.createInsecure());
+  const matches = new MatchesClient(target, credentials.createInsecure());
+  t.teardown(() => {
+    events.close();
+    customers.close();
+    matches.close();
+  });
+  return { events, customers, matches };
 }
