@@ -36,8 +36,9 @@ const usage = `usage: npm run bench -- [options]
   --duration <s>      measured seconds per load scenario (default 10)
   --warmup <s>        warm-up seconds excluded from stats (default 2)
   --settle <s>        before each service scenario, wait until the service is idle (projection caught up,
-                      under 5 % of a core for 0.5 s) so the last one's backlog is not charged to it;
-                      at most this many seconds (default 30)
+                      every changed actor snapshotted, the service, Redis and PostgreSQL each under 5 %
+                      of a core for 0.5 s) so the last one's backlog is not charged to it; at most this
+                      many seconds (default 30)
   --connections <n>   override every scenario's connection count
   --embedded          service without Redis/PostgreSQL (DATA_DIR in a tmp dir)
   --skip-service      bare server only
@@ -484,35 +485,54 @@ const idleCpuShare = 0.05;
 const idleSampleMs = 500;
 
 /**
- * Waits until the service is idle: its projector has caught up (projector_lag_records 0) and it
- * used under 5 % of a core over the last 0.5 s (snapshots, passivation and GC of the previous
- * scenario done). At least one sample, at most `maxMs`; logs how long it took.
+ * Waits until the service and its storage are idle: the projector has caught up
+ * (projector_lag_records 0), every changed actor is in a snapshot (actors_unsnapshotted 0: the
+ * snapshot cycle's saves would otherwise land in the next scenario), and the service, its Redis and PostgreSQL (every `postgres` process:
+ * autovacuum and checkpoints after a write-heavy scenario) each used under 5 % of a core over
+ * the last 0.5 s (snapshots, passivation and GC of the previous scenario done). At least one
+ * sample, at most `maxMs`; logs how long it took and what was still busy at the end.
  */
 async function settleService(inst, maxMs) {
   const started = Date.now();
-  const pid = inst.child.pid;
+  const pids = { server: inst.child.pid, redis: inst.redisPid };
   for (;;) {
-    const before = processCpuSeconds(pid);
+    const before = cpuSnapshot(pids);
     await sleep(idleSampleMs);
-    const after = processCpuSeconds(pid);
-    const share = before === null || after === null ? 0 : (after - before) / (idleSampleMs / 1000);
-    const lag = await projectorLag(inst.port);
+    const after = cpuSnapshot(pids);
+    const seconds = idleSampleMs / 1000;
+    const shareOf = (a, b) => (a === null || b === null ? 0 : (b - a) / seconds);
+    let postgres = 0;
+    for (const [pid, e] of after.byPid) if (e.group === 'postgres') postgres += e.t - (before.byPid.get(pid)?.t ?? 0);
+    const busy = { service: shareOf(before.server, after.server), redis: shareOf(before.redis, after.redis), postgres: postgres / seconds };
+    const { lag, unsnapshotted } = await backlog(inst.port);
     const waited = Date.now() - started;
-    if ((share < idleCpuShare && (lag === null || lag === 0)) || waited >= maxMs) {
-      log(`settled in ${(waited / 1000).toFixed(1)} s (cpu ${(share * 100).toFixed(1)} % of a core, projector lag ${lag ?? '?'})`);
+    const quiet = busy.service < idleCpuShare && busy.redis < idleCpuShare && busy.postgres < idleCpuShare;
+    if ((quiet && !lag && !unsnapshotted) || waited >= maxMs) {
+      const pct = (x) => `${(x * 100).toFixed(1)} %`;
+      log(
+        `settled in ${(waited / 1000).toFixed(1)} s (cpu: service ${pct(busy.service)}, Redis ${pct(busy.redis)}, ` +
+          `PostgreSQL ${pct(busy.postgres)} of a core; projector lag ${lag ?? '?'}, actors not snapshotted ${unsnapshotted ?? '?'})`,
+      );
       return;
     }
   }
 }
 
-/** The service's projector_lag_records gauge (null when unreadable). */
-async function projectorLag(port) {
+/**
+ * The service's backlog gauges (null when unreadable): records not yet projected into the read
+ * tables, and actors changed since their last snapshot (saved at the snapshot cycle, up to
+ * SNAPSHOT_EVERY_MS later).
+ */
+async function backlog(port) {
   try {
     const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-    const v = Number(/^projector_lag_records (\S+)$/m.exec(text)?.[1] ?? Number.NaN);
-    return Number.isFinite(v) ? v : null;
+    const gauge = (name) => {
+      const v = Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+      return Number.isFinite(v) ? v : null;
+    };
+    return { lag: gauge('projector_lag_records'), unsnapshotted: gauge('actors_unsnapshotted') };
   } catch {
-    return null;
+    return { lag: null, unsnapshotted: null };
   }
 }
 

@@ -18,6 +18,7 @@ import { type PassivationPass, Partition } from '../actors/partition.js';
 import { limits } from '../limits.js';
 import {
   actorsActive,
+  actorsUnsnapshotted,
   journalFlushRecords,
   journalFlushSeconds,
   partitionsOwned,
@@ -452,6 +453,9 @@ export class ClusterPlacement implements Placement {
    * captures, saves and passivation keep pace. The saves of a sweep leave together (SnapshotWriter).
    */
   private snapshotSweep(): void {
+    let unsaved = 0;
+    for (const p of this.owned.values()) unsaved += p.dirtyActors;
+    actorsUnsnapshotted.set(unsaved);
     if (this.sweeping) return;
     const now = Date.now();
     const every = this.opts.snapshotEveryMs;

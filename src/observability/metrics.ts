@@ -49,6 +49,12 @@ export const actorsActive = new Gauge({
   registers: [registry],
 });
 
+export const actorsUnsnapshotted = new Gauge({
+  name: 'actors_unsnapshotted',
+  help: 'Customer actors on this node changed since their last snapshot (a restart replays their journal records), read at each snapshot sweep.',
+  registers: [registry],
+});
+
 export const partitionsOwned = new Gauge({
   name: 'partitions_owned',
   help: 'Partitions this node serves.',

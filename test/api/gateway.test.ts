@@ -982,6 +982,7 @@ t.test('/metrics: the request histogram is labelled by route pattern', async (t)
     'journal_flush_records',
     'journal_flush_seconds',
     'actors_active',
+    'actors_unsnapshotted',
     'mailbox_depth',
     'projector_lag_records',
     'ingest_held_total',

@@ -4,6 +4,7 @@ import { Engine, type Placement } from '../../src/actors/engine.js';
 import { packMessage, unpackMessage } from '../../src/actors/codec.js';
 import { type Call, type CallResult, closedResult, type Partition } from '../../src/actors/partition.js';
 import type { CounterDef } from '../../src/domain/counters.js';
+import { actorsUnsnapshotted } from '../../src/observability/metrics.js';
 import { type MemoryStorage, memoryNode, memoryStorage, ok } from '../helpers/memory-node.js';
 
 const P = 4;
@@ -67,6 +68,9 @@ function recordSaves(s: MemoryStorage): number[][] {
   return calls;
 }
 
+/** The actors_unsnapshotted gauge as the last sweep set it. */
+const unsnapshotted = async () => (await actorsUnsnapshotted.get()).values[0]?.value;
+
 /** Longer than a few sweeps of 20 ms (for checks that nothing was saved). */
 const sweeps = () => new Promise((r) => setTimeout(r, 120));
 
@@ -86,9 +90,12 @@ t.test('a partition holding snapshotDirtyActorsMax dirty actors saves at the nex
   for (let i = 0; i < 4; i++) ok(await n.engine.execute(ev(`d${i}`, `e${i}`)));
   await sweeps();
   t.same(saves, [], 'four dirty actors wait for the cycle (60 s here)');
+  t.equal(await unsnapshotted(), 4, 'the actors_unsnapshotted gauge counts them');
   ok(await n.engine.execute(ev('d4', 'e4')));
   await waitFor(() => saves.length > 0);
   t.same(saves, [[5]], 'the fifth: all five saved together');
+  await sweeps();
+  t.equal(await unsnapshotted(), 0, 'saved: the gauge reads none at the next sweep');
   for (let i = 0; i < 4; i++) ok(await n.engine.execute(ev(`d${i}`, `f${i}`)));
   await sweeps();
   t.same(saves, [[5]], 'saved actors are clean: four of them dirty again is below the bound');
