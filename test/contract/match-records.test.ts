@@ -6,7 +6,8 @@
 // counts as its reserved verdict in the derived status; reads and lists.
 import t from 'tap';
 import { type MatchRow, MatchRecords, type PlayerRow } from '../../src/persistence/sql/match-records.js';
-import { sqlForTest, sqlKinds } from '../helpers/sql.js';
+import { openSql } from '../../src/persistence/sql/db.js';
+import { sqlForTest, sqlKinds, testDatabaseUrl } from '../helpers/sql.js';
 
 const T0 = Date.UTC(2030, 5, 1, 12, 0, 0, 0);
 const env = 'env_a';
@@ -55,7 +56,7 @@ function record(matchId: string, players: Array<{ ext: string; customerId?: stri
 
 for (const kind of sqlKinds) {
   t.test(`match records (${kind})`, async (t) => {
-    const { sql } = await sqlForTest(t, kind);
+    const { sql, schema } = await sqlForTest(t, kind);
     const records = new MatchRecords(sql);
 
     await t.test('concurrent claims: each learns whether it inserted; a bad claim fails alone', async (t) => {
@@ -160,6 +161,35 @@ for (const kind of sqlKinds) {
         null,
         'no record, no revision',
       );
+    });
+
+    await t.test('verdict statements are planned at each execution, never from a cached generic plan', async (t) => {
+      // A generic plan built while the match tables were small made PostgreSQL's cost per report
+      // grow with every report stored (docs/bench/2026-11-28-match-records.md). One connection, so
+      // pg_prepared_statements (per session) sees every write; PGlite has one anyway.
+      const one = kind === 'postgres' ? openSql({ url: testDatabaseUrl, schema, max: 1 }) : sql;
+      if (one !== sql) t.teardown(() => one.end());
+      const store = new MatchRecords(one);
+      for (let i = 0; i < 12; i++) {
+        const m = record(`m-plan-${i}`, [{ ext: `plan-${i}` }]);
+        t.equal(await store.claim(env, m), true);
+        const w = await store.writeVerdicts({
+          environmentId: env,
+          matchResultId: m.id,
+          admissionErrors: [],
+          atMs: T0,
+          players: [{ id: m.players[0]!.id, status: 'admitted', customerId: `cust_plan_${i}`, reasons: [], eventId: `evt_plan_${i}`, clientEventId: null }],
+        });
+        t.same(w, { revision: 2, status: 'admitted' });
+      }
+      const plans = await one`
+        select statement, generic_plans::int as generic, custom_plans::int as custom from pg_prepared_statements
+        where (statement like '%update match_result%' or statement like '%for update of r%') and statement not like '%pg_prepared_statements%'`;
+      t.equal(plans.length, 3, 'the lock and the two updates');
+      for (const p of plans) {
+        t.equal(p.generic, 0, `never a generic plan: ${String(p.statement).trim().slice(0, 40)}`);
+        t.ok((p.custom as number) >= 12, 'planned at each of the twelve writes');
+      }
     });
 
     await t.test('a pending player counts as its reserved verdict in the derived status (as the claim stored it)', async (t) => {

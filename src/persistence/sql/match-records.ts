@@ -10,7 +10,7 @@ import type { CustomerRef } from '../../domain/match/report.js';
 import type { Reason } from '../../domain/match/reasons.js';
 import type { PlayerStatus, Review } from '../../domain/match/verdict.js';
 import { GroupBatcher } from '../../util/group-batcher.js';
-import type { Sql } from './db.js';
+import type { Sql, Tx } from './db.js';
 import { isoTime } from '../../util/iso-time.js';
 
 export type StoredStatus = PlayerStatus | 'pending';
@@ -173,6 +173,21 @@ function matchRow(r: Record<string, unknown>, players: PlayerRow[]): MatchRow {
   };
 }
 
+/**
+ * Plans the transaction's statements at each execution instead of from a plan cached on the
+ * connection (as the projector does, read-model.ts). A generic plan of the verdict statements,
+ * built once while the match tables were small, made PostgreSQL's cost per report grow with the
+ * number of stored reports: 0.8 -> 1.3 -> 1.8 ms of PostgreSQL CPU per 4-player report (claim and
+ * verdicts) over three rounds of 4,800 reports, flat at 0.3-0.4 ms planned each time
+ * (docs/bench/2026-11-28-match-records.md). The claim's single statement keeps its cached plan
+ * (no growth without it). Sent first, without a round trip of its own: the connection runs a
+ * transaction's statements in order.
+ */
+function planCustom(tx: Tx): Promise<unknown> {
+  // execute(): postgres.js sends a query when it is first awaited; this one must go first.
+  return tx`set local plan_cache_mode = force_custom_plan`.execute();
+}
+
 /** Claims and verdicts per batch: bounded so one statement's arrays stay small (a report has <= 100 players). */
 const claimsPerBatchMax = 200;
 
@@ -321,14 +336,18 @@ export class MatchRecords {
       }
     }
     return this.sql.begin(async (tx) => {
+      const planned = planCustom(tx);
       // The records first, in one order (concurrent batches cannot deadlock on them): a review of
       // one of their players holds the same lock, so the status below is derived from players as
       // they are once both are done, never from a read taken before the other committed.
-      await tx`
-        select 1 from match_results r
-        join unnest(${env}::text[], ${id}::text[]) as v(env, id) on r.environment_id = v.env and r.id = v.id
-        order by r.environment_id, r.id
-        for update of r`;
+      await Promise.all([
+        planned,
+        tx`
+          select 1 from match_results r
+          join unnest(${env}::text[], ${id}::text[]) as v(env, id) on r.environment_id = v.env and r.id = v.id
+          order by r.environment_id, r.id
+          for update of r`.execute(),
+      ]);
       // Only players still pending: a concurrent repeat that completed them first wins (same
       // verdicts: the actors answer a repeat as a replay). A customer id already stored is kept; a
       // player rejected before admission gets the customer id its admission step resolved.
