@@ -177,8 +177,8 @@ function matchRow(r: Record<string, unknown>, players: PlayerRow[]): MatchRow {
  * Plans the transaction's statements at each execution instead of from a plan cached on the
  * connection (as the projector does, read-model.ts). A generic plan of the verdict statements,
  * built once while the match tables were small, made PostgreSQL's cost per report grow with the
- * number of stored reports: 0.8 -> 1.3 -> 1.8 ms of PostgreSQL CPU per 4-player report (claim and
- * verdicts) over three rounds of 4,800 reports, flat at 0.3-0.4 ms planned each time
+ * number of stored reports: 0.9 -> 1.4 -> 2.1 ms of PostgreSQL CPU per 4-player report (claim and
+ * verdicts) over three rounds of 4,800 reports, flat at about 0.38 ms planned each time
  * (docs/bench/2026-11-28-match-records.md). The claim's single statement keeps its cached plan
  * (no growth without it). Sent first, without a round trip of its own: the connection runs a
  * transaction's statements in order.
