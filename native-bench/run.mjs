@@ -487,10 +487,11 @@ const idleSampleMs = 500;
 /**
  * Waits until the service and its storage are idle: the projector has caught up
  * (projector_lag_records 0), every changed actor is in a snapshot (actors_unsnapshotted 0: the
- * snapshot cycle's saves would otherwise land in the next scenario), and the service, its Redis and PostgreSQL (every `postgres` process:
- * autovacuum and checkpoints after a write-heavy scenario) each used under 5 % of a core over
- * the last 0.5 s (snapshots, passivation and GC of the previous scenario done). At least one
- * sample, at most `maxMs`; logs how long it took and what was still busy at the end.
+ * snapshot cycle's saves would otherwise land in the next scenario), and the service, its Redis
+ * and PostgreSQL (every `postgres` process: checkpoints, and autovacuum where it is on, after a
+ * write-heavy scenario) each used under 5 % of a core over the last 0.5 s (passivation and GC of
+ * the previous scenario done). At least one sample, at most `maxMs`; logs how long it took and
+ * what was still busy at the end.
  */
 async function settleService(inst, maxMs) {
   const started = Date.now();
