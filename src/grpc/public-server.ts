@@ -126,13 +126,19 @@ function grpcParam(param: string | undefined): string {
   return param === undefined ? '' : param.replace(/(^|\.)properties(?=$|\.)/, '$1properties_json');
 }
 
+/** `details` with each item's `param` named as over gRPC (a validation error's list of issues). */
+function grpcDetails(details: unknown): unknown {
+  if (!Array.isArray(details)) return details;
+  return details.map((d: unknown) => (isRecord(d) && typeof d.param === 'string' ? { ...d, param: grpcParam(d.param) } : d));
+}
+
 function errorMessageOf(e: WireError): ErrorMessage {
   return {
     code: e.code,
     type: e.type,
     message: e.message,
     param: grpcParam(e.param),
-    detailsJson: e.details === undefined ? '' : JSON.stringify(e.details),
+    detailsJson: e.details === undefined ? '' : JSON.stringify(grpcDetails(e.details)),
     retryAfterSeconds: 0,
   };
 }
@@ -174,7 +180,7 @@ function callError(httpStatus: number, e: WireError, headers: Record<string, str
   if (e.type !== '') metadata.set('error-type', e.type);
   const param = metadataText(grpcParam(e.param));
   if (param !== null && param !== '') metadata.set('error-param', param);
-  const details = e.details === undefined ? null : metadataText(JSON.stringify(e.details));
+  const details = e.details === undefined ? null : metadataText(JSON.stringify(grpcDetails(e.details)));
   if (details !== null) metadata.set('error-details', details);
   const requestId = headers['request-id'] ?? e.request_id;
   if (requestId) metadata.set('request-id', requestId);

@@ -135,8 +135,8 @@ t.test('public gRPC API: parity with HTTP', async (t) => {
     t.equal(param, 'events[0].properties_json.%C3%BC', 'percent-encoded UTF-8');
     t.equal(decodeURIComponent(param), 'events[0].properties_json.ü');
     t.same(JSON.parse(decodeURIComponent(trailer(g.err, 'error-details') as string)), [
-      { param: 'events[0].properties.ü', message: h.body.error.details[0].message },
-    ], 'the HTTP details, as JSON');
+      { param: 'events[0].properties_json.ü', message: h.body.error.details[0].message },
+    ], 'the HTTP details, as JSON, each param named as sent over gRPC');
 
     // A match report's metrics: NaN (gRPC only), under a non-ASCII name; refused before the profile is read.
     const at = (m: number) => new Date(Date.now() - m * 60_000).toISOString();

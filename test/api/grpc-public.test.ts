@@ -471,8 +471,10 @@ t.test('public gRPC API against the real service', async (t) => {
     t.equal(infGrpc.err?.code, status.INVALID_ARGUMENT);
     t.equal(trailer(infGrpc.err, 'error-code'), 'validation_failed');
     t.equal(trailer(infGrpc.err, 'error-param'), 'events[1].properties_json.x');
+    t.match(JSON.parse(String(trailer(infGrpc.err, 'error-details') ?? 'null')), [{ param: 'events[1].properties_json.x' }], 'details name the field as sent too');
     const infAcks = await streamAll(events, secret(), [{ correlationId: 'inf', event: ev('pj-12', 'g-props', { propertiesJson: '{"a":[-1e400]}' }), mode: 0 }]);
     t.match(infAcks[0]?.result?.error, { code: 'validation_failed', param: 'properties_json.a[0]' }, 'a stream message too');
+    t.match(JSON.parse(infAcks[0]?.result?.error?.detailsJson ?? 'null'), [{ param: 'properties_json.a[0]' }], "and its details_json");
     t.equal((await ingestBatch({ mode: 0, events: [ev('pj-11', 'g-props', { propertiesJson: '{"x":1}' })] }, secret())).res?.results[0]?.accepted?.duplicate, false, 'nothing was recorded');
 
     // Beyond 2^53 JSON numbers are doubles on both transports: gRPC keeps what HTTP keeps.

@@ -320,7 +320,7 @@ t.test('Call errors: error-param and error-details percent-encoded, left out whe
   const text = await get('cust_text');
   t.equal(text?.code, status.INVALID_ARGUMENT, 'not INTERNAL: the text is no metadata value as it is');
   t.same(text?.metadata.get('error-param'), ['properties_json.%C3%BC%25'], 'UTF-8 bytes and % as %XX');
-  t.same(JSON.parse(decodeURIComponent(String(text?.metadata.get('error-details')[0]))), [{ param: 'properties.ü%', message: 'ünïcode' }]);
+  t.same(JSON.parse(decodeURIComponent(String(text?.metadata.get('error-details')[0]))), [{ param: 'properties_json.ü%', message: 'ünïcode' }]);
   const long = await get('cust_long');
   t.equal(long?.code, status.INVALID_ARGUMENT, 'answered (a trailer of 300 KB may stall the call)');
   t.same(long?.metadata.get('error-code'), ['validation_failed']);
