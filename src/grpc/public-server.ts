@@ -121,9 +121,13 @@ function wireErrorOf(body: unknown): WireError {
   return { code: internal.error.code, type: internal.error.type, message: internal.error.message };
 }
 
-/** The gateway names the JSON field `properties`; over gRPC the caller sent `properties_json`. */
+/**
+ * The gateway names an event's JSON field `properties`; over gRPC the caller sent
+ * `properties_json`. Only that field is renamed (`properties...` or `events[N].properties...`), not
+ * a caller's own key that happens to be called so (a metric or attribute named `properties`).
+ */
 function grpcParam(param: string | undefined): string {
-  return param === undefined ? '' : param.replace(/(^|\.)properties(?=$|\.)/, '$1properties_json');
+  return param === undefined ? '' : param.replace(/^((?:events\[\d+\]\.)?)properties(?=$|\.)/, '$1properties_json');
 }
 
 /** `details` with each item's `param` named as over gRPC (a validation error's list of issues). */

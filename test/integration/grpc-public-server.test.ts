@@ -98,6 +98,11 @@ function makeFake() {
       if (id === 'cust_boom') throw new Error('secret internals');
       if (id === 'cust_off') return fail(501, 'capability_unavailable', 'api_error');
       if (id === 'cust_down') return fail(503, 'ai_unavailable', 'api_error');
+      if (id === 'cust_own_key') {
+        const param = 'players[0].metrics.properties';
+        const details = [{ param, message: 'not a number' }];
+        return { status: 400, headers: {}, body: { error: { code: 'validation_failed', type: 'invalid_request', message: 'bad', param, details } } };
+      }
       if (id === 'cust_text' || id === 'cust_long') {
         const long = id === 'cust_long';
         const param = long ? `p${'x'.repeat(300_000)}` : 'properties.ü%';
@@ -321,6 +326,9 @@ t.test('Call errors: error-param and error-details percent-encoded, left out whe
   t.equal(text?.code, status.INVALID_ARGUMENT, 'not INTERNAL: the text is no metadata value as it is');
   t.same(text?.metadata.get('error-param'), ['properties_json.%C3%BC%25'], 'UTF-8 bytes and % as %XX');
   t.same(JSON.parse(decodeURIComponent(String(text?.metadata.get('error-details')[0]))), [{ param: 'properties_json.ü%', message: 'ünïcode' }]);
+  const ownKey = await get('cust_own_key');
+  t.same(ownKey?.metadata.get('error-param'), ['players[0].metrics.properties'], "a caller's own key named properties is not renamed");
+  t.same(JSON.parse(String(ownKey?.metadata.get('error-details')[0])), [{ param: 'players[0].metrics.properties', message: 'not a number' }]);
   const long = await get('cust_long');
   t.equal(long?.code, status.INVALID_ARGUMENT, 'answered (a trailer of 300 KB may stall the call)');
   t.same(long?.metadata.get('error-code'), ['validation_failed']);
