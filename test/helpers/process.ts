@@ -147,26 +147,36 @@ export async function startAofRedis(): Promise<PrivateRedis> {
 }
 
 /**
+ * Starts server processes for one test and kills every one it started at the test's teardown
+ * (kill9 passes over one already killed), also when the test fails between a start and its kill:
+ * each is registered as soon as it is up. `spawned` lists them in start order.
+ */
+export function serverSpawner(t: { teardown(fn: () => unknown): void }, env: Record<string, string>) {
+  const spawned: ServerProcess[] = [];
+  t.teardown(async () => {
+    for (const s of spawned) await kill9(s);
+  });
+  return {
+    spawned,
+    spawn: async (extra: Record<string, string> = {}): Promise<ServerProcess> => {
+      const s = await spawnServer({ ...env, ...extra });
+      spawned.push(s);
+      return s;
+    },
+  };
+}
+
+/**
  * Two server processes (node-a and node-b) on one storage (`env`, e.g. from serverEnv), the
  * partitions split between them, and one signed-up tenant: a client holding its secret key on
  * each node. Both processes are killed at teardown, unless a test already killed one (kill9 waits
  * for 'exit', which a process killed by a signal never emits again).
  */
 export async function twoNodes(t: { teardown(fn: () => unknown): void }, env: Record<string, string>, partitions: number) {
-  const servers: ServerProcess[] = [];
-  t.teardown(async () => {
-    for (const s of servers) if (s.child.exitCode === null && s.child.signalCode === null) await kill9(s);
-  });
   // Each server is registered for the teardown as soon as it is up, so one that started is killed
   // even when the other fails to.
-  const started = (s: ServerProcess) => {
-    servers.push(s);
-    return s;
-  };
-  const [a, b] = await Promise.all([
-    spawnServer({ ...env, NODE_ID: 'node-a' }).then(started),
-    spawnServer({ ...env, NODE_ID: 'node-b' }).then(started),
-  ]);
+  const { spawn } = serverSpawner(t, env);
+  const [a, b] = await Promise.all([spawn({ NODE_ID: 'node-a' }), spawn({ NODE_ID: 'node-b' })]);
   await waitSplit(a, b, partitions, 15_000);
   const anonA = new Client(`http://127.0.0.1:${a.port}`);
   const tenant = await signUp(anonA);

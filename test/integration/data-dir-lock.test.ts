@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { limits } from '../../src/limits.js';
 import { lockPaths } from '../../src/persistence/file/data-dir-lock.js';
-import { kill9, type ServerProcess, spawnServer } from '../helpers/process.js';
+import { kill9, type ServerProcess, serverSpawner } from '../helpers/process.js';
 import { Client, signUp } from '../helpers/service.js';
 
 const exited = (s: ServerProcess) =>
@@ -24,15 +24,7 @@ t.test('one process per data directory: a second is refused, a killed one is tak
   const dataDir = await mkdtemp(join(tmpdir(), 'data-dir-lock-'));
   t.teardown(() => rm(dataDir, { recursive: true, force: true }));
   const env = { DATA_DIR: dataDir, PARTITIONS: '8' };
-  const running: ServerProcess[] = [];
-  t.teardown(async () => {
-    for (const s of running) await kill9(s);
-  });
-  const start = async () => {
-    const s = await spawnServer(env);
-    running.push(s);
-    return s;
-  };
+  const { spawn: start } = serverSpawner(t, env);
 
   // Given a server on the data directory, with acknowledged events
   const a = await start();
@@ -60,11 +52,8 @@ t.test('one process per data directory: a second is refused, a killed one is tak
 
   // When a second server starts on it (the other ports are 0: nothing else is shared)
   const began = Date.now();
-  const second = await spawnServer(env).then(
-    (s) => {
-      running.push(s);
-      return null;
-    },
+  const second = await start().then(
+    () => null,
     (err: unknown) => err as Error,
   );
   t.comment(`the second server was refused ${Date.now() - began} ms after it was spawned (its process start included)`);

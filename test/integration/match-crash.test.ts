@@ -5,7 +5,7 @@
 // match.completed) equal the number of matches the customer played, so no event ran twice.
 import t from 'tap';
 import { Client, idem, signUp, storageFor, serverEnv } from '../helpers/service.js';
-import { kill9, type ServerProcess, spawnServer, startAofRedis } from '../helpers/process.js';
+import { kill9, serverSpawner, startAofRedis } from '../helpers/process.js';
 
 t.test('kill -9 in the middle of admissions: each player admitted exactly once after re-reporting', async (t) => {
   const redis = await startAofRedis();
@@ -26,17 +26,8 @@ t.test('kill -9 in the middle of admissions: each player admitted exactly once a
     players: [0, 1, 2, 3].map((k) => ({ customer: { external_id: `cp-${(n * 5 + k * 7) % customers}` }, metrics: { score: n % 50 }, won: k === 0 })),
   });
 
-  const spawned: ServerProcess[] = [];
-  // Every server is killed at teardown (kill9 passes over one already killed), also when the test
-  // fails between a start and its round's kill.
-  t.teardown(async () => {
-    for (const s of spawned) await kill9(s);
-  });
-  const spawn = async () => {
-    const s = await spawnServer(env);
-    spawned.push(s);
-    return s;
-  };
+  // Every server is killed at teardown, also when the test fails between a start and its round's kill.
+  const { spawn } = serverSpawner(t, env);
   let server = await spawn();
   let anon = new Client(`http://127.0.0.1:${server.port}`);
   const tenant = await signUp(anon);
